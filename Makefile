@@ -1,0 +1,36 @@
+# Quick start:  make demo   (apply profiles/cxl-inference.yaml to a simulated h100-cxl node)
+#               make test   (the whole test suite, inside a read-only /sys,/proc namespace when root)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/nodeagent --simulate h100-cxl plan profiles/cxl-inference.yaml
+	$(BIN)/nodeagent --simulate h100-cxl apply --yes profiles/cxl-inference.yaml
+	$(BIN)/nodeagent --simulate h100-cxl plan profiles/cxl-inference.yaml
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	scripts/readonly-kernel-ns.sh $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m 'not realkernel' -x -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,118 @@
+"""The engine: profile + facts → plan → apply → verify → record. One code path for plan, dry run and apply.
+
+``make_plan`` is pure (facts in, plan out), so a plan made offline from saved facts is the plan the node would
+make. ``Engine.apply`` takes the state lock, gathers facts, plans, and — unless it is a dry run — executes
+exactly that plan in order, records originals before the first write and progress after every change,
+re-reads the node and reports any value the kernel did not keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import HostError, NeedsRootError
+from .facts import Facts, gather
+from .host import Host
+from .plan import Change, Outcome, Plan, Problem, Result
+from .profile import LoadedProfile
+from .resources.base import PlanContext
+from .resources.registry import BY_KIND, RESOURCES
+from .state import StateStore
+
+
+def make_plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext | None = None) -> Plan:
+    """Pure: what applying ``loaded`` to a node with ``facts`` would change, and what it cannot do."""
+    ctx = ctx or PlanContext()
+    changes: list[Change] = []
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    unchanged: list[str] = []
+    for res in RESOURCES:
+        rp = res.plan(loaded, facts, ctx)
+        changes += rp.changes
+        problems += rp.problems
+        warnings += rp.warnings
+        unchanged += rp.unchanged
+    node = (facts.hostname or "node") + (f" (simulated {facts.simulated})" if facts.simulated else "")
+    return Plan(loaded.name, loaded.digest, tuple(changes), tuple(problems), tuple(warnings), tuple(unchanged),
+                node=node)
+
+
+@dataclass
+class Engine:
+    host: Host
+    lock_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        self.state = StateStore(self.host)
+
+    def facts(self) -> Facts:
+        return gather(self.host)
+
+    def context(self, allow_disruptive: bool = False) -> PlanContext:
+        return PlanContext(allow_disruptive=allow_disruptive, state={"ownership": self.state.load("ownership.json")})
+
+    def plan(self, loaded: LoadedProfile, *, allow_disruptive: bool = False, facts: Facts | None = None) -> Plan:
+        return make_plan(loaded, facts or self.facts(), self.context(allow_disruptive))
+
+    def apply(self, loaded: LoadedProfile, *, dry_run: bool = False, allow_disruptive: bool = False,
+              confirm: Callable[[Plan], bool] | None = None) -> Result:
+        """Plan and (unless ``dry_run``) execute. Raises PlanError-like problems as a blocked Result."""
+        if dry_run:
+            return Result(self.plan(loaded, allow_disruptive=allow_disruptive), dry_run=True)
+        self.require_root()
+        with self.state.locked(self.lock_timeout):
+            plan = self.plan(loaded, allow_disruptive=allow_disruptive)
+            if plan.blocked or plan.empty:
+                if plan.empty and not plan.blocked:
+                    self._record(loaded, plan, [], "unchanged")
+                return Result(plan)
+            if confirm is not None and not confirm(plan):
+                return Result(plan, dry_run=True)
+            outcomes = self._execute(loaded, plan)
+            verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive)
+            result = Result(plan, tuple(outcomes), tuple(verify_errors))
+            self._record(loaded, plan, outcomes, result.status, verify_errors)
+            return result
+
+    def require_root(self) -> None:
+        import os
+
+        if self.host.is_real and os.geteuid() != 0:
+            raise NeedsRootError("apply changes kernel settings and needs root", hint="run it with sudo")
+
+    # -- the steps ------------------------------------------------------------------------------------
+    def _execute(self, loaded: LoadedProfile, plan: Plan) -> list[Outcome]:
+        self.state.remember_originals({c.target: {"kind": c.kind, "path": c.path, "value": c.before}
+                                       for c in plan.changes if c.kind == "knob"})
+        outcomes: list[Outcome] = []
+        for change in plan.changes:
+            try:
+                msg = BY_KIND[change.kind].apply(self.host, change)
+                outcomes.append(Outcome(change, "applied", msg))
+            except HostError as exc:
+                outcomes.append(Outcome(change, "failed", exc.render()))
+            self._record(loaded, plan, outcomes, "in-progress")
+        return outcomes
+
+    def _verify(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome],
+                allow_disruptive: bool) -> list[str]:
+        """Re-read the node: every applied change must now be in place (the kernel may refuse silently)."""
+        applied = {o.change.target for o in outcomes if o.status == "applied"}
+        after = make_plan(loaded, self.facts(), self.context(allow_disruptive))
+        errors = []
+        for change in after.changes:
+            if change.target in applied:
+                errors.append(f"{change.target}: wrote {change.after_label or change.after}, but the node now "
+                              f"reads {change.before_label or change.before}")
+        return errors
+
+    def _record(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], status: str,
+                verify_errors: list[str] | None = None) -> None:
+        self.state.record_apply({
+            "profile": loaded.name, "profile_path": loaded.path, "profile_digest": loaded.digest,
+            "desired": loaded.data, "status": status,
+            "outcomes": [o.to_dict() for o in outcomes], "verify_errors": verify_errors or [],
+            "problems": [p.to_dict() for p in plan.problems],
+        })

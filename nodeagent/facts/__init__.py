@@ -1,0 +1,87 @@
+"""Read-only fact gathering: what the node looks like now, as plain data that round-trips through JSON.
+
+``gather(host)`` never writes. Facts are what planning needs and nothing more, so a saved facts file plans
+offline exactly as the live node would (``nodeagent plan --facts``). Other fact sections register a gatherer
+in :data:`SECTIONS` and read their part back with their own ``from_facts``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..host import Host
+from ..kfmt import kernel_version
+from .knobs import KNOBS
+from .numa import NumaNode, read_nodes, read_tiers
+
+FORMAT = "nodeagent-facts/v1"
+
+#: name → gatherer(host) returning JSON-able data; filled by fact modules of other resource kinds.
+SECTIONS: dict[str, Callable[[Host], Any]] = {}
+
+
+@dataclass
+class Facts:
+    hostname: str
+    kernel_release: str
+    knobs: dict[str, str | None]  # profile key → the kernel's raw text, None when the attribute is missing
+    block_size_bytes: int | None
+    possible_nodes: list[int]
+    nodes: list[NumaNode]
+    tiers: dict[int, list[int]]
+    simulated: str | None = None  # preset name when gathered from a simulated node
+    sections: dict[str, Any] = field(default_factory=dict)
+    format: str = FORMAT
+
+    @property
+    def kernel_version(self) -> tuple[int, int]:
+        return kernel_version(self.kernel_release)
+
+    def node(self, nid: int) -> NumaNode | None:
+        return next((n for n in self.nodes if n.id == nid), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tiers"] = [{"tier": t, "nodes": n} for t, n in self.tiers.items()]
+        return {"format": self.format, **{k: v for k, v in d.items() if k != "format"}}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Facts:
+        if d.get("format") != FORMAT:
+            raise ValueError(f"not a nodeagent facts document (format {d.get('format')!r}, expected {FORMAT!r})")
+        return cls(
+            hostname=d["hostname"], kernel_release=d["kernel_release"], knobs=dict(d["knobs"]),
+            block_size_bytes=d.get("block_size_bytes"), possible_nodes=list(d["possible_nodes"]),
+            nodes=[NumaNode(**n) for n in d["nodes"]],
+            tiers={int(t["tier"]): list(t["nodes"]) for t in d["tiers"]},
+            simulated=d.get("simulated"), sections=dict(d.get("sections", {})),
+        )
+
+
+def gather(host: Host) -> Facts:
+    """Everything planning needs, read (never written) through the rooted host."""
+    from ..kfmt import parse_list
+
+    tiers = read_tiers(host)
+    bs = host.read_opt("/sys/devices/system/memory/block_size_bytes")
+    simulated = None
+    if host.simulated:
+        meta = json.loads((host.root / ".nodeagent-sim" / "meta.json").read_text())
+        simulated = meta.get("preset")
+    return Facts(
+        hostname=(host.read_opt("/proc/sys/kernel/hostname") or host.read_opt("/etc/hostname") or "").strip(),
+        kernel_release=host.read_opt("/proc/sys/kernel/osrelease") or "",
+        knobs={k.key: host.read_opt(k.path) for k in KNOBS},
+        block_size_bytes=int(bs, 16) if bs else None,
+        possible_nodes=parse_list(host.read_opt("/sys/devices/system/node/possible") or ""),
+        nodes=read_nodes(host, tiers),
+        tiers=tiers,
+        simulated=simulated,
+        sections={name: fn(host) for name, fn in SECTIONS.items()},
+    )

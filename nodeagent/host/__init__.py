@@ -1,0 +1,59 @@
+"""The rooted host: the one object through which nodeagent reads and changes a node.
+
+``open_host(root)`` builds it. When ``root`` carries the simulator's marker, attribute writes go through the
+emulated kernel (loaded only then, so production runs never import the simulator) and commands resolve to
+the simulator's fake executables inside the root.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+from .commands import CommandResult, CommandRunner
+from .fs import RootedFS, WriteRecord, map_oserror
+
+__all__ = ["Host", "open_host", "CommandResult", "WriteRecord", "map_oserror", "SIM_MARKER"]
+
+#: A simulated root has this directory (``meta.json``, its lock and its write journal).
+SIM_MARKER = ".nodeagent-sim"
+
+
+@dataclass
+class Host:
+    root: Path
+    fs: RootedFS
+    commands: CommandRunner
+    simulated: bool
+
+    @property
+    def is_real(self) -> bool:
+        """True when this is the machine's own root, where root privileges matter."""
+        return os.path.realpath(self.root) == "/"
+
+    # Shorthands for the common calls.
+    def read(self, path: str) -> str:
+        return self.fs.read(path)
+
+    def read_opt(self, path: str) -> str | None:
+        return self.fs.read_opt(path)
+
+    def write(self, path: str, value: str) -> None:
+        self.fs.write(path, value)
+
+    def run(self, argv: list[str], **kw) -> CommandResult:  # type: ignore[no-untyped-def]
+        return self.commands.run(argv, **kw)
+
+
+def open_host(root: str | os.PathLike[str] = "/") -> Host:
+    path = Path(root)
+    if not path.is_dir():
+        raise UsageError(f"--root {root}: not a directory", hint="give the directory under which /sys and /proc are")
+    simulated = (path / SIM_MARKER / "meta.json").is_file()
+    writer = None
+    if simulated:
+        writer = importlib.import_module("nodeagent.sim.kernel").SimKernel(path)
+    return Host(root=path, fs=RootedFS(path, writer), commands=CommandRunner(path, simulated), simulated=simulated)

@@ -1,0 +1,235 @@
+"""Rooted reads and writes of kernel attributes and state files: the only code that touches the node's files.
+
+Every path is given as the kernel names it (``/proc/sys/kernel/numa_balancing``) and resolved under the host's
+root. Writes are checked against an allow-list, never follow a symlink out of the root, go through the
+simulator when the root is a simulated node, and are logged. ``errno`` maps to domain errors in one table.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..errors import (
+    BusyError,
+    HostError,
+    LockTimeoutError,
+    MissingError,
+    NotAllowedError,
+    PermissionDeniedError,
+    RejectedError,
+)
+
+#: Every path the agent may ever write. A profile cannot widen this: it names settings, never paths.
+WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p)
+    for p in (
+        r"/proc/sys/kernel/numa_balancing",
+        r"/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps",
+        r"/proc/sys/vm/zone_reclaim_mode",
+        r"/sys/kernel/mm/numa/demotion_enabled",
+        r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
+        r"/sys/devices/system/memory/auto_online_blocks",
+        r"/sys/devices/system/memory/memory[0-9]+/(state|online)",
+        r"/sys/kernel/mm/damon/admin/kdamonds/.*",
+        r"/var/lib/nodeagent/.*",
+    )
+)
+
+_ERRNO_ERRORS: dict[int, type[HostError]] = {
+    errno.ENOENT: MissingError,
+    errno.ENOTDIR: MissingError,
+    errno.ENODEV: MissingError,
+    errno.ENXIO: MissingError,
+    errno.EINVAL: RejectedError,
+    errno.ERANGE: RejectedError,
+    errno.EBUSY: BusyError,
+    errno.EACCES: PermissionDeniedError,
+    errno.EPERM: PermissionDeniedError,
+    errno.EROFS: PermissionDeniedError,
+}
+
+
+def map_oserror(exc: OSError, path: str, action: str, value: str | None = None) -> HostError:
+    """Turn an ``OSError`` from a kernel attribute into the domain error for its errno."""
+    cls = _ERRNO_ERRORS.get(exc.errno or 0, HostError)
+    what = f"{action} {path}" + (f" = {value!r}" if value is not None else "")
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    hint = None
+    if cls is PermissionDeniedError and exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
+        hint = "run as root"
+    return cls(f"{what}: {reason} (errno {errno.errorcode.get(exc.errno or 0, exc.errno)})",
+               path=path, hint=hint)
+
+
+class Writer(Protocol):
+    """Where attribute writes go: the real kernel, or a simulated one."""
+
+    def write(self, path: str, value: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class WriteRecord:
+    path: str
+    value: str
+    ok: bool
+    error: str | None = None
+
+
+class RootedFS:
+    """Reads and writes under ``root``. Paths are absolute kernel paths; ``root`` is prepended."""
+
+    def __init__(self, root: Path, writer: Writer | None = None) -> None:
+        self.root = Path(root)
+        self._real_root = os.path.realpath(self.root)
+        self._writer = writer
+        self.write_log: list[WriteRecord] = []
+
+    # -- paths ---------------------------------------------------------------------------------------
+    def local(self, path: str) -> Path:
+        """The on-disk path of kernel path ``path`` (no escape check; for reads)."""
+        if not path.startswith("/"):
+            raise ValueError(f"kernel paths are absolute: {path!r}")
+        return self.root / path[1:] if self._real_root != "/" else Path(path)
+
+    def _checked(self, path: str) -> Path:
+        local = self.local(path)
+        real = os.path.realpath(local)
+        if self._real_root != "/" and not (real == self._real_root or real.startswith(self._real_root + "/")):
+            raise NotAllowedError(f"{path} resolves outside the root {self.root} ({real})", path=path)
+        return Path(real)
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def read(self, path: str) -> str:
+        """The attribute's text without its trailing newline."""
+        try:
+            with open(self.local(path), encoding="utf-8", errors="replace") as f:
+                return f.read().rstrip("\n")
+        except OSError as exc:
+            raise map_oserror(exc, path, "read") from None
+
+    def read_opt(self, path: str) -> str | None:
+        """Like :meth:`read`, but ``None`` when the attribute does not exist."""
+        try:
+            with open(self.local(path), encoding="utf-8", errors="replace") as f:
+                return f.read().rstrip("\n")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise map_oserror(exc, path, "read") from None
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self.local(path))
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(self.local(path))
+
+    def listdir(self, path: str) -> list[str]:
+        """Entries of a directory, sorted; empty when it does not exist."""
+        try:
+            return sorted(os.listdir(self.local(path)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise map_oserror(exc, path, "list") from None
+
+    def readlink(self, path: str) -> str | None:
+        try:
+            return os.readlink(self.local(path))
+        except OSError:
+            return None
+
+    # -- writes --------------------------------------------------------------------------------------
+    def allowed(self, path: str) -> bool:
+        return any(p.fullmatch(path) for p in WRITE_ALLOW)
+
+    def write(self, path: str, value: str) -> None:
+        """Write one kernel attribute. Raises a :class:`HostError` subclass named after the errno."""
+        if not self.allowed(path):
+            raise NotAllowedError(f"refusing to write {path}: not in nodeagent's write allow-list", path=path)
+        local = self._checked(path)
+        try:
+            if self._writer is not None:
+                self._writer.write(path, value)
+            else:
+                fd = os.open(local, os.O_WRONLY | os.O_NOFOLLOW)
+                try:
+                    os.write(fd, value.encode())
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            err = map_oserror(exc, path, "write", value)
+            self.write_log.append(WriteRecord(path, value, False, str(err)))
+            raise err from None
+        self.write_log.append(WriteRecord(path, value, True))
+
+    @contextmanager
+    def lock(self, path: str, timeout: float) -> Iterator[None]:
+        """Hold an exclusive flock on ``path`` (created if needed); wait up to ``timeout`` seconds.
+
+        The holder's pid is written into the file so that a waiter can name it.
+        """
+        if not self.allowed(path):
+            raise NotAllowedError(f"refusing to lock {path}: not in nodeagent's write allow-list", path=path)
+        local = self.local(path)
+        try:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(local, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise map_oserror(exc, path, "lock") from None
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                        raise LockTimeoutError(
+                            f"another nodeagent run (pid {holder}) holds {path}; waited {timeout:.0f}s",
+                            hint="wait for it to finish, or raise --lock-timeout") from None
+                    time.sleep(0.05)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            os.close(fd)
+
+    def write_file_atomic(self, path: str, data: str, mode: int = 0o644) -> None:
+        """Write a whole regular file (state, units): temp file in the same directory, fsync, rename."""
+        if not self.allowed(path):
+            raise NotAllowedError(f"refusing to write {path}: not in nodeagent's write allow-list", path=path)
+        local = self.local(path)
+        try:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            self._checked(path)
+            fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(tmp, mode)
+                os.replace(tmp, local)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+            dfd = os.open(local.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            raise map_oserror(exc, path, "write") from None
+        self.write_log.append(WriteRecord(path, f"<{len(data)} bytes>", True))

@@ -1,0 +1,117 @@
+"""Plans and results: typed, immutable records shared by everything below the engine.
+
+A :class:`Change` says what one resource will do (``kind, target, op, before, after, reason, disruptive``);
+a :class:`Plan` is the ordered list of them plus what cannot be done (``problems``) and what is advisory
+(``warnings``). ``plan``, ``apply --dry-run`` and ``apply`` all render or execute the very same Plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str  # resource kind: "knob", "dax", "damon"
+    target: str  # what changes, as the profile names it: "kernel.numa_balancing"
+    op: str  # "set", "create", "update", "delete", "reconfigure"...
+    before: Any
+    after: Any
+    reason: str = ""
+    disruptive: bool = False
+    path: str | None = None  # the kernel attribute, for the reader of a plan
+    before_label: str | None = None
+    after_label: str | None = None
+    data: tuple[tuple[str, Any], ...] = ()  # resource-specific details the apply step needs
+
+    def detail(self, key: str, default: Any = None) -> Any:
+        return dict(self.data).get(key, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["data"] = dict(self.data)
+        return d
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something the plan cannot do on this node. ``blocking``: apply refuses to start at all."""
+
+    kind: str
+    target: str
+    message: str
+    hint: str | None = None
+    blocking: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: str
+    profile_digest: str
+    changes: tuple[Change, ...]
+    problems: tuple[Problem, ...] = ()
+    warnings: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()  # managed targets already as desired
+    node: str = ""  # which node the plan is for: "h100-cxl (simulated h100-cxl)"
+
+    @property
+    def empty(self) -> bool:
+        return not self.changes
+
+    @property
+    def blocked(self) -> bool:
+        return any(p.blocking for p in self.problems)
+
+    @property
+    def disruptive(self) -> tuple[Change, ...]:
+        return tuple(c for c in self.changes if c.disruptive)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"profile": self.profile, "profile_digest": self.profile_digest, "node": self.node,
+                "changes": [c.to_dict() for c in self.changes], "problems": [p.to_dict() for p in self.problems],
+                "warnings": list(self.warnings), "unchanged": list(self.unchanged)}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    change: Change
+    status: str  # "applied", "failed", "skipped", "blocked"
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.change.target, "kind": self.change.kind, "op": self.change.op,
+                "status": self.status, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Result:
+    plan: Plan
+    outcomes: tuple[Outcome, ...] = ()
+    verify_errors: tuple[str, ...] = ()
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return (not self.verify_errors and not self.plan.problems
+                and all(o.status == "applied" for o in self.outcomes))
+
+    @property
+    def changed(self) -> bool:
+        return any(o.status == "applied" for o in self.outcomes)
+
+    @property
+    def status(self) -> str:
+        if self.dry_run:
+            return "dry-run"
+        if self.ok:
+            return "converged" if self.changed or not self.outcomes else "unchanged"
+        return "partial" if self.changed else "failed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "changed": self.changed, "dry_run": self.dry_run,
+                "plan": self.plan.to_dict(), "outcomes": [o.to_dict() for o in self.outcomes],
+                "verify_errors": list(self.verify_errors)}

@@ -1,0 +1,90 @@
+"""Human units in profiles: sizes (``512MiB``, ``2TiB``), durations (``100ms``, ``2s``), percentages (``94%``).
+
+Each parser accepts a plain number too (bytes, microseconds, percent) and raises ``ValueError`` with a message
+that says what was expected; the profile model turns these into pydantic types.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "pib": 1024**5,
+}
+_DURATION_US = {"us": 1, "µs": 1, "ms": 1000, "s": 1_000_000, "m": 60_000_000, "min": 60_000_000,
+                "h": 3_600_000_000}
+_NUM_UNIT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Zµ]*)\s*")
+
+
+def parse_size(value: object) -> int:
+    """Bytes from ``512MiB``/``2TiB``/``1GB``/an integer. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size such as 512MiB or 2TiB, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"expected a size of 0 or more, got {value}")
+        return value
+    if isinstance(value, str):
+        m = _NUM_UNIT.fullmatch(value)
+        if m and m.group(2).lower() in _SIZE_UNITS:
+            n = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+            if n != int(n):
+                raise ValueError(f"{value!r} is not a whole number of bytes")
+            return int(n)
+    raise ValueError(f"expected a size such as 512MiB, 2TiB or a byte count, got {value!r}")
+
+
+def parse_duration_us(value: object) -> int:
+    """Microseconds from ``5ms``/``2s``/``1min``/an integer (microseconds). Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as 100ms or 2s, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"expected a duration of 0 or more, got {value}")
+        return value
+    if isinstance(value, str):
+        m = _NUM_UNIT.fullmatch(value)
+        if m and m.group(2) in _DURATION_US:
+            n = float(m.group(1)) * _DURATION_US[m.group(2)]
+            if n != int(n):
+                raise ValueError(f"{value!r} is not a whole number of microseconds")
+            return int(n)
+    raise ValueError(f"expected a duration such as 100ms, 2s or 1min, got {value!r}")
+
+
+def parse_percent(value: object) -> float:
+    """0-100 from ``94%``/``94``/``94.5``. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a percentage such as 90%, got {value!r}")
+    if isinstance(value, str):
+        text = value.strip()
+        num = text[:-1] if text.endswith("%") else text
+        try:
+            value = float(num)
+        except ValueError:
+            raise ValueError(f"expected a percentage such as 90%, got {text!r}") from None
+    if isinstance(value, int | float):
+        if not 0 <= value <= 100:
+            raise ValueError(f"expected a percentage from 0 to 100, got {value}")
+        return float(value)
+    raise ValueError(f"expected a percentage such as 90%, got {value!r}")
+
+
+def format_size(n: int) -> str:
+    """The largest binary unit that divides ``n`` exactly (``2TiB``), else with two decimals."""
+    for unit, mult in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult}{unit}"
+    for unit, mult in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= mult:
+            return f"{n / mult:.2f}{unit}"
+    return f"{n}B"
+
+
+def format_duration_us(us: int) -> str:
+    for unit, mult in (("h", 3_600_000_000), ("min", 60_000_000), ("s", 1_000_000), ("ms", 1000)):
+        if us >= mult and us % mult == 0:
+            return f"{us // mult}{unit}"
+    return f"{us}us"

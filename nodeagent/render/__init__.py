@@ -1,0 +1,1 @@
+"""Renderers: text for people, JSON for programs (same content), Markdown for reviews."""

@@ -1,0 +1,83 @@
+"""Scalar kernel knobs: sysctls and sysfs attributes with one value each (see ``facts/knobs.py`` for the table).
+
+Desired values come from the profile's ``kernel:`` and ``memory:`` sections; a key that is absent is unmanaged.
+A knob whose attribute the running kernel lacks, or a value that needs a newer kernel, is a blocking problem
+in the plan, found before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..facts import Facts
+from ..facts.knobs import BY_KEY, KNOBS, Knob, version_tuple
+from ..host import Host
+from ..plan import Change, Problem
+from ..profile import LoadedProfile
+from .base import PlanContext, ResourcePlan
+
+KIND = "knob"
+
+
+def desired(loaded: LoadedProfile) -> dict[str, Any]:
+    """``{knob key: value}`` for every knob the profile sets."""
+    data = loaded.profile.model_dump(by_alias=False, exclude_none=True)
+    out: dict[str, Any] = {}
+    for knob in KNOBS:
+        node: Any = data
+        for part in knob.key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            out[knob.key] = node
+    return out
+
+
+
+def observe(facts: Facts) -> dict[str, Any]:
+    """``{knob key: parsed value}``; a knob the kernel lacks maps to ``None``."""
+    return {k.key: (k.parse(raw) if (raw := facts.knobs.get(k.key)) is not None else None) for k in KNOBS}
+
+
+def _too_old(facts: Facts, since: str) -> bool:
+    have = facts.kernel_version
+    return have != (0, 0) and have < version_tuple(since)[:2]
+
+
+def diff(want: dict[str, Any], have: dict[str, Any], facts: Facts) -> ResourcePlan:
+    out = ResourcePlan()
+    for key, value in want.items():
+        knob = BY_KEY[key]
+        current = have.get(key)
+        if current is None:
+            out.problems.append(Problem(KIND, key, f"{key}: {knob.path} does not exist on kernel "
+                                        f"{facts.kernel_release or 'unknown'} (introduced in {knob.since})",
+                                        hint=f"remove {key} from the profile, or run a kernel >= {knob.since}"))
+            continue
+        need = knob.value_since.get(value)
+        if need and _too_old(facts, need):
+            out.problems.append(Problem(KIND, key, f"{key}: value {knob.label(value)} needs kernel {need}; this "
+                                        f"node runs {facts.kernel_release}", hint=f"use a kernel >= {need}"))
+            continue
+        if current == value:
+            out.unchanged.append(key)
+            continue
+        out.changes.append(_change(knob, current, value))
+    return out
+
+
+def _change(knob: Knob, before: Any, after: Any) -> Change:
+    return Change(KIND, knob.key, "set", before, after, reason="profile sets it", path=knob.path,
+                  before_label=knob.label(before), after_label=knob.label(after),
+                  disruptive=knob.disruptive)
+
+
+class KnobResource:
+    kind = KIND
+
+    def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
+        return diff(desired(loaded), observe(facts), facts)
+
+    def apply(self, host: Host, change: Change) -> str:
+        knob = BY_KEY[change.target]
+        host.write(knob.path, knob.format(change.after))
+        return f"wrote {knob.format(change.after)} to {knob.path}"

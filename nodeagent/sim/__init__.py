@@ -1,0 +1,45 @@
+"""The simulated node: an emulated kernel behind a directory tree, for tests, benchmarks and rehearsals.
+
+``create(dir, preset)`` lays one out; ``cached(preset)`` creates or reuses one under the cache directory
+(``$NODEAGENT_CACHE``, else ``$XDG_CACHE_HOME/nodeagent``, else ``~/.cache/nodeagent``) for ``--simulate``.
+Production code never imports this package: the host layer loads :mod:`nodeagent.sim.kernel` only when a
+root carries the simulator's marker.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from .kernel import MARKER, SimKernel
+from .presets import PRESETS, Preset, build, create, get, large, remove
+
+__all__ = ["MARKER", "PRESETS", "Preset", "SimKernel", "build", "cache_dir", "cached", "create", "get", "large",
+           "remove"]
+
+
+def cache_dir() -> Path:
+    if os.environ.get("NODEAGENT_CACHE"):
+        return Path(os.environ["NODEAGENT_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "nodeagent"
+
+
+def cached(name: str) -> Path:
+    """The cached simulated node of preset ``name``, created on first use (safe across processes)."""
+    get(name)  # unknown preset -> KeyError before anything is made
+    base = cache_dir() / "sim"
+    base.mkdir(parents=True, exist_ok=True)
+    root = base / name
+    with open(base / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / MARKER / "meta.json").is_file():
+            tmp = base / f".{name}.tmp-{os.getpid()}"
+            if tmp.exists():
+                remove(tmp)
+            create(tmp, name)
+            if root.exists():
+                os.rename(root, base / f".{name}.broken-{os.getpid()}")
+            os.rename(tmp, root)
+    return root

@@ -1,0 +1,204 @@
+"""The emulated kernel behind a simulated root.
+
+A simulated root is a plain directory tree plus ``.nodeagent-sim/`` (``meta.json``, a lock, a write journal).
+Every write to a kernel attribute — from the agent, the fake daxctl, an Ansible fork or a test playing
+"another agent" — goes through :meth:`SimKernel.write`, which takes the lock, validates the value the way the
+kernel does (raising ``OSError`` with the kernel's errno), and applies the kernel's reaction to the tree
+(numbered children, derived files). The tree *is* the state, so any process sees the same node.
+
+Handlers are registered per path pattern with :func:`rule`; modules for memory, DAX and DAMON add theirs.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..kfmt import format_bracket, kernel_version
+from .tree import Tree
+
+MARKER = ".nodeagent-sim"
+
+Handler = Callable[["SimKernel", str, str], None]
+_RULES: list[tuple[re.Pattern[str], Handler]] = []
+
+
+def rule(pattern: str) -> Callable[[Handler], Handler]:
+    """Register ``func(kernel, path, value)`` for writes to paths matching ``pattern`` (full match)."""
+
+    def deco(func: Handler) -> Handler:
+        _RULES.append((re.compile(pattern), func))
+        return func
+
+    return deco
+
+
+def einval(msg: str = "") -> OSError:
+    return OSError(errno.EINVAL, os.strerror(errno.EINVAL) + (f" ({msg})" if msg else ""))
+
+
+def ebusy(msg: str = "") -> OSError:
+    return OSError(errno.EBUSY, os.strerror(errno.EBUSY) + (f" ({msg})" if msg else ""))
+
+
+class SimKernel:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.tree = Tree(self.root)
+        self.meta_dir = self.root / MARKER
+        self.meta: dict = json.loads((self.meta_dir / "meta.json").read_text())
+        self.version: tuple[int, int] = kernel_version(self.meta["kernel"])
+
+    # -- locking and journal -------------------------------------------------------------------------
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Serialize kernel reactions across processes (the tree is shared state)."""
+        fd = os.open(self.meta_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _journal(self, path: str, value: str, outcome: str) -> None:
+        line = json.dumps({"t": round(time.time(), 6), "pid": os.getpid(), "path": path, "value": value,
+                           "result": outcome})
+        with open(self.meta_dir / "writes.log", "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    def journal(self) -> list[dict]:
+        """Every write ever made to this node, in order (what tests use to pin ordering)."""
+        p = self.meta_dir / "writes.log"
+        if not p.exists():
+            return []
+        return [json.loads(line) for line in p.read_text().splitlines() if line]
+
+    def state(self) -> dict:
+        """Simulator-private state that the kernel keeps but sysfs does not show (e.g. unmovable pages)."""
+        p = self.meta_dir / "state.json"
+        return json.loads(p.read_text()) if p.exists() else {}
+
+    def save_state(self, state: dict) -> None:
+        p = self.meta_dir / "state.json"
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+        os.replace(tmp, p)
+
+    # -- the write path ------------------------------------------------------------------------------
+    def write(self, path: str, value: str) -> None:
+        """Write ``value`` to kernel attribute ``path`` as ``echo value > path`` would."""
+        with self.locked():
+            try:
+                self._write_locked(path, value)
+            except OSError as exc:
+                self._journal(path, value, errno.errorcode.get(exc.errno or 0, "error"))
+                raise
+            self._journal(path, value, "ok")
+
+    def _write_locked(self, path: str, value: str) -> None:
+        local = self.tree.local(path)
+        if not local.exists():
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        if local.is_dir():
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not local.stat().st_mode & 0o200:
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES), path)
+        for pattern, handler in reversed(_RULES):
+            if pattern.fullmatch(path):
+                handler(self, path, value)
+                return
+        self.tree.set(path, value.strip())
+
+    def at_least(self, major: int, minor: int) -> bool:
+        return self.version >= (major, minor)
+
+
+# -- scalar knobs -------------------------------------------------------------------------------------
+
+_INT = re.compile(r"\s*[+-]?\d+\s*")
+
+
+def parse_int(value: str) -> int:
+    if not _INT.fullmatch(value):
+        raise einval(f"not an integer: {value.strip()!r}")
+    return int(value)
+
+
+@rule(r"/proc/sys/kernel/numa_balancing")
+def _numa_balancing(k: SimKernel, path: str, value: str) -> None:
+    n = parse_int(value)
+    # Modes 2/3 (memory tiering) arrived in 5.18; 6.12 reads back even 4 (captured on a real 6.12 guest).
+    high = 4 if k.at_least(6, 12) else 3 if k.at_least(5, 18) else 1
+    if not 0 <= n <= high:
+        raise einval(f"numa_balancing accepts 0..{high}")
+    k.tree.set(path, n)
+
+
+@rule(r"/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps")
+def _promote_rate(k: SimKernel, path: str, value: str) -> None:
+    n = parse_int(value)
+    if not 0 <= n <= 2**32 - 1:
+        raise einval()
+    k.tree.set(path, n)
+
+
+@rule(r"/proc/sys/vm/zone_reclaim_mode")
+def _zone_reclaim(k: SimKernel, path: str, value: str) -> None:
+    n = parse_int(value)
+    if n < 0:
+        raise einval()
+    k.tree.set(path, n)
+
+
+def kstrtobool(value: str) -> bool:
+    """The kernel's kstrtobool: first characters decide; anything else is EINVAL."""
+    s = value.strip().lower()
+    if s[:1] in ("y", "1", "t"):
+        return True
+    if s[:1] in ("n", "0", "f"):
+        return False
+    if s[:2] == "on":
+        return True
+    if s[:3] == "off" or s[:2] == "of":
+        return False
+    raise einval(f"not a boolean: {value.strip()!r}")
+
+
+@rule(r"/sys/kernel/mm/numa/demotion_enabled")
+def _demotion(k: SimKernel, path: str, value: str) -> None:
+    k.tree.set(path, "true" if kstrtobool(value) else "false")
+
+
+THP_ENABLED = ["always", "madvise", "never"]
+THP_DEFRAG = ["always", "defer", "defer+madvise", "madvise", "never"]
+
+
+@rule(r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)")
+def _thp(k: SimKernel, path: str, value: str) -> None:
+    choices = THP_ENABLED if path.endswith("enabled") else THP_DEFRAG
+    word = value.strip()
+    if word not in choices:
+        raise einval(f"expected one of {choices}")
+    k.tree.set(path, format_bracket(choices, word))
+
+
+AUTO_ONLINE = ["offline", "online", "online_kernel", "online_movable"]
+
+
+@rule(r"/sys/devices/system/memory/auto_online_blocks")
+def _auto_online(k: SimKernel, path: str, value: str) -> None:
+    word = value.strip()
+    if word not in AUTO_ONLINE:
+        raise einval()
+    k.tree.set(path, word)
+
+
+from . import memory as _memory  # noqa: E402,F401  (registers the memory-block rules)

@@ -1,0 +1,257 @@
+"""Emulated memory hot-plug: NUMA node directories, memory blocks, per-node meminfo and memory tiers.
+
+Follows the layouts captured from real kernels (``shared/reference``): ``memoryN/{state,online,valid_zones,
+phys_index,phys_device,removable,nodeK}``, ``nodeN/{cpulist,meminfo,distance,memoryN,...}``, node state lists,
+``memory_tiering/memory_tierN/nodelist``. Onlining a block moves the node's MemTotal/MemFree, sets
+``has_memory`` (and ``has_normal_memory`` unless the block went to ZONE_MOVABLE) and puts the node in its tier;
+offlining the last block undoes it. A block with unmovable pages refuses to go offline with EBUSY.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+from ..kfmt import format_list, parse_list, parse_meminfo
+from .kernel import SimKernel, ebusy, einval, rule
+from .tree import RO, RW, WO
+
+MEM = "/sys/devices/system/memory"
+NODE = "/sys/devices/system/node"
+TIERS = "/sys/devices/virtual/memory_tiering"
+#: The tier the kernel gives DRAM (adistance 512 → tier 4) and kmem/dax memory (its default adistance → 22).
+DRAM_TIER = 4
+KMEM_TIER = 22
+
+MEMINFO_KEYS = [
+    "MemTotal", "MemFree", "MemUsed", "SwapCached", "Active", "Inactive", "Active(anon)", "Inactive(anon)",
+    "Active(file)", "Inactive(file)", "Unevictable", "Mlocked", "Dirty", "Writeback", "FilePages", "Mapped",
+    "AnonPages", "Shmem", "KernelStack", "PageTables", "SecPageTables", "NFS_Unstable", "Bounce",
+    "WritebackTmp", "KReclaimable", "Slab", "SReclaimable", "SUnreclaim", "AnonHugePages", "ShmemHugePages",
+    "ShmemPmdMapped", "FileHugePages", "FilePmdMapped",
+]
+
+
+def node_meminfo(node: int, total_kb: int, used_kb: int) -> str:
+    values = dict.fromkeys(MEMINFO_KEYS, 0)
+    values.update(MemTotal=total_kb, MemFree=max(total_kb - used_kb, 0), MemUsed=min(used_kb, total_kb))
+    lines = [f"Node {node} {k + ':':<16}{v:>9} kB" for k, v in values.items()]
+    lines += [f"Node {node} HugePages_Total:     0", f"Node {node} HugePages_Free:      0",
+              f"Node {node} HugePages_Surp:      0"]
+    return "\n".join(lines)
+
+
+def block_size(k: SimKernel) -> int:
+    return int(k.tree.read(f"{MEM}/block_size_bytes"), 16)
+
+
+def _set_list(k: SimKernel, name: str, node: int, present: bool) -> None:
+    path = f"{NODE}/{name}"
+    ids = set(parse_list(k.tree.read(path)))
+    ids.add(node) if present else ids.discard(node)
+    k.tree.set(path, format_list(sorted(ids)))
+
+
+def _node_state(state: dict, node: int) -> dict:
+    return state.setdefault("nodes", {}).setdefault(str(node), {"used_kb": 0, "online": {}})
+
+
+def add_node(k: SimKernel, node: int, cpus: list[int], distances: list[int], used_kb: int = 0) -> None:
+    """Register NUMA node ``node`` (it comes online, CPU-less when ``cpus`` is empty).
+
+    ``used_kb`` is what the node's workload already uses once it has memory (kept by the simulator).
+    """
+    state = k.state()
+    _node_state(state, node)["used_kb"] = used_kb
+    k.save_state(state)
+    t = k.tree
+    base = f"{NODE}/node{node}"
+    t.dir(base)
+    t.file(f"{base}/cpulist", format_list(cpus), RO)
+    mask = sum(1 << c for c in cpus)
+    t.file(f"{base}/cpumap", f"{mask:08x}", RO)
+    t.file(f"{base}/distance", " ".join(map(str, distances)), RO)
+    t.file(f"{base}/meminfo", node_meminfo(node, 0, 0), RO)
+    t.file(f"{base}/numastat", "numa_hit 0\nnuma_miss 0\nnuma_foreign 0\ninterleave_hit 0\nlocal_node 0\n"
+           "other_node 0", RO)
+    t.file(f"{base}/vmstat", "nr_free_pages 0", RO)
+    t.file(f"{base}/compact", "", WO)
+    t.file(f"{base}/uevent", "", RW)
+    t.dir(f"{base}/hugepages")
+    if k.at_least(6, 17):
+        t.file(f"{base}/reclaim", "", WO)
+    for c in cpus:
+        t.link(f"{base}/cpu{c}", f"../../cpu/cpu{c}")
+    _set_list(k, "online", node, True)
+    if cpus:
+        _set_list(k, "has_cpu", node, True)
+
+
+def add_blocks(k: SimKernel, node: int, start: int, size: int, zone: str | None) -> list[int]:
+    """Hot-add ``[start, start+size)`` to ``node`` as memory blocks; online them in ``zone`` unless None."""
+    bs = block_size(k)
+    if start % bs or size % bs:
+        raise einval("range not aligned to block_size_bytes")
+    first = start // bs
+    ids = list(range(first, first + size // bs))
+    t = k.tree
+    for n in ids:
+        b = f"{MEM}/memory{n}"
+        t.dir(b)
+        t.file(f"{b}/state", "online" if zone else "offline", RW)
+        t.file(f"{b}/online", 1 if zone else 0, RW)
+        t.file(f"{b}/phys_index", f"{n:08x}", RO)
+        t.file(f"{b}/phys_device", 0, RO)
+        t.file(f"{b}/removable", 1, RO)
+        t.file(f"{b}/valid_zones", zone or "Normal Movable", RO)
+        t.file(f"{b}/uevent", "", RW)
+        t.link(f"{b}/node{node}", f"../../node/node{node}")
+        t.link(f"{NODE}/node{node}/memory{n}", f"../../memory/memory{n}")
+    if zone is not None:
+        _account(k, node, zone, len(ids))
+    return ids
+
+
+def remove_blocks(k: SimKernel, ids: list[int]) -> None:
+    """Hot-remove offline blocks (what kmem does when a device leaves system-ram mode)."""
+    for n in ids:
+        b = f"{MEM}/memory{n}"
+        if k.tree.read(f"{b}/state") != "offline":
+            raise ebusy(f"memory{n} is online")
+        node = block_node(k, n)
+        k.tree.remove_tree(b)
+        link = k.tree.local(f"{NODE}/node{node}/memory{n}")
+        if link.is_symlink():
+            link.unlink()
+
+
+def block_node(k: SimKernel, n: int) -> int:
+    for name in os.listdir(k.tree.local(f"{MEM}/memory{n}")):
+        if re.fullmatch(r"node\d+", name):
+            return int(name[4:])
+    raise OSError(errno.ENOENT, "block has no node link")
+
+
+def _account(k: SimKernel, node: int, zone: str, nblocks: int) -> None:
+    """``nblocks`` blocks of ``node`` came online in ``zone`` (negative: went offline): derived files follow."""
+    state = k.state()
+    ns = _node_state(state, node)
+    ns["online"][zone] = ns["online"].get(zone, 0) + nblocks
+    k.save_state(state)
+    delta_kb = nblocks * block_size(k) // 1024
+    info = parse_meminfo(k.tree.read(f"{NODE}/node{node}/meminfo"))
+    k.tree.set(f"{NODE}/node{node}/meminfo", node_meminfo(node, info.get("MemTotal", 0) + delta_kb,
+                                                          ns["used_kb"]))
+    out = []
+    for line in k.tree.read("/proc/meminfo").splitlines():
+        key = line.split(":", 1)[0]
+        if key in ("MemTotal", "MemFree", "MemAvailable"):
+            line = f"{key + ':':<16}{int(line.split()[1]) + delta_kb:>8} kB"
+        out.append(line)
+    k.tree.set("/proc/meminfo", "\n".join(out))
+    online = {z: c for z, c in ns["online"].items() if c > 0}
+    _set_list(k, "has_memory", node, bool(online))
+    _set_list(k, "has_normal_memory", node, any(z != "Movable" for z in online))
+    tier = int(k.meta.get("node_tier", {}).get(str(node), DRAM_TIER))
+    set_tier(k, node, tier if online else None)
+
+
+def online_zones(k: SimKernel, node: int) -> dict[str, int]:
+    """Blocks of ``node`` online per zone."""
+    return {z: c for z, c in _node_state(k.state(), node)["online"].items() if c > 0}
+
+
+def set_tier(k: SimKernel, node: int, tier: int | None) -> None:
+    """Put ``node`` in ``memory_tier<tier>`` (None: in no tier); empty tiers disappear as in the kernel."""
+    base = k.tree.local(TIERS)
+    for name in os.listdir(base):
+        if not name.startswith("memory_tier"):
+            continue
+        path = f"{TIERS}/{name}/nodelist"
+        ids = set(parse_list(k.tree.read(path)))
+        if node in ids and name != f"memory_tier{tier}":
+            ids.discard(node)
+            if ids:
+                k.tree.set(path, format_list(sorted(ids)))
+            else:
+                k.tree.remove_tree(f"{TIERS}/{name}")
+    if tier is None:
+        return
+    path = f"{TIERS}/memory_tier{tier}/nodelist"
+    if not k.tree.exists(path):
+        make_tier(k, tier, [node])
+    else:
+        ids = set(parse_list(k.tree.read(path))) | {node}
+        k.tree.set(path, format_list(sorted(ids)))
+
+
+def make_tier(k: SimKernel, tier: int, nodes: list[int]) -> None:
+    base = f"{TIERS}/memory_tier{tier}"
+    k.tree.file(f"{base}/nodelist", format_list(nodes), RO)
+    k.tree.file(f"{base}/uevent", "", RW)
+    k.tree.file(f"{base}/power/control", "auto", RW)
+    k.tree.link(f"{base}/subsystem", "../../../../bus/memory_tiering")
+
+
+ZONE_OF = {"online_movable": "Movable", "online_kernel": "Normal"}
+
+
+def _online(k: SimKernel, n: int, zone: str) -> None:
+    b = f"{MEM}/memory{n}"
+    if k.tree.read(f"{b}/state") == "online":
+        raise einval(f"memory{n} already online")
+    k.tree.set(f"{b}/state", "online")
+    k.tree.set(f"{b}/online", 1)
+    k.tree.set(f"{b}/valid_zones", zone)
+    _account(k, block_node(k, n), zone, 1)
+
+
+def _offline(k: SimKernel, n: int) -> None:
+    b = f"{MEM}/memory{n}"
+    if k.tree.read(f"{b}/state") == "offline":
+        raise einval(f"memory{n} already offline")
+    if n in k.state().get("unmovable_blocks", []):
+        raise ebusy(f"memory{n} holds unmovable pages")
+    k.tree.set(f"{b}/state", "offline")
+    k.tree.set(f"{b}/online", 0)
+    zone = k.tree.read(f"{b}/valid_zones")
+    k.tree.set(f"{b}/valid_zones", "Normal Movable")
+    _account(k, block_node(k, n), zone, -1)
+
+
+def _default_zone(k: SimKernel, n: int) -> str:
+    # The kernel's default for plain "online": ZONE_NORMAL unless the node already has only movable memory.
+    zones = online_zones(k, block_node(k, n))
+    return "Movable" if zones and all(z == "Movable" for z in zones) else "Normal"
+
+
+@rule(r"/sys/devices/system/memory/memory\d+/state")
+def _block_state(k: SimKernel, path: str, value: str) -> None:
+    n = int(path.split("/")[-2][6:])
+    word = value.strip()
+    if word == "offline":
+        _offline(k, n)
+    elif word in ("online", "online_movable", "online_kernel"):
+        _online(k, n, ZONE_OF.get(word) or _default_zone(k, n))
+    else:
+        raise einval()
+
+
+@rule(r"/sys/devices/system/memory/memory\d+/online")
+def _block_online(k: SimKernel, path: str, value: str) -> None:
+    n = int(path.split("/")[-2][6:])
+    word = value.strip()
+    if word not in ("0", "1"):
+        raise einval()
+    online = k.tree.read(path.rsplit("/", 1)[0] + "/state") == "online"
+    if word == "1" and not online:
+        _online(k, n, _default_zone(k, n))
+    elif word == "0" and online:
+        _offline(k, n)
+
+
+def hotplug_policy_zone(k: SimKernel) -> str | None:
+    """The zone the kernel's auto-online policy puts new blocks in (None: they stay offline)."""
+    policy = k.tree.read(f"{MEM}/auto_online_blocks")
+    return {"offline": None, "online": "Normal", "online_kernel": "Normal", "online_movable": "Movable"}[policy]

@@ -1,0 +1,346 @@
+"""Documented simulated nodes, and a generator of large ones for benchmarks.
+
+=====================  ===========================================================================================
+``h100-cxl``           2 sockets (nodes 0-1, 1 TiB DRAM, 192 CPUs), five 96 GB GPUs, two 2 TiB CXL.mem expanders
+                       as devdax ``dax0.0``/``dax1.0`` (target nodes 2, 3) not yet onlined; 2 GiB memory blocks;
+                       kernel 6.12; numa_balancing=0, demotion off, auto_online_blocks=online.
+``h100-cxl-autoonline`` the same node as it boots with dax_cxl/kmem auto-binding: both expanders already
+                       system-ram, online in ZONE_NORMAL, nodes 2-3 in memory_tier22.
+``l40-kvm64``          KVM guest, 8 vCPUs of QEMU's ``kvm64`` model (``Common KVM processor``: no avx2/fma),
+                       153 GiB RAM, three L40 GPUs, model disk 94 % full; kernel 6.8.
+``workstation``        bare metal, one 96 GB GPU, AVX-512, 256 GiB DRAM, no CXL; kernel 6.18.
+``qemu-3node``         the real-kernel test guest: node 0 with 2 CPUs, node 1 CPU-less DRAM, legacy-pmem
+                       ``dax0.0`` (1006 MiB at 0x181200000) that becomes node 2; 128 MiB blocks; kernel 6.12.
+``stress``             8 CXL devices of 2 TiB in 128 MiB blocks, online (131,072 blocks): the benchmark's
+                       converged large node.
+=====================  ===========================================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from ..kfmt import format_bracket, format_list
+from . import dax as simdax
+from . import memory
+from .kernel import MARKER, THP_DEFRAG, THP_ENABLED, SimKernel
+from .tree import RO, RW, Tree
+
+GiB = 1024**3
+TiB = 1024**4
+
+
+@dataclass(frozen=True)
+class NumaDef:
+    id: int
+    cpus: tuple[int, ...]
+    start: int  # physical address of the node's DRAM
+    size: int
+    used: int = 0  # bytes the running system already uses on the node
+
+
+@dataclass(frozen=True)
+class GpuDef:
+    name: str = "NVIDIA H100 NVL"
+    memory_mib: int = 95830
+    pci: str = "0000:17:00.0"
+    vendor: str = "0x10de"
+    device: str = "0x2321"
+    pci_class: str = "0x030200"
+    link_speed: str = "32.0 GT/s PCIe"
+    link_width: int = 16
+    max_link_speed: str = "32.0 GT/s PCIe"
+    max_link_width: int = 16
+    numa_node: int = 0
+
+
+@dataclass(frozen=True)
+class MountDef:
+    path: str
+    device: str
+    fstype: str
+    size: int
+    used: int
+    inodes: int = 10_000_000
+    inodes_used: int = 100_000
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    kernel: str
+    block_size: int
+    nodes: tuple[NumaDef, ...]
+    possible_nodes: int
+    dax: tuple[simdax.DaxDef, ...] = ()
+    dax_online_zone: str | None = None  # set: the devices are already system-ram, online in this zone
+    cpu_model: str = "AMD EPYC 9454 48-Core Processor"
+    cpu_vendor: str = "AuthenticAMD"
+    cpu_flags: tuple[str, ...] = ()
+    sockets: int = 1
+    hypervisor: str | None = None  # "kvm" for a guest
+    dmi_vendor: str = "Supermicro"
+    dmi_product: str = "AS -8125GS-TNHR"
+    gpus: tuple[GpuDef, ...] = ()
+    mounts: tuple[MountDef, ...] = ()
+    cmdline: str = "BOOT_IMAGE=/boot/vmlinuz root=/dev/nvme0n1p2 ro quiet"
+    knobs: dict[str, str] = field(default_factory=dict)
+    distances: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    node_tier: dict[int, int] = field(default_factory=dict)
+    hostname: str = "node"
+    files: dict[str, str] = field(default_factory=dict)  # extra /etc files (tuned, sysctl.d, udev rules)
+
+
+BASE_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 "
+              "ht syscall nx mmxext fxsr_opt pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology nonstop_tsc "
+              "cpuid extd_apicid pni pclmulqdq ssse3 cx16 sse4_1 sse4_2 x2apic movbe popcnt aes xsave "
+              "rdrand lahf_lm abm sse4a").split()
+HOST_FLAGS = tuple(BASE_FLAGS + "fma avx f16c bmi1 avx2 bmi2 erms avx512f avx512dq avx512cd avx512bw avx512vl "
+                                "avx512_bf16 avx512_vnni sha_ni vaes".split())
+#: QEMU's kvm64 model: SSE3 at most, no AVX, no FMA; the guest still sees the hypervisor bit.
+KVM64_FLAGS = tuple("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
+                    "sse sse2 ht syscall nx lm constant_tsc nopl xtopology cpuid tsc_known_freq pni cx16 x2apic "
+                    "hypervisor lahf_lm".split())
+
+#: Extra layout steps other modules register (checks hardware, DAMON): ``step(kernel, preset)``.
+LAYERS: list[Callable[[SimKernel, Preset], None]] = []
+
+DEFAULT_KNOBS = {
+    "/proc/sys/kernel/numa_balancing": "0",
+    "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps": "65536",
+    "/proc/sys/vm/zone_reclaim_mode": "0",
+    "/sys/kernel/mm/numa/demotion_enabled": "false",
+    "/sys/kernel/mm/transparent_hugepage/enabled": format_bracket(THP_ENABLED, "madvise"),
+    "/sys/kernel/mm/transparent_hugepage/defrag": format_bracket(THP_DEFRAG, "madvise"),
+    "/sys/devices/system/memory/auto_online_blocks": "online",
+}
+#: The kernel release that introduced a knob; older simulated kernels do not have its file.
+KNOB_SINCE = {
+    "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps": (6, 1),
+    "/sys/kernel/mm/numa/demotion_enabled": (5, 15),
+}
+
+
+def _two_sockets(dram: int, cores: int) -> tuple[NumaDef, NumaDef]:
+    half = dram // 2
+    n0 = tuple(list(range(0, cores)) + list(range(2 * cores, 3 * cores)))
+    n1 = tuple(list(range(cores, 2 * cores)) + list(range(3 * cores, 4 * cores)))
+    return (NumaDef(0, n0, 0, half, used=24 * GiB), NumaDef(1, n1, half, half, used=16 * GiB))
+
+
+def _h100(autoonline: bool) -> Preset:
+    cxl = (simdax.DaxDef("dax0.0", 0, 2, 1 * TiB, 2 * TiB, kind="cxl", numa_node=0),
+           simdax.DaxDef("dax1.0", 1, 3, 3 * TiB, 2 * TiB, kind="cxl", numa_node=1))
+    gpus = tuple(GpuDef(pci=f"0000:{bus:02x}:00.0", numa_node=i // 3)
+                 for i, bus in enumerate((0x17, 0x3d, 0x63, 0x9a, 0xc0)))
+    return Preset(
+        name="h100-cxl-autoonline" if autoonline else "h100-cxl",
+        description=("2-socket H100 server with two 2 TiB CXL.mem expanders "
+                     + ("auto-onlined at boot in ZONE_NORMAL" if autoonline else "as devdax, not yet onlined")),
+        kernel="6.12.0-nodeagent-sim", block_size=2 * GiB, nodes=_two_sockets(1 * TiB, 48),
+        possible_nodes=4, dax=cxl, dax_online_zone="Normal" if autoonline else None,
+        cpu_flags=HOST_FLAGS, sockets=2, gpus=gpus, hostname="h100-cxl",
+        mounts=(MountDef("/", "/dev/nvme0n1p2", "ext4", 960 * GiB, 120 * GiB),
+                MountDef("/models", "/dev/nvme1n1", "xfs", 7680 * GiB, 2900 * GiB)),
+        distances={0: (10, 21, 14, 24), 1: (21, 10, 24, 14), 2: (14, 24, 10, 26), 3: (24, 14, 26, 10)},
+        node_tier={2: memory.KMEM_TIER, 3: memory.KMEM_TIER},
+    )
+
+
+def _l40_kvm64() -> Preset:
+    return Preset(
+        name="l40-kvm64", description="KVM guest with the kvm64 virtual CPU model, three L40 GPUs, disk 94% full",
+        kernel="6.8.0-nodeagent-sim", block_size=128 * 1024**2,
+        nodes=(NumaDef(0, tuple(range(8)), 0, 153 * GiB, used=6 * GiB),), possible_nodes=1,
+        cpu_model="Common KVM processor", cpu_vendor="GenuineIntel", cpu_flags=KVM64_FLAGS, hypervisor="kvm",
+        dmi_vendor="QEMU", dmi_product="Standard PC (Q35 + ICH9, 2009)", hostname="l40-vm",
+        gpus=tuple(GpuDef(name="NVIDIA L40", memory_mib=46068, pci=f"0000:0{i + 6}:00.0", device="0x26b5",
+                          pci_class="0x030000", link_speed="16.0 GT/s PCIe", max_link_speed="16.0 GT/s PCIe")
+                   for i in range(3)),
+        mounts=(MountDef("/", "/dev/vda1", "ext4", 200 * GiB, 60 * GiB),
+                MountDef("/models", "/dev/vdb", "ext4", 2000 * GiB, 1880 * GiB)),
+        knobs={"/proc/sys/kernel/numa_balancing": "0"},
+    )
+
+
+def _workstation() -> Preset:
+    return Preset(
+        name="workstation", description="bare-metal workstation: one 96 GB GPU, AVX-512, 256 GiB DRAM, no CXL",
+        kernel="6.18.0-nodeagent-sim", block_size=2 * GiB,
+        nodes=(NumaDef(0, tuple(range(64)), 0, 256 * GiB, used=12 * GiB),), possible_nodes=1,
+        cpu_model="AMD Ryzen Threadripper PRO 7985WX 64-Cores", cpu_flags=HOST_FLAGS,
+        dmi_vendor="ASUS", dmi_product="Pro WS WRX90E-SAGE SE", hostname="workstation",
+        gpus=(GpuDef(name="NVIDIA RTX PRO 6000 Blackwell", memory_mib=97887, pci="0000:c1:00.0",
+                     device="0x2bb1", pci_class="0x030000", link_speed="32.0 GT/s PCIe",
+                     max_link_speed="32.0 GT/s PCIe"),),
+        mounts=(MountDef("/", "/dev/nvme0n1p2", "ext4", 3700 * GiB, 900 * GiB),),
+    )
+
+
+def _qemu_3node() -> Preset:
+    return Preset(
+        name="qemu-3node", description="the real-kernel test guest: node0 CPUs, node1 CPU-less DRAM, pmem dax0.0",
+        kernel="6.12.95+deb12-amd64", block_size=128 * 1024**2,
+        nodes=(NumaDef(0, (0, 1), 0, 2 * GiB, used=72 * 1024**2),
+               NumaDef(1, (), 4 * GiB, 2 * GiB, used=34 * 1024**2)),
+        possible_nodes=3,
+        dax=(simdax.DaxDef("dax0.0", 0, 2, 0x181200000, 1054867456, kind="pmem", numa_node=0),),
+        cpu_model="QEMU TCG CPU version 2.5+", cpu_flags=HOST_FLAGS + ("hypervisor",), hypervisor="kvm",
+        dmi_vendor="QEMU", dmi_product="Standard PC (Q35 + ICH9, 2009)", hostname="qemu-3node",
+        cmdline="console=ttyS0 memmap=1G!6G", distances={0: (10, 20, 20), 1: (20, 10, 20), 2: (20, 20, 10)},
+        node_tier={2: memory.KMEM_TIER},
+        knobs={"/proc/sys/kernel/numa_balancing": "1"},
+    )
+
+
+def large(n_devices: int = 8, device_size: int = 2 * TiB, block_size: int = 128 * 1024**2,
+          online_zone: str | None = "Movable", name: str = "stress") -> Preset:
+    """A big CXL node for benchmarks: ``n_devices`` expanders on nodes 2.., optionally already online."""
+    base = _h100(False)
+    devs = tuple(simdax.DaxDef(f"dax{i}.0", i, 2 + i, 1 * TiB + i * device_size, device_size, numa_node=i % 2)
+                 for i in range(n_devices))
+    return replace(base, name=name, description=f"{n_devices} CXL devices of {device_size // GiB} GiB, "
+                   f"{block_size // 1024**2} MiB blocks", block_size=block_size, dax=devs,
+                   dax_online_zone=online_zone, possible_nodes=2 + n_devices, distances={},
+                   node_tier={2 + i: memory.KMEM_TIER for i in range(n_devices)})
+
+
+PRESETS: dict[str, Callable[[], Preset]] = {
+    "h100-cxl": lambda: _h100(False),
+    "h100-cxl-autoonline": lambda: _h100(True),
+    "l40-kvm64": _l40_kvm64,
+    "workstation": _workstation,
+    "qemu-3node": _qemu_3node,
+    "stress": large,
+    "small": lambda: large(1, 64 * GiB, 128 * 1024**2, name="small"),
+}
+
+
+def get(name: str) -> Preset:
+    try:
+        return PRESETS[name]()
+    except KeyError:
+        raise KeyError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}") from None
+
+
+def build(preset: Preset, root: Path, *, kernel: str | None = None) -> Path:
+    """Lay out ``preset`` under ``root`` (which must be empty or absent)."""
+    if kernel:
+        preset = replace(preset, kernel=kernel)
+    root = Path(root)
+    if root.exists() and any(root.iterdir()):
+        raise FileExistsError(f"{root} is not empty")
+    t = Tree(root)
+    meta = {"version": 1, "preset": preset.name, "kernel": preset.kernel,
+            "node_tier": {str(k): v for k, v in preset.node_tier.items()},
+            "distances": {str(k): list(v) for k, v in preset.distances.items()},
+            "spec": json.loads(json.dumps(asdict(preset), default=str))}
+    t.file(f"/{MARKER}/meta.json", json.dumps(meta, indent=1), RW)
+    k = SimKernel(root)
+    _proc_and_etc(k, preset)
+    _cpus(k, preset)
+    _memory(k, preset)
+    for d in preset.dax:
+        simdax.lay_out(k, d)
+        if preset.dax_online_zone:
+            simdax.to_system_ram(k, d.name, preset.dax_online_zone)
+    for step in LAYERS:
+        step(k, preset)
+    return root
+
+
+def _proc_and_etc(k: SimKernel, p: Preset) -> None:
+    t = k.tree
+    t.file("/proc/sys/kernel/osrelease", p.kernel, RO)
+    t.file("/proc/version", f"Linux version {p.kernel} (nodeagent-sim) #1 SMP PREEMPT_DYNAMIC", RO)
+    t.file("/proc/sys/kernel/hostname", p.hostname, RW)
+    t.file("/etc/hostname", p.hostname, RW)
+    t.file("/etc/os-release", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"', RW)
+    t.file("/proc/cmdline", p.cmdline, RO)
+    # MemTotal and MemFree grow as the boot memory blocks come online (memory.add_blocks); used memory is
+    # subtracted once they are all there (_memory).
+    t.file("/proc/meminfo", "\n".join(f"{key + ':':<16}{0:>8} kB"
+                                      for key in ("MemTotal", "MemFree", "MemAvailable", "SwapTotal")), RO)
+    keys = ["numa_hit", "numa_miss", "numa_foreign", "numa_interleave", "numa_local", "numa_other",
+            "pgpromote_success", "pgpromote_candidate", "pgdemote_kswapd", "pgdemote_direct",
+            "pgdemote_khugepaged", "numa_pte_updates", "numa_huge_pte_updates", "numa_hint_faults",
+            "numa_hint_faults_local", "numa_pages_migrated"]
+    t.file("/proc/vmstat", "\n".join(f"{key} 0" for key in keys), RO)
+    knobs = dict(DEFAULT_KNOBS)
+    knobs.update(p.knobs)
+    for path, value in knobs.items():
+        since = KNOB_SINCE.get(path)
+        if since and not k.at_least(*since):
+            continue
+        t.file(path, value, RW)
+    t.file("/sys/devices/system/memory/block_size_bytes", f"{p.block_size:x}", RO)
+    t.file("/etc/hostname", p.hostname, RW)
+    for path, content in p.files.items():
+        t.file(path, content, RW)
+    t.dir("/var/lib")
+
+
+def _cpus(k: SimKernel, p: Preset) -> None:
+    t = k.tree
+    cpus = sorted(c for n in p.nodes for c in n.cpus)
+    for c in cpus:
+        t.file(f"/sys/devices/system/cpu/cpu{c}/online", 1, RW)
+    for name in ("online", "possible", "present"):
+        t.file(f"/sys/devices/system/cpu/{name}", format_list(cpus), RO)
+    node_of = {c: n.id for n in p.nodes for c in n.cpus}
+    per_socket = max(len(cpus) // max(p.sockets, 1), 1)
+    blocks = []
+    for c in cpus:
+        blocks.append("\n".join([
+            f"processor\t: {c}", f"vendor_id\t: {p.cpu_vendor}", "cpu family\t: 25", "model\t\t: 17",
+            f"model name\t: {p.cpu_model}", "stepping\t: 1", "cpu MHz\t\t: 2596.132",
+            f"physical id\t: {node_of[c] if p.sockets > 1 else 0}", f"siblings\t: {per_socket}",
+            f"core id\t\t: {c % per_socket}", f"cpu cores\t: {per_socket}",
+            f"flags\t\t: {' '.join(p.cpu_flags)}", "bogomips\t: 5192.26", "address sizes\t: 48 bits physical",
+        ]))
+    t.file("/proc/cpuinfo", "\n\n".join(blocks) + "\n", RO)
+    t.file("/sys/class/dmi/id/sys_vendor", p.dmi_vendor, RO)
+    t.file("/sys/class/dmi/id/product_name", p.dmi_product, RO)
+
+
+def _memory(k: SimKernel, p: Preset) -> None:
+    t = k.tree
+    ids = [n.id for n in p.nodes]
+    t.file(f"{memory.NODE}/possible", format_list(range(p.possible_nodes)), RO)
+    for name in ("online", "has_cpu", "has_memory", "has_normal_memory", "has_generic_initiator"):
+        t.file(f"{memory.NODE}/{name}", "", RO)
+    t.file(f"{memory.TIERS}/uevent", "", RW)
+    t.file(f"{memory.TIERS}/power/control", "auto", RW)
+    for n in p.nodes:
+        dist = list(p.distances.get(n.id, [10 if i == n.id else 21 for i in range(p.possible_nodes)]))
+        memory.add_node(k, n.id, list(n.cpus), dist, used_kb=n.used // 1024)
+        memory.add_blocks(k, n.id, n.start, n.size, "Normal")
+    if ids:
+        t.set("/sys/devices/system/memory/memory0/valid_zones", "none")
+    used_kb = sum(n.used for n in p.nodes) // 1024
+    lines = []
+    for line in t.read("/proc/meminfo").splitlines():
+        key = line.split(":", 1)[0]
+        if key in ("MemFree", "MemAvailable"):
+            line = f"{key + ':':<16}{int(line.split()[1]) - used_kb:>8} kB"
+        lines.append(line)
+    t.set("/proc/meminfo", "\n".join(lines))
+
+
+def create(root: Path, name: str, *, kernel: str | None = None) -> Path:
+    return build(get(name), root, kernel=kernel)
+
+
+def remove(root: Path) -> None:
+    """Delete a simulated node (it refuses a directory that is not one)."""
+    if not (Path(root) / MARKER / "meta.json").is_file():
+        raise ValueError(f"{root} is not a simulated node")
+    for p in Path(root).rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            p.chmod(0o644)
+    shutil.rmtree(root)

@@ -1,0 +1,74 @@
+"""What nodeagent remembers about a node, under ``<root>/var/lib/nodeagent``.
+
+- ``lock``: one run at a time (flock; a second run waits up to a bound, then names the holder's pid);
+- ``last-applied.json``: profile name and digest, desired values, result, time;
+- ``originals.json``: each setting's value before nodeagent first changed it (for ``revert``);
+- ``ownership.json``: what nodeagent created (kdamonds, onlined devices), so it never touches what it did not.
+
+Every file is written atomically (temp file, fsync, rename). A corrupt file is set aside as
+``<name>.corrupt-<time>`` and reported, never a crash and never silently reset.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .host import Host
+
+STATE_DIR = "/var/lib/nodeagent"
+
+
+class StateStore:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.warnings: list[str] = []
+
+    def path(self, name: str) -> str:
+        return f"{STATE_DIR}/{name}"
+
+    @contextmanager
+    def locked(self, timeout: float = 60.0) -> Iterator[None]:
+        with self.host.fs.lock(self.path("lock"), timeout):
+            yield
+
+    def load(self, name: str) -> dict[str, Any]:
+        raw = self.host.read_opt(self.path(name))
+        if raw is None or not raw.strip():
+            return {}
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            return data
+        except ValueError as exc:
+            aside = f"{name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+            self.host.fs.write_file_atomic(self.path(aside), raw)
+            self.host.fs.write_file_atomic(self.path(name), "{}\n")
+            self.warnings.append(f"state file {self.path(name)} was corrupt ({exc}); set aside as {aside}")
+            return {}
+
+    def save(self, name: str, data: dict[str, Any]) -> None:
+        self.host.fs.write_file_atomic(self.path(name), json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    # -- the records -----------------------------------------------------------------------------------
+    def remember_originals(self, items: dict[str, dict[str, Any]]) -> None:
+        """Record ``{target: {"path":..., "value":...}}`` for targets not yet recorded (first change wins)."""
+        originals = self.load("originals.json")
+        new = {k: v for k, v in items.items() if k not in originals}
+        if new:
+            originals.update({k: {**v, "recorded": _now()} for k, v in new.items()})
+            self.save("originals.json", originals)
+
+    def record_apply(self, record: dict[str, Any]) -> None:
+        self.save("last-applied.json", {**record, "time": _now()})
+
+    def last_applied(self) -> dict[str, Any]:
+        return self.load("last-applied.json")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

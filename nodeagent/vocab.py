@@ -1,0 +1,15 @@
+"""The kernel's vocabularies, shared by the profile model (what users write) and the knob codecs (what the
+kernel reads and prints). A leaf module: no imports from the rest of nodeagent."""
+
+from __future__ import annotations
+
+#: /proc/sys/kernel/numa_balancing: names for the kernel's mode numbers (mode 2 = memory tiering, 5.18+).
+NUMA_BALANCING = {0: "disabled", 1: "normal", 2: "memory-tiering", 3: "normal+memory-tiering"}
+NUMA_BALANCING_BY_NAME = {v: k for k, v in NUMA_BALANCING.items()}
+
+THP_ENABLED = ("always", "madvise", "never")
+THP_DEFRAG = ("always", "defer", "defer+madvise", "madvise", "never")
+AUTO_ONLINE_BLOCKS = ("offline", "online", "online_movable", "online_kernel")
+
+#: /proc/sys/vm/zone_reclaim_mode bits.
+ZONE_RECLAIM_BITS = {1: "reclaim", 2: "write-dirty", 4: "swap"}
