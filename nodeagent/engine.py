@@ -16,7 +16,7 @@ from .facts import Facts, gather
 from .host import Host
 from .plan import Change, Outcome, Plan, Problem, Result
 from .profile import LoadedProfile
-from .resources.base import PlanContext
+from .resources.base import ApplyContext, PlanContext
 from .resources.registry import BY_KIND, RESOURCES
 from .state import StateStore
 
@@ -57,8 +57,13 @@ class Engine:
         return make_plan(loaded, facts or self.facts(), self.context(allow_disruptive))
 
     def apply(self, loaded: LoadedProfile, *, dry_run: bool = False, allow_disruptive: bool = False,
-              confirm: Callable[[Plan], bool] | None = None) -> Result:
-        """Plan and (unless ``dry_run``) execute. Raises PlanError-like problems as a blocked Result."""
+              confirm: Callable[[Plan], bool] | None = None,
+              progress: Callable[[str, int, int], None] | None = None) -> Result:
+        """Plan and (unless ``dry_run``) execute that very plan, verify, record.
+
+        A blocked plan (a problem that makes the whole profile inapplicable) writes nothing. A disruptive
+        change without ``allow_disruptive`` is skipped as ``blocked`` while the rest is applied.
+        """
         if dry_run:
             return Result(self.plan(loaded, allow_disruptive=allow_disruptive), dry_run=True)
         self.require_root()
@@ -70,7 +75,8 @@ class Engine:
                 return Result(plan)
             if confirm is not None and not confirm(plan):
                 return Result(plan, dry_run=True)
-            outcomes = self._execute(loaded, plan)
+            actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
+            outcomes = self._execute(loaded, plan, actx)
             verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive)
             result = Result(plan, tuple(outcomes), tuple(verify_errors))
             self._record(loaded, plan, outcomes, result.status, verify_errors)
@@ -83,13 +89,16 @@ class Engine:
             raise NeedsRootError("apply changes kernel settings and needs root", hint="run it with sudo")
 
     # -- the steps ------------------------------------------------------------------------------------
-    def _execute(self, loaded: LoadedProfile, plan: Plan) -> list[Outcome]:
+    def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext) -> list[Outcome]:
         self.state.remember_originals({c.target: {"kind": c.kind, "path": c.path, "value": c.before}
                                        for c in plan.changes if c.kind == "knob"})
         outcomes: list[Outcome] = []
         for change in plan.changes:
+            if change.disruptive and not actx.allow_disruptive:
+                outcomes.append(Outcome(change, "blocked", "disruptive: not done without --allow-disruptive"))
+                continue
             try:
-                msg = BY_KIND[change.kind].apply(self.host, change)
+                msg = BY_KIND[change.kind].apply(self.host, change, actx)
                 outcomes.append(Outcome(change, "applied", msg))
             except HostError as exc:
                 outcomes.append(Outcome(change, "failed", exc.render()))

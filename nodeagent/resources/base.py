@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +26,19 @@ class ResourcePlan:
     unchanged: list[str] = field(default_factory=list)
 
 
+@dataclass
+class ApplyContext:
+    """What an apply step may use besides the host: options, the state store, a progress callback."""
+
+    allow_disruptive: bool = False
+    state: Any = None  # nodeagent.state.StateStore (ownership records)
+    progress: Callable[[str, int, int], None] | None = None  # (what, done, total), for long operations
+
+    def report(self, what: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(what, done, total)
+
+
 class Resource(Protocol):
     kind: str
 
@@ -32,6 +46,6 @@ class Resource(Protocol):
         """Pure: compare what the profile wants with the facts. Never touches the node."""
         ...
 
-    def apply(self, host: Host, change: Change) -> str:
+    def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         """Carry out one change of this kind; return a short description of what was done."""
         ...

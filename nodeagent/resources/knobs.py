@@ -14,7 +14,7 @@ from ..facts.knobs import BY_KEY, KNOBS, Knob, version_tuple
 from ..host import Host
 from ..plan import Change, Problem
 from ..profile import LoadedProfile
-from .base import PlanContext, ResourcePlan
+from .base import ApplyContext, PlanContext, ResourcePlan
 
 KIND = "knob"
 
@@ -77,7 +77,7 @@ class KnobResource:
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         return diff(desired(loaded), observe(facts), facts)
 
-    def apply(self, host: Host, change: Change) -> str:
+    def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         knob = BY_KEY[change.target]
         host.write(knob.path, knob.format(change.after))
         return f"wrote {knob.format(change.after)} to {knob.path}"
