@@ -65,6 +65,11 @@ def _load(path: str) -> LoadedProfile:
     return load_profile(path)
 
 
+def _is_interactive() -> bool:
+    """Ask for confirmation only on a terminal: never under systemd, Ansible or a pipe."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 profile_arg = click.argument("profile", type=click.Path(dir_okay=True, path_type=str))
 
 
@@ -142,7 +147,7 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
 
     loaded = _load(profile)
     eng = ctx.engine()
-    interactive = sys.stdin.isatty() and sys.stdout.isatty() and ctx.fmt == "text"
+    interactive = _is_interactive() and ctx.fmt == "text"
 
     def confirm(p: Any) -> bool:
         if yes or not interactive:

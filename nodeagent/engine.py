@@ -9,7 +9,7 @@ re-reads the node and reports any value the kernel did not keep.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import HostError, NeedsRootError
 from .facts import Facts, gather
@@ -51,10 +51,13 @@ class Engine:
         return gather(self.host)
 
     def context(self, allow_disruptive: bool = False) -> PlanContext:
-        return PlanContext(allow_disruptive=allow_disruptive, state={"ownership": self.state.load("ownership.json")})
+        return PlanContext(allow_disruptive=allow_disruptive, state=self.state.load_all())
 
     def plan(self, loaded: LoadedProfile, *, allow_disruptive: bool = False, facts: Facts | None = None) -> Plan:
-        return make_plan(loaded, facts or self.facts(), self.context(allow_disruptive))
+        plan = make_plan(loaded, facts or self.facts(), self.context(allow_disruptive))
+        if self.state.warnings:
+            plan = replace(plan, warnings=(*plan.warnings, *self.state.warnings))
+        return plan
 
     def apply(self, loaded: LoadedProfile, *, dry_run: bool = False, allow_disruptive: bool = False,
               confirm: Callable[[Plan], bool] | None = None,

@@ -26,6 +26,7 @@ class StateStore:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.warnings: list[str] = []
+        self.writable = False  # set while a writing command holds the lock: only then is a corrupt file moved
 
     def path(self, name: str) -> str:
         return f"{STATE_DIR}/{name}"
@@ -33,7 +34,11 @@ class StateStore:
     @contextmanager
     def locked(self, timeout: float = 60.0) -> Iterator[None]:
         with self.host.fs.lock(self.path("lock"), timeout):
-            yield
+            self.writable = True
+            try:
+                yield
+            finally:
+                self.writable = False
 
     def load(self, name: str) -> dict[str, Any]:
         raw = self.host.read_opt(self.path(name))
@@ -45,11 +50,19 @@ class StateStore:
                 raise ValueError("not a JSON object")
             return data
         except ValueError as exc:
+            if not self.writable:
+                self._warn(f"state file {self.path(name)} is corrupt ({exc}); ignored here, set aside by the "
+                           "next apply")
+                return {}
             aside = f"{name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
             self.host.fs.write_file_atomic(self.path(aside), raw)
             self.host.fs.write_file_atomic(self.path(name), "{}\n")
-            self.warnings.append(f"state file {self.path(name)} was corrupt ({exc}); set aside as {aside}")
+            self._warn(f"state file {self.path(name)} was corrupt ({exc}); set aside as {self.path(aside)}")
             return {}
+
+    def _warn(self, msg: str) -> None:
+        if msg not in self.warnings:
+            self.warnings.append(msg)
 
     def save(self, name: str, data: dict[str, Any]) -> None:
         self.host.fs.write_file_atomic(self.path(name), json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -68,6 +81,11 @@ class StateStore:
 
     def last_applied(self) -> dict[str, Any]:
         return self.load("last-applied.json")
+
+    def load_all(self) -> dict[str, dict[str, Any]]:
+        """Every record (so that a corrupt one is found before planning, not halfway through an apply)."""
+        return {name.removesuffix(".json").replace("-", "_"): self.load(name)
+                for name in ("last-applied.json", "originals.json", "ownership.json")}
 
 
 def _now() -> str:

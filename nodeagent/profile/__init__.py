@@ -14,7 +14,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ProfileError
-from .load import LNode, Loc, load_tree, parse, resolve_extends, to_plain
+from .load import KEY, LNode, Loc, load_tree, parse, resolve_extends, to_plain
 from .model import NodeProfile
 
 __all__ = ["LoadedProfile", "load_profile", "load_profile_text", "NodeProfile", "schema"]
@@ -116,6 +116,8 @@ def validate(data: dict[str, Any], locs: dict[tuple, Loc], path_shown: str) -> N
             path = tuple(err["loc"])
             if err["type"] == "missing":
                 where = _nearest(locs, path[:-1])
+            elif err["type"] == "extra_forbidden" and (*path[:-1], KEY, path[-1]) in locs:
+                where = locs[(*path[:-1], KEY, path[-1])]
             else:
                 where = _nearest(locs, path)
             lines.append(f"{where}: {_dotted(path)}: {_message(err, path)}")

@@ -19,6 +19,7 @@ import yaml
 from ..errors import ProfileError
 
 MAX_BYTES = 1024 * 1024
+KEY = "<key>"  # marks a key's own position in the locations map: (*path, KEY, key)
 MAX_NODES = 100_000  # values after alias expansion: far above any real profile, far below a "billion laughs"
 MAX_EXTENDS_DEPTH = 16
 _CORE_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq")}
@@ -40,6 +41,7 @@ class LNode:
 
     value: Any
     loc: Loc
+    key_locs: dict[str, Loc] | None = None  # for mappings: where each key was written
 
 
 def _display(path: Path) -> str:
@@ -95,6 +97,7 @@ class _Converter:
                                hint="profiles are plain data: remove the tag")
         if isinstance(node, yaml.MappingNode):
             out: dict[str, LNode] = {}
+            key_locs: dict[str, Loc] = {}
             for knode, vnode in node.value:
                 if knode.tag == "tag:yaml.org,2002:merge":
                     raise ProfileError([f"{self.loc(knode)}: YAML merge keys (<<) are not supported; "
@@ -106,7 +109,8 @@ class _Converter:
                     first = out[key.value].loc
                     raise ProfileError([f"{key.loc}: duplicate key {key.value!r} (first at line {first.line})"])
                 out[key.value] = self.convert(vnode, depth + 1)
-            return LNode(out, self.loc(node))
+                key_locs[key.value] = key.loc
+            return LNode(out, self.loc(node), key_locs)
         if isinstance(node, yaml.SequenceNode):
             return LNode([self.convert(v, depth + 1) for v in node.value], self.loc(node))
         value = self.constructor.construct_object(node, deep=True)
@@ -136,9 +140,10 @@ def merge(base: LNode, over: LNode) -> LNode:
     """The one merge rule: maps deep-merge, lists of named items merge by name, the rest is replaced."""
     if isinstance(base.value, dict) and isinstance(over.value, dict):
         out = dict(base.value)
+        key_locs = {**(base.key_locs or {}), **(over.key_locs or {})}
         for key, val in over.value.items():
             out[key] = merge(out[key], val) if key in out else val
-        return LNode(out, over.loc)
+        return LNode(out, over.loc, key_locs)
     if isinstance(base.value, list) and isinstance(over.value, list) and _named(base) and _named(over):
         items = {_name(n): n for n in base.value}
         order = [_name(n) for n in base.value]
@@ -200,6 +205,8 @@ def to_plain(node: LNode, path: tuple = (), locs: dict[tuple, Loc] | None = None
     """Strip positions: (plain value, {field path: Loc})."""
     locs = {} if locs is None else locs
     locs[path] = node.loc
+    for key, loc in (node.key_locs or {}).items():
+        locs[(*path, KEY, key)] = loc
     if isinstance(node.value, dict):
         return {k: to_plain(v, (*path, k), locs)[0] for k, v in node.value.items()}, locs
     if isinstance(node.value, list):

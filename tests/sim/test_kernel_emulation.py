@@ -1,0 +1,174 @@
+"""The simulated kernel reacts to writes the way the captured real kernels do (shared/reference)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodeagent.errors import BusyError, MissingError, NotAllowedError, RejectedError
+from nodeagent.facts import Facts, gather
+from nodeagent.host import open_host
+from nodeagent.sim import SimKernel
+from nodeagent.sim import dax as simdax
+
+
+def oserr(k: SimKernel, path: str, value: str) -> int:
+    with pytest.raises(OSError) as exc:
+        k.write(path, value)
+    return exc.value.errno
+
+
+def test_numa_balancing_accepts_0_to_4_on_612_and_rejects_others(make_node) -> None:
+    k = SimKernel(make_node("qemu-3node"))
+    path = "/proc/sys/kernel/numa_balancing"
+    assert k.tree.read(path) == "1"  # multi-node default, as the real 6.12 guest booted
+    for v in ("2", "3", "1", "0", "4"):
+        k.write(path, v + "\n")
+        assert k.tree.read(path) == v
+    for bad in ("7", "-1", "abc"):
+        assert oserr(k, path, bad) == errno.EINVAL
+        assert k.tree.read(path) == "4"  # unchanged
+
+
+def test_numa_balancing_range_follows_kernel_version(make_node) -> None:
+    k = SimKernel(make_node("l40-kvm64"))  # 6.8: tiering modes, no 4
+    assert oserr(k, "/proc/sys/kernel/numa_balancing", "4") == errno.EINVAL
+    old = SimKernel(make_node("h100-cxl", kernel="5.10.0"))
+    assert oserr(old, "/proc/sys/kernel/numa_balancing", "2") == errno.EINVAL
+    assert not old.tree.exists("/sys/kernel/mm/numa/demotion_enabled")
+    assert not old.tree.exists("/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps")
+
+
+def test_demotion_enabled_is_kstrtobool_and_reads_back_true_false(make_node) -> None:
+    k = SimKernel(make_node("qemu-3node"))
+    path = "/sys/kernel/mm/numa/demotion_enabled"
+    assert k.tree.read(path) == "false"
+    for word in ("true", "1", "yes", "on", "Y"):
+        k.write(path, word)
+        assert k.tree.read(path) == "true"
+        k.write(path, "off")
+        assert k.tree.read(path) == "false"
+    for bad in ("7", "maybe"):
+        assert oserr(k, path, bad) == errno.EINVAL
+
+
+def test_thp_shows_the_selected_word_in_brackets(make_node) -> None:
+    k = SimKernel(make_node("workstation"))
+    k.write("/sys/kernel/mm/transparent_hugepage/defrag", "defer+madvise")
+    assert k.tree.read("/sys/kernel/mm/transparent_hugepage/defrag") == \
+        "always defer [defer+madvise] madvise never"
+    assert oserr(k, "/sys/kernel/mm/transparent_hugepage/enabled", "sometimes") == errno.EINVAL
+
+
+def test_read_only_and_missing_attributes(make_node) -> None:
+    k = SimKernel(make_node("qemu-3node"))
+    assert oserr(k, "/sys/devices/system/node/node0/meminfo", "x") == errno.EACCES
+    assert oserr(k, "/sys/kernel/mm/nope", "x") == errno.ENOENT
+    assert oserr(k, "/sys/devices/system/memory/auto_online_blocks", "sometimes") == errno.EINVAL
+
+
+def test_onlining_dax_memory_makes_a_cpuless_node_in_a_lower_tier(make_node) -> None:
+    root = make_node("qemu-3node")
+    k = SimKernel(root)
+    before = gather(open_host(root))
+    assert [n.id for n in before.nodes] == [0, 1] and before.tiers == {4: [0, 1]}
+    with k.locked():
+        ids = simdax.to_system_ram(k, "dax0.0", None)
+    assert ids == list(range(49, 56))  # 0x181200000 + 1006 MiB, rounded inwards to 128 MiB blocks (real: 49..55)
+    for n in ids:
+        k.write(f"/sys/devices/system/memory/memory{n}/state", "online_movable")
+    f = gather(open_host(root))
+    node2 = f.node(2)
+    assert node2 is not None and not node2.has_cpu and node2.has_memory and not node2.has_normal_memory
+    assert node2.mem_total == 7 * 128 * 1024**2  # MemTotal 917504 kB, as the real guest showed
+    assert f.tiers == {4: [0, 1], 22: [2]}
+    assert k.tree.read("/sys/devices/system/memory/memory49/valid_zones") == "Movable"
+    # Offlining everything takes the node out of its tier again.
+    for n in ids:
+        k.write(f"/sys/devices/system/memory/memory{n}/state", "offline")
+    f = gather(open_host(root))
+    assert f.tiers == {4: [0, 1]} and not f.node(2).has_memory
+    assert oserr(k, "/sys/devices/system/memory/memory49/state", "offline") == errno.EINVAL
+
+
+def test_offlining_a_block_with_unmovable_pages_is_ebusy(make_node) -> None:
+    root = make_node("h100-cxl-autoonline")
+    k = SimKernel(root)
+    block = simdax.block_range(k, "dax0.0")[0]
+    state = k.state()
+    state["unmovable_blocks"] = [block]
+    k.save_state(state)
+    assert oserr(k, f"/sys/devices/system/memory/memory{block}/state", "offline") == errno.EBUSY
+    host = open_host(root)
+    with pytest.raises(BusyError):
+        host.write(f"/sys/devices/system/memory/memory{block}/state", "offline")
+
+
+def test_host_maps_errno_and_guards_paths(make_node) -> None:
+    root = make_node("qemu-3node")
+    host = open_host(root)
+    with pytest.raises(RejectedError) as exc:
+        host.write("/proc/sys/kernel/numa_balancing", "7")
+    assert "EINVAL" in str(exc.value)
+    with pytest.raises(NotAllowedError):
+        host.write("/etc/passwd", "x")
+    with pytest.raises(NotAllowedError):
+        host.write("/sys/devices/system/node/node0/meminfo", "x")
+    with pytest.raises(MissingError):
+        host.write("/sys/devices/system/memory/memory999/state", "online")
+    # A symlink that leads out of the root is never followed for a write.
+    (root / "proc/sys/vm/zone_reclaim_mode").unlink()
+    (root / "proc/sys/vm/zone_reclaim_mode").symlink_to("/etc/hostname")
+    with pytest.raises(NotAllowedError):
+        host.write("/proc/sys/vm/zone_reclaim_mode", "0")
+    assert [w.ok for w in host.fs.write_log] == [False, False]
+
+
+def test_writes_from_other_processes_see_the_same_node(make_node) -> None:
+    root = make_node("qemu-3node")
+    code = ("import sys; from nodeagent.sim import SimKernel; "
+            "SimKernel(sys.argv[1]).write('/proc/sys/kernel/numa_balancing', '3')")
+    subprocess.run([sys.executable, "-c", code, str(root)], check=True)
+    assert open_host(root).read("/proc/sys/kernel/numa_balancing") == "3"
+    assert SimKernel(root).journal()[-1]["value"] == "3"
+
+
+def test_facts_round_trip_json_and_never_write(make_node) -> None:
+    root = make_node("h100-cxl-autoonline")
+    before = SimKernel(root).journal()
+    host = open_host(root)
+    f = gather(host)
+    assert Facts.from_dict(json.loads(f.to_json())) == f
+    assert host.fs.write_log == [] and SimKernel(root).journal() == before
+    assert f.tiers == {4: [0, 1], 22: [2, 3]}
+    assert [n.id for n in f.nodes if not n.has_cpu] == [2, 3]
+    assert f.node(2).has_normal_memory  # auto-onlined by the kernel into ZONE_NORMAL
+
+
+def test_host_commands_resolve_inside_a_simulated_root_only(make_node, tmp_path: Path) -> None:
+    from nodeagent.errors import CommandError
+
+    plain = tmp_path / "plainroot"
+    plain.mkdir()
+    with pytest.raises(CommandError) as exc:
+        open_host(plain).run(["true"])
+    assert "refusing to run true" in str(exc.value)
+    root = make_node("qemu-3node")
+    tool = root / "usr/bin/hello"
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    tool.write_text("#!/bin/sh\necho \"hi $LANG\"; echo oops >&2; exit 3\n")
+    tool.chmod(0o755)
+    host = open_host(root)
+    res = host.run(["hello"])
+    assert (res.returncode, res.stdout.strip(), res.stderr.strip()) == (3, "hi C", "oops")
+    with pytest.raises(CommandError) as exc:
+        host.run(["hello"], ok_codes=(0,))
+    assert "exited 3: oops" in str(exc.value)
+    with pytest.raises(CommandError) as exc:
+        host.run(["no-such-tool"])
+    assert "command not found" in str(exc.value)
