@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from . import __version__
 from .errors import ExitCode, NodeagentError, PlanError, UsageError
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ profile_arg = click.argument("profile", type=click.Path(dir_okay=True, path_type
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--lock-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="How long to wait for another nodeagent run holding the state lock.")
-@click.version_option(package_name="nodeagent")
+@click.version_option(__version__, prog_name="nodeagent")
 @click.pass_context
 def cli(cx: click.Context, root: str, simulate: str | None, fmt: str, lock_timeout: float) -> None:
     """Declarative, idempotent configurator for tiered-memory nodes (HBM, DRAM, CXL.mem)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..facts import Facts
 from ..plan import Change, Plan, Result
-from ..profile.units import format_size
+from ..units import format_size
 
 _OP_MARK = {"set": "~", "update": "~", "create": "+", "delete": "-", "reconfigure": "~", "start": "+",
             "stop": "-"}
