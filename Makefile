@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 demo: $(STAMP)
+	$(BIN)/nodeagent sim reset h100-cxl
 	$(BIN)/nodeagent --simulate h100-cxl plan profiles/cxl-inference.yaml
 	$(BIN)/nodeagent --simulate h100-cxl apply --yes profiles/cxl-inference.yaml
 	$(BIN)/nodeagent --simulate h100-cxl plan profiles/cxl-inference.yaml

@@ -195,6 +195,20 @@ def sim_create(directory: str, preset: str, kernel: str | None) -> None:
     click.echo(f"simulated {preset} node at {directory}")
 
 
+@sim.command("reset")
+@click.argument("preset")
+def sim_reset(preset: str) -> None:
+    """Forget the cached simulated node of PRESET (the next --simulate starts from a freshly booted one)."""
+    from .sim import cache_dir, remove
+
+    root = cache_dir() / "sim" / preset
+    if root.exists():
+        remove(root)
+        click.echo(f"removed the cached {preset} node")
+    else:
+        click.echo(f"no cached {preset} node")
+
+
 @sim.command("presets")
 def sim_presets() -> None:
     """List the simulated node presets."""
