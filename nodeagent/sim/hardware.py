@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..kfmt import parse_meminfo
 from .kernel import MARKER, SimKernel
-from .presets import LAYERS, GpuDef, Preset
+from .presets import LAYERS, GpuDef, MountDef, Preset
 from .tree import RO
 
 STATVFS = "statvfs.json"
@@ -94,7 +94,9 @@ def _mounts(k: SimKernel, p: Preset) -> None:
     table: dict[str, dict[str, int]] = {
         "/sys": _usage(0, 0, 0, 0), "/proc": _usage(0, 0, 0, 0),
     }
-    for m in p.mounts:
+    # Every node has a root filesystem; a preset that lists none gets a modest one.
+    mounts = p.mounts or (MountDef("/", "/dev/vda1", "ext4", 20 * 1024**3, 6 * 1024**3),)
+    for m in mounts:
         opts = "rw,relatime" + (",attr2,inode64,noquota" if m.fstype == "xfs" else "")
         lines.append(f"{m.device} {m.path} {m.fstype} {opts} 0 0")
         table[m.path] = _usage(m.size, m.used, m.inodes, m.inodes_used)
