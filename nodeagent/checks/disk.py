@@ -28,7 +28,11 @@ from .base import CheckContext, Finding
 
 
 def _gb(n: int) -> str:
-    return f"{format_size(n)} ({n / 1e9:,.1f} GB)" if n >= 1024**3 else format_size(n)
+    """``120GiB (128.8 GB)``: binary as df -h prints it, decimal as disks are sold."""
+    if n < 1024**3:
+        return format_size(n)
+    gib = n / 1024**3
+    return f"{gib:.0f}GiB ({n / 1e9:,.1f} GB)" if gib.is_integer() else f"{gib:.2f}GiB ({n / 1e9:,.1f} GB)"
 
 
 class DiskCheckImpl:
