@@ -136,17 +136,54 @@ def plan(ctx: Ctx, profile: str, detailed_exitcode: bool, allow_disruptive: bool
         raise click.exceptions.Exit(ExitCode.CHANGES)
 
 
+skip_checks_opt = click.option(
+    "--skip-checks", "skip_checks", multiple=True, metavar="NAME",
+    help="Do not run this preflight check (repeatable; cpu, disk, gpu_pcie, memory_bandwidth, capacity, "
+         "coexistence, or all).")
+
+
+def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
+    names = ", ".join(r.name for r in report.failed)
+    tail = "; nothing was written" if applying else ""
+    click.echo(f"nodeagent: error-severity checks failed: {names}{tail}\n  hint: fix the node as each check says, "
+               f"or --skip-checks {report.failed[0].name} to go ahead anyway", err=True)
+    return click.exceptions.Exit(ExitCode.CHECK_FAILED)
+
+
+@cli.command()
+@profile_arg
+@skip_checks_opt
+@click.pass_obj
+def check(ctx: Ctx, profile: str, skip_checks: tuple[str, ...]) -> None:
+    """Run the profile's preflight checks alone (read-only). Exit 4 when an error-severity check fails."""
+    from .checks import parse_skips
+    from .render.checks import report_text
+
+    loaded = _load(profile)
+    skips = parse_skips(skip_checks)
+    eng = ctx.engine()
+    report = eng.checks(loaded, eng.facts(), skips)
+    ctx.emit(report_text(report), report.to_dict())
+    if not report.ok:
+        raise _checks_failed(report, applying=False)
+
+
 @cli.command()
 @profile_arg
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Print the plan only; write nothing.")
 @click.option("--allow-disruptive", is_flag=True, help="Carry out disruptive changes (e.g. offlining memory).")
+@skip_checks_opt
 @click.pass_obj
-def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bool) -> None:
-    """Make the node match the profile, then re-read and verify it."""
+def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bool,
+          skip_checks: tuple[str, ...]) -> None:
+    """Run the profile's preflight checks, then make the node match the profile, re-read and verify it."""
+    from .checks import parse_skips
+    from .render.checks import report_text
     from .render.text import plan_text, result_text
 
     loaded = _load(profile)
+    skips = parse_skips(skip_checks)
     eng = ctx.engine()
     interactive = _is_interactive() and ctx.fmt == "text"
 
@@ -156,8 +193,14 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
         click.echo(plan_text(p))
         return click.confirm("Apply these changes?", default=False)
 
-    result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm)
-    ctx.emit(result_text(result), result.to_dict())
+    result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm,
+                       skip_checks=skips)
+    text = result_text(result)
+    if result.checks is not None and result.checks.results:
+        text = report_text(result.checks, applying=not dry_run) + "\n" + text
+    ctx.emit(text, result.to_dict())
+    if result.checks_failed:
+        raise _checks_failed(result.checks, applying=not dry_run)
     if result.plan.blocked and not result.outcomes:
         raise PlanError("nothing was applied: the plan has problems this node cannot carry out (listed above)",
                         hint="fix the profile or the node, then apply again")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from .errors import HostError, NeedsRootError
 from .facts import Facts, gather
@@ -19,6 +20,9 @@ from .profile import LoadedProfile
 from .resources.base import ApplyContext, PlanContext
 from .resources.registry import BY_KIND, RESOURCES
 from .state import StateStore
+
+if TYPE_CHECKING:
+    from .checks import CheckReport
 
 
 def make_plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext | None = None) -> Plan:
@@ -59,29 +63,44 @@ class Engine:
             plan = replace(plan, warnings=(*plan.warnings, *self.state.warnings))
         return plan
 
+    def checks(self, loaded: LoadedProfile, facts: Facts, skip: frozenset[str] = frozenset()) -> CheckReport:
+        """The profile's preflight checks on this node (read-only)."""
+        from .checks import run_checks
+
+        return run_checks(self.host, loaded, facts, skip)
+
     def apply(self, loaded: LoadedProfile, *, dry_run: bool = False, allow_disruptive: bool = False,
               confirm: Callable[[Plan], bool] | None = None,
-              progress: Callable[[str, int, int], None] | None = None) -> Result:
-        """Plan and (unless ``dry_run``) execute that very plan, verify, record.
+              progress: Callable[[str, int, int], None] | None = None,
+              skip_checks: frozenset[str] = frozenset()) -> Result:
+        """Run the preflight checks, then plan and (unless ``dry_run``) execute that very plan, verify, record.
 
-        A blocked plan (a problem that makes the whole profile inapplicable) writes nothing. A disruptive
+        An error-severity check that fails (and is not in ``skip_checks``) stops here: nothing is written. A
+        blocked plan (a problem that makes the whole profile inapplicable) writes nothing either. A disruptive
         change without ``allow_disruptive`` is skipped as ``blocked`` while the rest is applied.
         """
         if dry_run:
-            return Result(self.plan(loaded, allow_disruptive=allow_disruptive), dry_run=True)
+            facts = self.facts()
+            report = self.checks(loaded, facts, skip_checks)
+            return Result(self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts), dry_run=True,
+                          checks=report)
         self.require_root()
         with self.state.locked(self.lock_timeout):
-            plan = self.plan(loaded, allow_disruptive=allow_disruptive)
+            facts = self.facts()
+            report = self.checks(loaded, facts, skip_checks)
+            plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts)
+            if not report.ok:
+                return Result(plan, checks=report)
             if plan.blocked or plan.empty:
                 if plan.empty and not plan.blocked:
                     self._record(loaded, plan, [], "unchanged")
-                return Result(plan)
+                return Result(plan, checks=report)
             if confirm is not None and not confirm(plan):
-                return Result(plan, dry_run=True)
+                return Result(plan, dry_run=True, checks=report)
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
             outcomes = self._execute(loaded, plan, actx)
             verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive)
-            result = Result(plan, tuple(outcomes), tuple(verify_errors))
+            result = Result(plan, tuple(outcomes), tuple(verify_errors), checks=report)
             self._record(loaded, plan, outcomes, result.status, verify_errors)
             return result
 

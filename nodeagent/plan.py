@@ -93,10 +93,15 @@ class Result:
     outcomes: tuple[Outcome, ...] = ()
     verify_errors: tuple[str, ...] = ()
     dry_run: bool = False
+    checks: Any = None  # nodeagent.checks.CheckReport of the preflight checks, when they ran
+
+    @property
+    def checks_failed(self) -> bool:
+        return self.checks is not None and not self.checks.ok
 
     @property
     def ok(self) -> bool:
-        return (not self.verify_errors and not self.plan.problems
+        return (not self.verify_errors and not self.plan.problems and not self.checks_failed
                 and all(o.status == "applied" for o in self.outcomes))
 
     @property
@@ -105,6 +110,8 @@ class Result:
 
     @property
     def status(self) -> str:
+        if self.checks_failed and not self.outcomes:
+            return "checks-failed"
         if self.dry_run:
             return "dry-run"
         if self.ok:
@@ -112,6 +119,9 @@ class Result:
         return "partial" if self.changed else "failed"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "changed": self.changed, "dry_run": self.dry_run,
-                "plan": self.plan.to_dict(), "outcomes": [o.to_dict() for o in self.outcomes],
-                "verify_errors": list(self.verify_errors)}
+        d = {"status": self.status, "changed": self.changed, "dry_run": self.dry_run,
+             "plan": self.plan.to_dict(), "outcomes": [o.to_dict() for o in self.outcomes],
+             "verify_errors": list(self.verify_errors)}
+        if self.checks is not None:
+            d["checks"] = self.checks.to_dict()
+        return d

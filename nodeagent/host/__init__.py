@@ -15,8 +15,9 @@ from pathlib import Path
 from ..errors import UsageError
 from .commands import CommandResult, CommandRunner
 from .fs import RootedFS, WriteRecord, map_oserror
+from .probes import CopyRun, StatVfs
 
-__all__ = ["Host", "open_host", "CommandResult", "WriteRecord", "map_oserror", "SIM_MARKER"]
+__all__ = ["Host", "open_host", "CommandResult", "CopyRun", "StatVfs", "WriteRecord", "map_oserror", "SIM_MARKER"]
 
 #: A simulated root has this directory (``meta.json``, its lock and its write journal).
 SIM_MARKER = ".nodeagent-sim"
@@ -46,6 +47,18 @@ class Host:
 
     def run(self, argv: list[str], **kw) -> CommandResult:  # type: ignore[no-untyped-def]
         return self.commands.run(argv, **kw)
+
+    def statvfs(self, path: str) -> StatVfs:
+        """Usage of the filesystem that holds ``path`` on the node (the simulator answers for a simulated one)."""
+        from .probes import statvfs
+
+        return statvfs(self, path)
+
+    def copy_bandwidth(self, node: int, cpus: list[int], *, size: int, iterations: int) -> CopyRun:
+        """Memory copy bandwidth of NUMA ``node`` from ``cpus`` (see :mod:`nodeagent.host.membw`)."""
+        from .probes import copy_bandwidth
+
+        return copy_bandwidth(self, node, cpus, size=size, iterations=iterations)
 
 
 def open_host(root: str | os.PathLike[str] = "/") -> Host:

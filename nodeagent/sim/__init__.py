@@ -9,11 +9,14 @@ root carries the simulator's marker.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
+from . import hardware as _hardware  # noqa: F401  (registers the hardware layout step)
 from .kernel import MARKER, SimKernel
-from .presets import PRESETS, Preset, build, create, get, large, remove
+from .presets import PRESETS, Preset, build, create, get, large, layer_names, remove
 
 __all__ = ["MARKER", "PRESETS", "Preset", "SimKernel", "build", "cache_dir", "cached", "create", "get", "large",
            "remove"]
@@ -26,6 +29,16 @@ def cache_dir() -> Path:
     return Path(base) / "nodeagent"
 
 
+def _current(root: Path, name: str) -> bool:
+    """True when ``root`` holds a node of preset ``name`` as this version lays it out (same spec, same layers)."""
+    try:
+        meta = json.loads((root / MARKER / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    spec = json.loads(json.dumps(asdict(get(name)), default=str))
+    return meta.get("spec") == spec and meta.get("layers") == layer_names()
+
+
 def cached(name: str) -> Path:
     """The cached simulated node of preset ``name``, created on first use (safe across processes)."""
     get(name)  # unknown preset -> KeyError before anything is made
@@ -34,12 +47,17 @@ def cached(name: str) -> Path:
     root = base / name
     with open(base / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / MARKER / "meta.json").is_file():
+        if not _current(root, name):
             tmp = base / f".{name}.tmp-{os.getpid()}"
             if tmp.exists():
                 remove(tmp)
             create(tmp, name)
             if root.exists():
-                os.rename(root, base / f".{name}.broken-{os.getpid()}")
+                stale = base / f".{name}.broken-{os.getpid()}"
+                os.rename(root, stale)
+                try:
+                    remove(stale)  # laid out by an older version: nothing in it is worth keeping
+                except (OSError, ValueError):
+                    pass
             os.rename(tmp, root)
     return root

@@ -107,6 +107,28 @@ KVM64_FLAGS = tuple("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cm
                     "sse sse2 ht syscall nx lm constant_tsc nopl xtopology cpuid tsc_known_freq pni cx16 x2apic "
                     "hypervisor lahf_lm".split())
 
+#: What h100-cxl ships besides the kernel: a TuneD profile built on a stock one (whose numa_balancing=0 is only
+#: in an aarch64/ThunderX section), and Debian daxctl's udev rule with an example config that does nothing.
+H100_FILES = {
+    "/etc/tuned/active_profile": "gpu-inference",
+    "/etc/tuned/profiles/gpu-inference/tuned.conf": (
+        "[main]\nsummary=GPU inference node (site profile)\ninclude=throughput-performance\n\n"
+        "[vm]\ntransparent_hugepages=always\n\n[sysctl]\nvm.swappiness=1\n"),
+    "/usr/lib/tuned/profiles/throughput-performance/tuned.conf": (
+        "[main]\nsummary=Server throughput (stock profile, abridged)\n\n"
+        "[variables]\nthunderx_cpuinfo_regex=CPU part\\s+:\\s+(0x0?516)|(0x0?af)|(0x0?a[0-3])|(0x0?b8)\\b\n\n"
+        "[cpu]\ngovernor=performance\n\n[sysctl]\nvm.swappiness=10\n\n"
+        "[sysctl.thunderx]\ntype=sysctl\nuname_regex=aarch64\ncpuinfo_regex=${thunderx_cpuinfo_regex}\n"
+        "kernel.numa_balancing=0\n"),
+    "/usr/lib/udev/rules.d/90-daxctl-device.rules": (
+        'ACTION=="add", SUBSYSTEM=="dax", TAG+="systemd", '
+        'ENV{SYSTEMD_WANTS}="daxdev-reconfigure@$env{DEVNAME}.service"\n'),
+    "/etc/daxctl.conf.d/daxctl.example.conf": (
+        "# Example: reconfigure a device at boot (uncomment to use)\n"
+        "#[reconfigure-device unique_identifier_foo]\n#nvdimm.uuid = ed93e918-e165-49d8-921d-383d7b9660c5\n"
+        "#mode = system-ram\n#online = true\n#movable = false\n"),
+}
+
 #: Extra layout steps other modules register (checks hardware, DAMON): ``step(kernel, preset)``.
 LAYERS: list[Callable[[SimKernel, Preset], None]] = []
 
@@ -149,6 +171,8 @@ def _h100(autoonline: bool) -> Preset:
                 MountDef("/models", "/dev/nvme1n1", "xfs", 7680 * GiB, 2900 * GiB)),
         distances={0: (10, 21, 14, 24), 1: (21, 10, 24, 14), 2: (14, 24, 10, 26), 3: (24, 14, 26, 10)},
         node_tier={2: memory.KMEM_TIER, 3: memory.KMEM_TIER},
+        cmdline=Preset.cmdline + (" memhp_default_state=online" if autoonline else ""),
+        files=H100_FILES,
     )
 
 
@@ -165,6 +189,8 @@ def _l40_kvm64() -> Preset:
         mounts=(MountDef("/", "/dev/vda1", "ext4", 200 * GiB, 60 * GiB),
                 MountDef("/models", "/dev/vdb", "ext4", 2000 * GiB, 1880 * GiB)),
         knobs={"/proc/sys/kernel/numa_balancing": "0"},
+        files={"/etc/sysctl.d/60-vm-image-tuning.conf": "# baked into the VM image\nkernel.numa_balancing = 0\n"
+               "vm.swappiness = 10\n"},
     )
 
 
@@ -239,7 +265,7 @@ def build(preset: Preset, root: Path, *, kernel: str | None = None) -> Path:
     meta = {"version": 1, "preset": preset.name, "kernel": preset.kernel,
             "node_tier": {str(k): v for k, v in preset.node_tier.items()},
             "distances": {str(k): list(v) for k, v in preset.distances.items()},
-            "spec": json.loads(json.dumps(asdict(preset), default=str))}
+            "spec": json.loads(json.dumps(asdict(preset), default=str)), "layers": layer_names()}
     t.file(f"/{MARKER}/meta.json", json.dumps(meta, indent=1), RW)
     k = SimKernel(root)
     _proc_and_etc(k, preset)
@@ -330,6 +356,11 @@ def _memory(k: SimKernel, p: Preset) -> None:
             line = f"{key + ':':<16}{int(line.split()[1]) - used_kb:>8} kB"
         lines.append(line)
     t.set("/proc/meminfo", "\n".join(lines))
+
+
+def layer_names() -> list[str]:
+    """The registered layout steps, recorded in meta.json so that a cached node laid out without one is redone."""
+    return [f"{step.__module__}.{step.__qualname__}" for step in LAYERS]
 
 
 def create(root: Path, name: str, *, kernel: str | None = None) -> Path:

@@ -1,0 +1,11 @@
+"""Preflight checks: the traps that silently cost an inference node most of its throughput.
+
+``run_checks(host, loaded, facts, skip)`` runs the checks the profile's ``checks:`` section configures and
+returns a :class:`CheckReport`; ``apply`` runs them before planning (an error-severity failure writes nothing),
+``nodeagent check`` runs them alone. Checks only read the node, through the rooted host.
+"""
+
+from .base import CheckReport, CheckResult, Finding
+from .registry import BY_NAME, CHECKS, parse_skips, run_checks
+
+__all__ = ["BY_NAME", "CHECKS", "CheckReport", "CheckResult", "Finding", "parse_skips", "run_checks"]

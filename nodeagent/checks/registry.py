@@ -1,0 +1,75 @@
+"""The preflight checks, in the order they run and are reported, and the one function that runs them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from ..errors import HostError, UsageError
+from ..facts import Facts
+from ..host import Host
+from ..profile import LoadedProfile
+from ..profile.checks import CHECK_NAMES
+from .bandwidth import MemoryBandwidthCheckImpl
+from .base import Check, CheckContext, CheckReport, CheckResult, Finding, Skip, fold, skipped
+from .capacity import CapacityCheckImpl
+from .coexist import CoexistenceCheckImpl
+from .cpu import CpuCheckImpl
+from .disk import DiskCheckImpl
+from .pcie import GpuPcieCheckImpl
+
+CHECKS: tuple[Check, ...] = (CpuCheckImpl(), DiskCheckImpl(), GpuPcieCheckImpl(), CapacityCheckImpl(),
+                             CoexistenceCheckImpl(), MemoryBandwidthCheckImpl())
+BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
+assert set(BY_NAME) == set(CHECK_NAMES)
+
+
+def parse_skips(names: Iterable[str]) -> frozenset[str]:
+    """``--skip-checks`` values (repeatable, comma-separated allowed; ``all`` skips every check)."""
+    out: set[str] = set()
+    for item in names:
+        for name in (n.strip() for n in item.split(",")):
+            if not name:
+                continue
+            if name == "all":
+                out |= set(CHECK_NAMES)
+            elif name not in BY_NAME:
+                raise UsageError(f"--skip-checks: unknown check {name!r}",
+                                 hint=f"checks: {', '.join(CHECK_NAMES)} (or all)")
+            else:
+                out.add(name)
+    return frozenset(out)
+
+
+def run_checks(host: Host, loaded: LoadedProfile, facts: Facts, skip: frozenset[str] = frozenset()) -> CheckReport:
+    """Run every check the profile configures (read-only). A check that raises is reported, never a crash."""
+    from ..resources.knobs import desired
+
+    ctx = CheckContext(desired_knobs=desired(loaded))
+    spec_all = loaded.profile.checks
+    results: list[CheckResult] = []
+    for check in CHECKS:
+        spec = getattr(spec_all, check.name)
+        if spec is None:
+            continue
+        if check.name in skip:
+            results.append(skipped(check.name, spec.severity, "skipped by --skip-checks"))
+            continue
+        start = time.monotonic()
+        try:
+            findings, evidence = check.run(host, spec, facts, ctx)
+            result = fold(check.name, spec.severity, findings, evidence)
+        except Skip as exc:
+            result = skipped(check.name, spec.severity, str(exc))
+        except HostError as exc:
+            result = fold(check.name, spec.severity, [_error_finding(exc)], {})
+        evidence = dict(result.evidence)
+        evidence["seconds"] = round(time.monotonic() - start, 3)
+        results.append(CheckResult(result.name, result.severity, result.status, result.summary, result.findings,
+                                   evidence, result.reason))
+    node = (facts.hostname or "node") + (f" (simulated {facts.simulated})" if facts.simulated else "")
+    return CheckReport(loaded.name, node, tuple(results))
+
+
+def _error_finding(exc: HostError) -> Finding:
+    return Finding("fail", f"the check could not read the node: {exc.message}", exc.hint)

@@ -1,0 +1,85 @@
+"""capacity: the arithmetic, the tiers a node has, and the story of each preset."""
+
+from __future__ import annotations
+
+from nodeagent.checks.capacity import Tier, evaluate, struct_pages, workload
+from nodeagent.profile.checks import CapacityCheck
+from tests.checks_helpers import messages, one
+
+GB = 10**9
+GiB = 1024**3
+MODEL = {"params": "70B", "dtype": "bf16", "layers": 80, "kv_heads": 8, "head_dim": 128}
+SPEC = {"model": MODEL, "max_batch": 96, "context_length": 16384, "dram_offload": "80GiB"}
+
+
+def spec(**over) -> CapacityCheck:  # type: ignore[no-untyped-def]
+    return CapacityCheck.model_validate({**SPEC, **over})
+
+
+def test_the_arithmetic() -> None:
+    w = workload(spec())
+    assert w.weights == 168 * GB  # 70e9 × 2 B × 1.2
+    assert w.kv_per_token == 2 * 80 * 8 * 128 * 2 == 327_680  # 320 KiB
+    assert w.kv_per_sequence == 327_680 * 16384 == 5_368_709_120
+    assert w.need() == 168 * GB + 96 * 5_368_709_120 == 683_396_075_520
+    assert workload(spec(model={**MODEL, "kv_dtype": "fp8"})).kv_per_token == 163_840
+    assert w.largest_batch(100 * GB) == -1 and w.largest_batch(168 * GB) == 0
+    assert struct_pages(4 * 1024**4) == 64 * GiB  # 64 B per 4 KiB page = 1.5625 %
+
+
+def test_fits_in_hbm_passes_and_an_unused_cxl_tier_is_flagged() -> None:
+    tiers = [Tier("HBM", 1000 * GB, "x"), Tier("DRAM", 0, "x"), Tier("CXL", 2000 * GB, "x")]
+    f = evaluate(spec(max_batch=60), tiers)
+    assert [x.status for x in f] == ["pass", "pass", "warn"]
+    assert "fits in HBM: 490.1 GB of 1,000.0 GB" in f[1].message
+    assert "holds nothing at batch 60: the batch was not retuned when the tier was added" in f[2].message
+
+
+def test_spill_is_reported_per_tier_and_a_missing_tier_fails() -> None:
+    hbm = Tier("HBM", 5 * 95830 * 1024**2, "5 × H100 NVL")
+    dram = Tier("DRAM", 80 * GiB, "offload")
+    f = evaluate(spec(), [hbm, dram, Tier("CXL", 4000 * GB, "dax", ("dax0.0",))])
+    assert f[-1].status == "warn"
+    assert "needs 683.4 GB, HBM holds 502.4 GB; 85.9 GB to DRAM, 95.1 GB to CXL" in f[-1].message
+    assert "largest batch that fits: HBM 62, HBM+DRAM 78, HBM+DRAM+CXL" in f[-1].message
+    assert "set max_batch ≤ 62" in f[-1].remedy and "dax0.0" in f[-1].remedy
+    f = evaluate(spec(), [hbm, dram])
+    assert f[-1].status == "fail"
+    assert "it needs a CXL tier of at least 95.1 GB, which this node lacks" in f[-1].message
+
+
+def test_h100_cxl_batch_96_spills_to_cxl_and_batch_128_fits_only_with_it(make_node) -> None:
+    root = make_node("h100-cxl")
+    r = one(root, "capacity", {**SPEC, "severity": "warning"})
+    assert r.status == "warn"
+    assert r.evidence["hbm"] == 5 * 95830 * 1024**2 and "nvidia-smi" in r.evidence["hbm_source"]
+    assert r.evidence["cxl_pending"] == {"dax0.0": 2 * 1024**4, "dax1.0": 2 * 1024**4}
+    assert r.evidence["struct_pages_for_cxl"] == 64 * GiB
+    assert r.evidence["placement"]["CXL"] > 0 and r.evidence["unplaced"] == 0
+    assert "95.1 GB to CXL" in messages(r)
+    r128 = one(root, "capacity", {**SPEC, "max_batch": 128})
+    lb = r128.evidence["largest_batch"]
+    assert lb["HBM"] < lb["HBM+DRAM"] < 128 <= lb["HBM+DRAM+CXL"]
+    assert r128.evidence["placement"]["CXL"] > 0 and r128.evidence["unplaced"] == 0
+
+
+def test_online_cxl_nodes_count_as_the_cxl_tier(make_node) -> None:
+    r = one(make_node("h100-cxl-autoonline"), "capacity", SPEC)
+    assert r.evidence["cxl_nodes"] == [2, 3] and r.evidence["cxl_pending"] == {}
+    assert r.evidence["struct_pages_for_cxl"] == 0
+    assert r.status == "warn"
+
+
+def test_workstation_needs_a_cxl_tier_it_lacks(make_node) -> None:
+    r = one(make_node("workstation"), "capacity", SPEC)
+    assert r.status == "fail"
+    assert "it needs a CXL tier of at least 494.9 GB, which this node lacks" in messages(r)
+    r = one(make_node("workstation"), "capacity", {**SPEC, "severity": "warning"})
+    assert r.status == "warn"
+
+
+def test_gpu_memory_from_the_profile_and_skip_without_any(make_node) -> None:
+    r = one(make_node("workstation"), "capacity", {**SPEC, "gpu_memory": "1TB"})
+    assert r.evidence["hbm"] == 10**12 and r.status == "pass"
+    r = one(make_node("qemu-3node"), "capacity", SPEC)
+    assert r.status == "skipped" and "nvidia-smi is not installed" in r.reason
