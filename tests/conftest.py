@@ -82,6 +82,14 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["NODEAGENT_CACHE"] = str(tmp_path_factory.mktemp("cache"))
 
 
+def clone(src: Path, dest: Path) -> None:
+    """Copy a simulated node cheaply: kernel files as hard links (the simulator never writes a file in place, it
+    renames a new one over it), the simulator's own journal and state as real copies."""
+    shutil.copytree(src, dest, symlinks=True, copy_function=os.link,
+                    ignore=shutil.ignore_patterns(".nodeagent-sim"))
+    shutil.copytree(src / ".nodeagent-sim", dest / ".nodeagent-sim", symlinks=True)
+
+
 @pytest.fixture(scope="session")
 def _templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {}
@@ -89,7 +97,11 @@ def _templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 def make_node(_templates: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, tmp_path: Path):
-    """``make_node(preset, kernel=None)`` → a fresh simulated root (copied from a per-session template)."""
+    """``make_node(preset, kernel=None)`` → a fresh simulated root (cloned from a per-session template).
+
+    Kernel files of the clone are hard links to the template's: change them through ``SimKernel.write`` or
+    ``Tree.set`` (which write a new inode), never in place (no ``chmod``/``open(..., "w")`` on an existing file).
+    """
     from nodeagent.sim import create
 
     def make(preset: str, kernel: str | None = None) -> Path:
@@ -99,7 +111,7 @@ def make_node(_templates: dict[str, Path], tmp_path_factory: pytest.TempPathFact
             create(tpl, preset, kernel=kernel)
             _templates[key] = tpl
         dest = tmp_path / f"node-{preset}-{len(list(tmp_path.iterdir()))}"
-        shutil.copytree(_templates[key], dest, symlinks=True)
+        clone(_templates[key], dest)
         return dest
 
     return make

@@ -24,7 +24,7 @@ from ..facts import Facts
 from ..facts.numa import NumaNode
 from ..host import CopyRun, Host
 from ..profile.checks import MemoryBandwidthCheck
-from ..profile.units import format_size
+from ..units import format_size
 from .base import CheckContext, Finding, Skip
 
 LOW_FIX = ("check that every memory channel is populated and runs at its rated speed (BIOS), that nothing else "

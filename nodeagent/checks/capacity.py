@@ -36,7 +36,7 @@ from ..facts import Facts
 from ..facts.hardware import read_dax_devices, read_gpu_memory
 from ..host import Host
 from ..profile.checks import DTYPE_BYTES, CapacityCheck
-from ..profile.units import format_size
+from ..units import format_size
 from .base import CheckContext, Finding, Skip
 
 PAGE = 4096

@@ -23,7 +23,7 @@ from ..facts import Facts
 from ..facts.hardware import existing_ancestor, mount_of, read_mounts
 from ..host import Host
 from ..profile.checks import DiskCheck, DiskPath
-from ..profile.units import format_size
+from ..units import format_size
 from .base import CheckContext, Finding
 
 

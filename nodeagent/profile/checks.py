@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from .units import parse_percent, parse_size
+from ..units import parse_percent, parse_size
 
 Severity = Literal["error", "warning"]
 

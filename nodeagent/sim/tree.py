@@ -27,13 +27,7 @@ class Tree:
     def file(self, path: str, content: str | int = "", mode: int = RW) -> None:
         p = self.local(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        text = str(content)
-        if text and not text.endswith("\n"):
-            text += "\n"
-        if p.exists():
-            os.chmod(p, 0o644)
-        p.write_text(text)
-        os.chmod(p, mode)
+        _replace(p, _text(content), mode)
 
     def link(self, path: str, target: str) -> None:
         """A symlink at ``path`` pointing to the relative ``target`` (as sysfs links are)."""
@@ -49,13 +43,7 @@ class Tree:
     def set(self, path: str, content: str | int) -> None:
         """Replace a file's content keeping its mode (what the kernel does to its own attributes)."""
         p = self.local(path)
-        mode = p.stat().st_mode & 0o777
-        text = str(content)
-        if text and not text.endswith("\n"):
-            text += "\n"
-        os.chmod(p, mode | 0o200)
-        p.write_text(text)
-        os.chmod(p, mode)
+        _replace(p, _text(content), p.stat().st_mode & 0o777)
 
     def exists(self, path: str) -> bool:
         return self.local(path).exists()
@@ -75,3 +63,28 @@ class Tree:
                 else:
                     os.rmdir(full)
         os.rmdir(p)
+
+
+def _text(content: str | int) -> str:
+    text = str(content)
+    return text + "\n" if text and not text.endswith("\n") else text
+
+
+def _replace(p: Path, text: str, mode: int) -> None:
+    """Write a new inode and rename it over ``p``: never modify a file in place, so a simulated node may be
+    cloned with hard links (tests do) without one clone's writes showing in another."""
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)  # a new file: no rename needed
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        if mode & ~0o644:
+            os.chmod(p, mode)
+        return
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, p)

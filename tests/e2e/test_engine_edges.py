@@ -54,7 +54,12 @@ def test_verify_failure_exits_5(make_node, silent_zone_reclaim, tmp_path: Path, 
 def test_failed_write_is_recorded_and_others_still_applied(make_node, tmp_path: Path, capsys) -> None:
     root = make_node("workstation")
     # Make THP's defrag attribute read-only: the kernel answers EACCES.
-    (root / "sys/kernel/mm/transparent_hugepage/defrag").chmod(0o444)
+    # (a new inode: make_node clones nodes with hard links, so a chmod in place would leak into other tests)
+    attr = root / "sys/kernel/mm/transparent_hugepage/defrag"
+    text = attr.read_text()
+    attr.unlink()
+    attr.write_text(text)
+    attr.chmod(0o444)
     prof = tmp_path / "p.yaml"
     prof.write_text(HEAD + "kernel:\n  transparent_hugepage: {defrag: never}\n  numa_balancing: 1\n")
     assert main(["--root", str(root), "apply", "--yes", str(prof)]) == 5
