@@ -150,13 +150,21 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
         click.echo(plan_text(p))
         return click.confirm("Apply these changes?", default=False)
 
-    result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm)
+    progress = _terminal_progress if ctx.fmt == "text" and sys.stderr.isatty() else None
+    result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm,
+                       progress=progress)
     ctx.emit(result_text(result), result.to_dict())
     if result.plan.blocked and not result.outcomes:
         raise PlanError("nothing was applied: the plan has problems this node cannot carry out (listed above)",
                         hint="fix the profile or the node, then apply again")
     if not result.dry_run and not result.ok:
         raise click.exceptions.Exit(ExitCode.PARTIAL)
+
+
+def _terminal_progress(what: str, done: int, total: int) -> None:
+    """One self-overwriting line on the terminal for long operations (onlining terabytes takes minutes)."""
+    pct = 100 * done / total if total else 100
+    click.echo(f"\r  {what}: {done}/{total} ({pct:.0f}%)\033[K", err=True, nl=done >= total)
 
 
 @cli.command()

@@ -9,14 +9,15 @@ root carries the simulator's marker.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from pathlib import Path
 
 from .kernel import MARKER, SimKernel
 from .presets import PRESETS, Preset, build, create, get, large, remove
 
-__all__ = ["MARKER", "PRESETS", "Preset", "SimKernel", "build", "cache_dir", "cached", "create", "get", "large",
-           "remove"]
+__all__ = ["MARKER", "PRESETS", "Preset", "SimKernel", "build", "cache_dir", "cached", "create", "fingerprint", "get",
+           "large", "remove"]
 
 
 def cache_dir() -> Path:
@@ -26,10 +27,22 @@ def cache_dir() -> Path:
     return Path(base) / "nodeagent"
 
 
+def fingerprint() -> str:
+    """A digest of the simulator's own code: a cached node made by other code is made again."""
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def cached(name: str) -> Path:
-    """The cached simulated node of preset ``name``, created on first use (safe across processes)."""
+    """The cached simulated node of preset ``name``, created on first use (safe across processes).
+
+    Nodes are kept per version of the simulator's code (``<cache>/sim/<fingerprint>/<preset>``), so a node made
+    by other code is never reused, and never removed under another process that still uses it.
+    """
     get(name)  # unknown preset -> KeyError before anything is made
-    base = cache_dir() / "sim"
+    base = cache_dir() / "sim" / fingerprint()
     base.mkdir(parents=True, exist_ok=True)
     root = base / name
     with open(base / f".{name}.lock", "w") as lock:

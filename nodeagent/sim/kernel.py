@@ -73,19 +73,24 @@ class SimKernel:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Serialize kernel reactions across processes (the tree is shared state)."""
-        fd = os.open(self.meta_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        b = self._batch
+        fd = b["lock"] if b is not None else os.open(self.meta_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            if b is None:
+                os.close(fd)
 
     def _journal(self, path: str, value: str, outcome: str) -> None:
         line = json.dumps({"t": round(time.time(), 6), "pid": os.getpid(), "path": path, "value": value,
-                           "result": outcome})
+                           "result": outcome}) + "\n"
+        if self._batch is not None:
+            os.write(self._batch["journal"], line.encode())
+            return
         with open(self.meta_dir / "writes.log", "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+            f.write(line)
 
     def journal(self) -> list[dict]:
         """Every write ever made to this node, in order (what tests use to pin ordering)."""
@@ -132,13 +137,18 @@ class SimKernel:
         if self._batch is not None:
             yield
             return
-        self._batch = {"state": None, "dirty": False, "pending": {}, "flushed": time.monotonic(), "every": every}
+        self._batch = {"state": None, "dirty": False, "pending": {}, "flushed": time.monotonic(), "every": every,
+                       "lock": os.open(self.meta_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644),
+                       "journal": os.open(self.meta_dir / "writes.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                                          0o644)}
         try:
             yield
         finally:
             try:
                 self.flush()
             finally:
+                os.close(self._batch["lock"])
+                os.close(self._batch["journal"])
                 self._batch = None
 
     def defer(self, key: str, item: object) -> bool:
