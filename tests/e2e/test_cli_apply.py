@@ -26,7 +26,8 @@ def cli_main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_apply_then_second_plan_is_empty(preset: str, make_node, capsys) -> None:
     root = make_node(preset)
-    code, out, err = cli_main(["--root", str(root), "apply", "--yes", PROFILE], capsys)
+    # --allow-disruptive: h100-cxl-autoonline's expanders are online in the wrong zone (see test_dax_apply.py)
+    code, out, err = cli_main(["--root", str(root), "apply", "--yes", "--allow-disruptive", PROFILE], capsys)
     assert code == 0, out + err
     assert "converged" in out
     code, out, err = cli_main(["--root", str(root), "--format", "json", "plan", "--detailed-exitcode", PROFILE],
