@@ -36,7 +36,7 @@ DAXCTL_CONF_DIR = "/etc/daxctl.conf.d"
 #: Kernel command-line parameters that decide how hot-added memory comes online.
 HOTPLUG_CMDLINE = ("memhp_default_state", "memory_hotplug.online_policy", "memory_hotplug.auto_movable_ratio",
                    "memory_hotplug.memmap_on_memory", "movable_node", "movablecore", "kernelcore")
-HOTPLUG_PARAMS = ("online_policy", "auto_movable_ratio", "memmap_on_memory")
+HOTPLUG_PARAMS = ("online_policy", "auto_movable_ratio", "auto_movable_numa_aware", "memmap_on_memory")
 #: struct page bytes per 4 KiB page: the DRAM that hot-added memory costs when its memmap is not on itself.
 MEMMAP_PER_PAGE = 64
 PAGE = 4096

@@ -307,6 +307,11 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
             continue
         t.file(path, value, RW)
     t.file("/sys/devices/system/memory/block_size_bytes", f"{p.block_size:x}", RO)
+    # memory_hotplug module parameters as a 6.x kernel shows them (online_policy arrived in 5.15).
+    if k.at_least(5, 15):
+        for name, value, mode in (("online_policy", "contig-zones", RW), ("auto_movable_ratio", 301, RW),
+                                  ("auto_movable_numa_aware", "Y", RW), ("memmap_on_memory", "N", RO)):
+            t.file(f"/sys/module/memory_hotplug/parameters/{name}", value, mode)
     t.file("/etc/hostname", p.hostname, RW)
     for path, content in p.files.items():
         t.file(path, content, RW)

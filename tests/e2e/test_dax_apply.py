@@ -337,3 +337,24 @@ def test_facts_round_trip_plans_offline_as_live(make_node, capsys, tmp_path: Pat
     saved = Facts.from_dict(json.loads(live.to_json()))
     loaded = load_profile(TIERED)
     assert make_plan(loaded, saved) == make_plan(loaded, live)
+
+
+def test_daxctl_auto_online_abort_is_explained(make_node) -> None:
+    """If the policy flips between nodeagent's own check and daxctl's, daxctl's exit 240 is explained."""
+    from nodeagent.plan import Change
+    from nodeagent.resources._dax_apply import Applier
+    from nodeagent.resources._daxctl import run
+    from nodeagent.resources.base import ApplyContext
+
+    root = make_node("qemu-3node")  # auto_online_blocks=online
+    host = open_host(root)
+    result = run(host, ["reconfigure-device", "--mode=system-ram", "dax0.0"])
+    assert result.result is not None and result.result.returncode == 240 and result.stderr.auto_online_abort
+    change = Change("dax", "dax0.0", "reconfigure", "devdax", "system-ram/movable", path="/sys/bus/dax/devices/dax0.0",
+                    data=(("zone", "Movable"), ("steps", ("to-system-ram",))))
+    actx = ApplyContext()
+    with pytest.raises(Exception) as err:
+        Applier(host, change, actx).after_online(result, "onlined")
+    assert "exited 240: dax0.0: error: kernel policy will auto-online memory, aborting" in str(err.value)
+    assert "auto-online policy changed under nodeagent; dax0.0 is devdax" in str(err.value)
+    assert actx.scratch  # later DAX changes of the run are skipped
