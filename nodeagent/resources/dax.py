@@ -97,6 +97,9 @@ def diff_device(rule: DaxRule, dev: DaxDevice) -> Change | Problem | None:
     if dev.mode not in ("system-ram", "devdax", "disabled"):
         return Problem(KIND, dev.name, f"{dev.name} is bound to driver {dev.mode}, which nodeagent does not manage",
                        hint="unbind it from that driver, or remove the device from the rule", blocking=False)
+    if rule.mode == "system-ram" and dev.blocks_total == 0:
+        return Problem(KIND, dev.name, f"{dev.name} ({format_size(dev.size)}) does not span one whole memory block, "
+                       "so kmem cannot add any of it as system RAM", hint="leave it in devdax mode", blocking=False)
     if rule.mode == "system-ram":
         if dev.mode != "system-ram":
             op, steps, disruptive = "reconfigure", ("to-system-ram",), False

@@ -229,3 +229,8 @@ def test_memmap_cost_is_in_the_reason() -> None:
     assert "struct pages take 32GiB of DRAM (memmap_on_memory is off)" in change.reason
     on_device = replace(dev(), memmap_on_memory=True, memmap_bytes=0)
     assert "struct pages" not in plan(profile(RULE), facts([on_device]), PlanContext()).changes[0].reason
+
+
+def test_device_smaller_than_a_block_cannot_become_system_ram() -> None:
+    problem = diff_device(rule_of(), dev(size=64 * 1024**2, total=0))
+    assert problem is not None and "does not span one whole memory block" in problem.message
