@@ -150,9 +150,13 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
         click.echo(plan_text(p))
         return click.confirm("Apply these changes?", default=False)
 
-    progress = _terminal_progress if ctx.fmt == "text" and sys.stderr.isatty() else None
-    result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm,
-                       progress=progress)
+    progress = _TerminalProgress() if ctx.fmt == "text" and sys.stderr.isatty() else None
+    try:
+        result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm,
+                           progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     ctx.emit(result_text(result), result.to_dict())
     if result.plan.blocked and not result.outcomes:
         raise PlanError("nothing was applied: the plan has problems this node cannot carry out (listed above)",
@@ -161,10 +165,21 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
         raise click.exceptions.Exit(ExitCode.PARTIAL)
 
 
-def _terminal_progress(what: str, done: int, total: int) -> None:
+class _TerminalProgress:
     """One self-overwriting line on the terminal for long operations (onlining terabytes takes minutes)."""
-    pct = 100 * done / total if total else 100
-    click.echo(f"\r  {what}: {done}/{total} ({pct:.0f}%)\033[K", err=True, nl=done >= total)
+
+    def __init__(self) -> None:
+        self.open = False
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        pct = 100 * done / total if total else 100
+        self.open = done < total
+        click.echo(f"\r  {what}: {done}/{total} ({pct:.0f}%)\033[K", err=True, nl=not self.open)
+
+    def close(self) -> None:
+        if self.open:
+            click.echo("", err=True)
+            self.open = False
 
 
 @cli.command()

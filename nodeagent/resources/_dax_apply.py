@@ -113,7 +113,7 @@ class Applier:
             poll = _daxctl.Poller(count, total, f"{self.name}: {what}", self.actx.report)
         run = _daxctl.run(self.host, argv, poll)
         if poll is not None:
-            self.actx.report(f"{self.name}: {what}", count(), total)
+            poll.finish()
         return run
 
     def zone_flag(self, zone: str | None) -> list[str]:

@@ -183,9 +183,19 @@ class Poller:
                  report: Callable[[str, int, int], None], every: float = 0.2) -> None:
         self.count, self.total, self.what, self.report, self.every = count, total, what, report, every
         self.last = 0.0
+        self.shown: int | None = None
 
     def __call__(self) -> None:
         now = time.monotonic()
         if now - self.last >= self.every:
             self.last = now
-            self.report(self.what, self.count(), self.total)
+            self.show(self.count())
+
+    def show(self, done: int) -> None:
+        if done != self.shown:
+            self.shown = done
+            self.report(self.what, done, self.total)
+
+    def finish(self) -> None:
+        """The final count, unless it is already on screen."""
+        self.show(self.count())
