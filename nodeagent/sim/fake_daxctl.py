@@ -13,6 +13,8 @@ includes the real tool's traps:
 - ``online-memory`` on memory that is already online warns of a race and exits 1;
 - ``offline-memory`` stops at the first block that will not go offline (EBUSY), leaving the blocks before it
   offline and the rest online;
+- blocks that land in the wrong zone while daxctl onlines them are not reported (v76's zone check after
+  onlining is unreachable); only ``"movable"`` in the JSON shows it;
 - the closing summary (``reconfigured 1 device``) counts what daxctl attempted, not what the kernel did, and
   with several devices the exit code is the last device's.
 
