@@ -65,7 +65,7 @@ EXPECTED = {  # preset -> {device: blocks}
 
 
 @pytest.mark.parametrize("preset", list(EXPECTED))
-@pytest.mark.parametrize("profile, zone", [(TIERED, "Movable"), (POOL, "Normal")])
+@pytest.mark.parametrize("profile, zone", [(TIERED, "Movable"), (POOL, "Normal")], ids=["movable", "normal"])
 def test_every_preset_converges_in_the_profiles_zone_and_stays(preset: str, profile: str, zone: str, make_node,
                                                                capsys) -> None:
     root = make_node(preset)
