@@ -193,8 +193,13 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
         click.echo(plan_text(p))
         return click.confirm("Apply these changes?", default=False)
 
-    result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm,
-                       skip_checks=skips)
+    progress = _TerminalProgress() if ctx.fmt == "text" and sys.stderr.isatty() else None
+    try:
+        result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm,
+                           progress=progress, skip_checks=skips)
+    finally:
+        if progress is not None:
+            progress.close()
     text = result_text(result)
     if result.checks is not None and result.checks.results:
         text = report_text(result.checks, applying=not dry_run) + "\n" + text
@@ -206,6 +211,23 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
                         hint="fix the profile or the node, then apply again")
     if not result.dry_run and not result.ok:
         raise click.exceptions.Exit(ExitCode.PARTIAL)
+
+
+class _TerminalProgress:
+    """One self-overwriting line on the terminal for long operations (onlining terabytes takes minutes)."""
+
+    def __init__(self) -> None:
+        self.open = False
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        pct = 100 * done / total if total else 100
+        self.open = done < total
+        click.echo(f"\r  {what}: {done}/{total} ({pct:.0f}%)\033[K", err=True, nl=not self.open)
+
+    def close(self) -> None:
+        if self.open:
+            click.echo("", err=True)
+            self.open = False
 
 
 @cli.command()
@@ -242,9 +264,9 @@ def sim_create(directory: str, preset: str, kernel: str | None) -> None:
 @click.argument("preset")
 def sim_reset(preset: str) -> None:
     """Forget the cached simulated node of PRESET (the next --simulate starts from a freshly booted one)."""
-    from .sim import cache_dir, remove
+    from .sim import cached_path, remove
 
-    root = cache_dir() / "sim" / preset
+    root = cached_path(preset)
     if root.exists():
         remove(root)
         click.echo(f"removed the cached {preset} node")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .errors import HostError, NeedsRootError
+from .errors import ChangeSkipped, HostError, NeedsRootError
 from .facts import Facts, gather
 from .host import Host
 from .plan import Change, Outcome, Plan, Problem, Result
@@ -122,6 +122,8 @@ class Engine:
             try:
                 msg = BY_KIND[change.kind].apply(self.host, change, actx)
                 outcomes.append(Outcome(change, "applied", msg))
+            except ChangeSkipped as exc:
+                outcomes.append(Outcome(change, "skipped", exc.render()))
             except HostError as exc:
                 outcomes.append(Outcome(change, "failed", exc.render()))
             self._record(loaded, plan, outcomes, "in-progress")

@@ -102,3 +102,8 @@ class PlanError(NodeagentError):
 
 class PartialApplyError(NodeagentError):
     exit_code = ExitCode.PARTIAL
+
+
+class ChangeSkipped(NodeagentError):
+    """A change a resource chose not to attempt (e.g. an earlier step of the same kind failed): the engine
+    records it as ``skipped`` and goes on."""

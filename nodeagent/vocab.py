@@ -13,3 +13,11 @@ AUTO_ONLINE_BLOCKS = ("offline", "online", "online_movable", "online_kernel")
 
 #: /proc/sys/vm/zone_reclaim_mode bits.
 ZONE_RECLAIM_BITS = {1: "reclaim", 2: "write-dirty", 4: "swap"}
+
+#: DAX device modes (daxctl's words) and the zones system-ram memory can be onlined in (the profile's words;
+#: the kernel's valid_zones says Movable/Normal).
+DAX_MODES = ("system-ram", "devdax")
+DAX_ZONES = ("movable", "normal")
+ZONE_KERNEL_NAME = {"movable": "Movable", "normal": "Normal"}
+#: What a DAX rule's memory is for; the plan warns when a rule's zone does not fit it.
+DAX_USES = ("tiered", "pinned-pool")

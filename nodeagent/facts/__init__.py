@@ -85,3 +85,6 @@ def gather(host: Host) -> Facts:
         simulated=simulated,
         sections={name: fn(host) for name, fn in SECTIONS.items()},
     )
+
+
+from . import dax as _dax  # noqa: E402,F401  (registers the "dax" section)

@@ -13,16 +13,34 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
       zone_reclaim_mode: 0
     memory:
       auto_online_blocks: offline           # let daxctl choose the zone, not the kernel
+      dax:                                  # DAX devices (CXL.mem expanders), first matching rule decides
+        - name: expanders
+          match: {all: true}                # or devices: [dax0.0] | target_nodes: [2] | dax_regions: [0]
+                                            #    | min_size: 1TiB (criteria combine with AND)
+          mode: system-ram                  # or devdax (left to applications as a character device)
+          zone: movable                     # system-ram only: movable (tiered, pageable) | normal (pinned)
+          use: tiered                       # optional: tiered | pinned-pool; the plan warns on a mismatch
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..vocab import AUTO_ONLINE_BLOCKS, NUMA_BALANCING, NUMA_BALANCING_BY_NAME, THP_DEFRAG, THP_ENABLED
+from ..units import parse_size
+from ..vocab import (
+    AUTO_ONLINE_BLOCKS,
+    DAX_MODES,
+    DAX_USES,
+    DAX_ZONES,
+    NUMA_BALANCING,
+    NUMA_BALANCING_BY_NAME,
+    THP_DEFRAG,
+    THP_ENABLED,
+)
 from .checks import Checks
 
 
@@ -94,8 +112,88 @@ class Kernel(Strict):
     zone_reclaim_mode: Annotated[int, BeforeValidator(_int_range(0, 7))] | None = None
 
 
+def _dax_name(value: Any) -> str:
+    if isinstance(value, str) and re.fullmatch(r"dax[0-9]+\.[0-9]+", value):
+        return value
+    raise PydanticCustomError("dax_name", "expected a DAX device name such as dax0.0, got {got}",
+                              {"got": _show(value)})
+
+
+def _size(value: Any) -> int:
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise PydanticCustomError("size", str(exc)) from None
+
+
+def _nonempty(what: str):  # type: ignore[no-untyped-def]
+    def check(value: Any) -> Any:
+        if isinstance(value, list | tuple) and not value:
+            raise PydanticCustomError("empty", f"expected at least one {what}, got an empty list")
+        return value
+
+    return check
+
+
+DaxName = Annotated[str, BeforeValidator(_dax_name)]
+NodeId = Annotated[int, BeforeValidator(_int_range(0, 1023))]
+RegionId = Annotated[int, BeforeValidator(_int_range(0, 65535))]
+
+
+class DaxMatch(Strict):
+    """Which DAX devices a rule is for. Criteria combine with AND; ``all: true`` stands alone."""
+
+    all: StrictBool | None = None
+    devices: Annotated[tuple[DaxName, ...], BeforeValidator(_nonempty("device"))] | None = None
+    target_nodes: Annotated[tuple[NodeId, ...], BeforeValidator(_nonempty("node"))] | None = None
+    dax_regions: Annotated[tuple[RegionId, ...], BeforeValidator(_nonempty("region"))] | None = None
+    min_size: Annotated[int, BeforeValidator(_size)] | None = None
+
+    @model_validator(mode="after")
+    def _criteria(self) -> DaxMatch:
+        others = [k for k in ("devices", "target_nodes", "dax_regions", "min_size") if getattr(self, k) is not None]
+        if self.all is False:
+            raise ValueError("all: false matches no device; remove it, or give devices, target_nodes, "
+                             "dax_regions or min_size")
+        if self.all and others:
+            raise ValueError(f"all: true matches every device and cannot be combined with {', '.join(others)}")
+        if not self.all and not others:
+            raise ValueError("a match needs a criterion: all: true, devices, target_nodes, dax_regions or min_size")
+        return self
+
+
+class DaxRule(Strict):
+    """How the DAX devices a rule matches must be: ``mode`` and, for system-ram, the ``zone`` of their memory."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=63)
+    match: DaxMatch
+    mode: Annotated[str, BeforeValidator(_enum(DAX_MODES))]
+    zone: Annotated[str, BeforeValidator(_enum(DAX_ZONES))] | None = None
+    use: Annotated[str, BeforeValidator(_enum(DAX_USES))] | None = None
+
+    @model_validator(mode="after")
+    def _zone_fits_mode(self) -> DaxRule:
+        if self.mode == "system-ram" and self.zone is None:
+            raise ValueError("zone is required with mode system-ram: movable (pageable memory the kernel tiers) "
+                             "or normal (pinned pools, e.g. a KV-cache offload pool)")
+        if self.mode == "devdax" and self.zone is not None:
+            raise ValueError("zone applies only to mode system-ram (a devdax device's memory is not onlined)")
+        return self
+
+
 class Memory(Strict):
     auto_online_blocks: Annotated[str, BeforeValidator(_enum(AUTO_ONLINE_BLOCKS))] | None = None
+    dax: tuple[DaxRule, ...] | None = None
+
+    @field_validator("dax")
+    @classmethod
+    def _unique_names(cls, rules: tuple[DaxRule, ...] | None) -> tuple[DaxRule, ...] | None:
+        seen: set[str] = set()
+        for r in rules or ():
+            if r.name in seen:
+                raise ValueError(f"two dax rules are named {r.name!r}; rule names must be unique")
+            seen.add(r.name)
+        return rules
 
 
 class Metadata(Strict):

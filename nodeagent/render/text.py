@@ -78,4 +78,30 @@ def facts_text(f: Facts) -> str:
     out.append("knobs:")
     for key, raw in f.knobs.items():
         out.append(f"  {key:<48} {raw if raw is not None else '(not on this kernel)'}")
+    out += dax_text(f)
     return "\n".join(out)
+
+
+def dax_text(f: Facts) -> list[str]:
+    from ..facts.dax import from_facts
+
+    dax = from_facts(f)
+    if not dax.devices and not dax.udev_rule:
+        return []
+    out = [f"DAX devices (daxctl {dax.daxctl or 'not installed'}):"]
+    for d in dax.devices:
+        if d.mode == "system-ram":
+            zones = ", ".join(f"{n} {z}" for z, n in sorted(d.zones.items())) or "none online"
+            state = f"system-ram, {d.blocks_online}/{d.blocks_total} blocks online ({zones})"
+        else:
+            state = d.mode
+        behind = f"  {d.backing}" + (f" {d.cxl_region} [{', '.join(d.cxl_memdevs)}]" if d.cxl_region else "")
+        memmap = f"  memmap {format_size(d.memmap_bytes)} in DRAM" if d.memmap_bytes else ""
+        out.append(f"  {d.name}  {format_size(d.size):>8}  node {d.target_node if d.target_node is not None else '-'}"
+                   f"  {state}{behind}{memmap}")
+    if dax.udev_rule:
+        out.append(f"  udev: {dax.udev_rule} reconfigures DAX devices on add (/etc/daxctl.conf.d: "
+                   f"{len(dax.daxctl_conf)} active sections)")
+    if dax.cmdline:
+        out.append("  hot-plug on the kernel command line: " + " ".join(f"{k}={v}" for k, v in dax.cmdline.items()))
+    return out

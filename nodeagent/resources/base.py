@@ -33,6 +33,7 @@ class ApplyContext:
     allow_disruptive: bool = False
     state: Any = None  # nodeagent.state.StateStore (ownership records)
     progress: Callable[[str, int, int], None] | None = None  # (what, done, total), for long operations
+    scratch: dict[str, Any] = field(default_factory=dict)  # notes a resource leaves for its later changes
 
     def report(self, what: str, done: int, total: int) -> None:
         if self.progress is not None:

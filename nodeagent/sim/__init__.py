@@ -9,17 +9,16 @@ root carries the simulator's marker.
 from __future__ import annotations
 
 import fcntl
-import json
+import hashlib
 import os
-from dataclasses import asdict
 from pathlib import Path
 
 from . import hardware as _hardware  # noqa: F401  (registers the hardware layout step)
 from .kernel import MARKER, SimKernel
-from .presets import PRESETS, Preset, build, create, get, large, layer_names, remove
+from .presets import PRESETS, Preset, build, create, get, large, remove
 
-__all__ = ["MARKER", "PRESETS", "Preset", "SimKernel", "build", "cache_dir", "cached", "create", "get", "large",
-           "remove"]
+__all__ = ["MARKER", "PRESETS", "Preset", "SimKernel", "build", "cache_dir", "cached", "create", "fingerprint", "get",
+           "large", "remove"]
 
 
 def cache_dir() -> Path:
@@ -29,25 +28,27 @@ def cache_dir() -> Path:
     return Path(base) / "nodeagent"
 
 
-def _current(root: Path, name: str) -> bool:
-    """True when ``root`` holds a node of preset ``name`` as this version lays it out (same spec, same layers)."""
-    try:
-        meta = json.loads((root / MARKER / "meta.json").read_text())
-    except (OSError, ValueError):
-        return False
-    spec = json.loads(json.dumps(asdict(get(name)), default=str))
-    return meta.get("spec") == spec and meta.get("layers") == layer_names()
+def fingerprint() -> str:
+    """A digest of the simulator's own code: a cached node made by other code is made again."""
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def cached(name: str) -> Path:
-    """The cached simulated node of preset ``name``, created on first use (safe across processes)."""
+    """The cached simulated node of preset ``name``, created on first use (safe across processes).
+
+    Nodes are kept per version of the simulator's code (``<cache>/sim/<fingerprint>/<preset>``), so a node made
+    by other code is never reused, and never removed under another process that still uses it.
+    """
     get(name)  # unknown preset -> KeyError before anything is made
-    base = cache_dir() / "sim"
+    base = cache_dir() / "sim" / fingerprint()
     base.mkdir(parents=True, exist_ok=True)
     root = base / name
     with open(base / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _current(root, name):
+        if not (root / MARKER / "meta.json").is_file():
             tmp = base / f".{name}.tmp-{os.getpid()}"
             if tmp.exists():
                 remove(tmp)
@@ -56,8 +57,13 @@ def cached(name: str) -> Path:
                 stale = base / f".{name}.broken-{os.getpid()}"
                 os.rename(root, stale)
                 try:
-                    remove(stale)  # laid out by an older version: nothing in it is worth keeping
+                    remove(stale)  # a half-made node: nothing in it is worth keeping
                 except (OSError, ValueError):
                     pass
             os.rename(tmp, root)
     return root
+
+
+def cached_path(name: str) -> Path:
+    """Where :func:`cached` keeps the node of preset ``name`` for this version of the simulator."""
+    return cache_dir() / "sim" / fingerprint() / name

@@ -3,20 +3,35 @@
 Layout as captured on a real 6.12 kernel (``realkernel/out-dax-3node.txt``): the device lives under its region
 (``.../regionN/daxN.0/daxN.0`` for legacy pmem, ``.../regionN/dax_regionN/daxN.0`` for CXL) with ``align dev
 driver mapping0 memmap_on_memory modalias numa_node power resource size subsystem target_node uevent``, and
-``/sys/bus/dax/devices/daxN.0`` links to it. Binding to kmem hot-adds the device's range, rounded inwards to
-whole memory blocks, to the target node.
+``/sys/bus/dax/devices/daxN.0`` links to it. A CXL device also gets the CXL objects behind it: its region
+(``/sys/bus/cxl/devices/regionN``), the endpoint decoder the region targets and the memdev behind that.
+
+The driver files behave as the dax bus does (what ``daxctl reconfigure-device`` writes, in its order):
+``<driver>/remove_id`` and ``<driver>/unbind`` detach a device; ``<driver>/new_id`` adds the device to the
+driver's id table, which attaches it at once, so the ``<driver>/bind`` that follows fails with EBUSY (daxctl
+ignores that). Attaching kmem hot-adds the device's range, rounded inwards to whole memory blocks, to the
+target node — online in the zone the kernel's ``auto_online_blocks`` policy chooses, or offline — and puts the
+struct pages of the new memory (64 bytes per 4 KiB page) in the DRAM of the nearest node unless the device's
+``memmap_on_memory`` is set. Detaching kmem hot-removes the blocks; with any block online it fails with EBUSY
+(the real kernel would detach and strand the memory until reboot: daxctl never lets that happen).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 
 from . import memory
-from .kernel import SimKernel
-from .tree import RO, RW
+from .kernel import SimKernel, ebusy, rule
+from .tree import RO, RW, WO
 
 BUS = "/sys/bus/dax"
+CXL_BUS = "/sys/bus/cxl"
+DRIVERS = ("device_dax", "kmem")
+#: struct page bytes per 4 KiB page (x86-64).
+STRUCT_PAGE = 64
+PAGE = 4096
 
 
 @dataclass(frozen=True)
@@ -68,24 +83,75 @@ def lay_out(k: SimKernel, d: DaxDef) -> None:
     up = _up(base)
     t.link(f"{base}/subsystem", f"{up}bus/dax")
     t.link(f"{BUS}/devices/{d.name}", f"../../..{device_dir(d)[4:]}")
-    for drv in ("device_dax", "kmem"):
-        t.dir(f"{BUS}/drivers/{drv}")
+    for drv in DRIVERS:
+        for attr in ("bind", "unbind", "new_id", "remove_id"):
+            if not t.exists(f"{BUS}/drivers/{drv}/{attr}"):
+                t.file(f"{BUS}/drivers/{drv}/{attr}", "", WO)
+    if d.kind == "cxl":
+        _cxl_objects(k, d)
     bind(k, d.name, "device_dax")
     state = k.state()
     state.setdefault("dax", {})[d.name] = {"start": d.start, "size": d.size, "node": d.target_node}
     k.save_state(state)
 
 
+def _cxl_objects(k: SimKernel, d: DaxDef) -> None:
+    """The CXL region above the DAX region, its endpoint decoder and the memdev behind it (one-way, 256 B)."""
+    t = k.tree
+    r, ep = d.region, d.region + 2
+    region = f"/sys/devices/platform/ACPI0017:00/root0/decoder0.{r}/region{r}"
+    for attr, value in (("mode", "ram"), ("size", d.size), ("resource", hex(d.start)), ("interleave_ways", 1),
+                        ("interleave_granularity", 256), ("commit", 1), ("target0", f"decoder{ep}.0"),
+                        ("uuid", ""), ("uevent", "DEVTYPE=cxl_region")):
+        t.file(f"{region}/{attr}", value, RW if attr in ("size", "commit", "target0") else RO)
+    bus = 0x30 + 0x10 * r
+    memdev = f"/sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:00.0/0000:{bus + 1:02x}:00.0/mem{r}"
+    t.file(f"{memdev}/ram/size", hex(d.size), RO)
+    t.file(f"{memdev}/pmem/size", "0x0", RO)
+    t.file(f"{memdev}/serial", hex(0x1000 + r), RO)
+    t.file(f"{memdev}/numa_node", d.numa_node, RO)
+    t.file(f"{memdev}/firmware_version", "BWFW VERSION 00", RO)
+    endpoint = f"/sys/devices/platform/ACPI0017:00/root0/port{r + 1}/endpoint{ep}"
+    t.file(f"{endpoint}/decoder{ep}.0/mode", "ram", RO)
+    t.file(f"{endpoint}/decoder{ep}.0/dpa_size", hex(d.size), RO)
+    t.file(f"{endpoint}/decoder{ep}.0/region", f"region{r}", RO)
+    t.link(f"{endpoint}/uport", "../../../../.." + memdev[4:])
+    for name, target in ((f"region{r}", region), (f"mem{r}", memdev), (f"endpoint{ep}", endpoint),
+                         (f"decoder{ep}.0", f"{endpoint}/decoder{ep}.0")):
+        t.link(f"{CXL_BUS}/devices/{name}", "../../.." + target[4:])
+
+
+def _device_rel(k: SimKernel, name: str) -> str:
+    real = os.path.realpath(k.tree.local(f"{BUS}/devices/{name}"))
+    return "/" + os.path.relpath(real, k.tree.root)
+
+
+def driver_of(k: SimKernel, name: str) -> str | None:
+    link = k.tree.local(f"{BUS}/devices/{name}/driver")
+    return os.path.basename(os.readlink(link)) if link.is_symlink() else None
+
+
 def bind(k: SimKernel, name: str, driver: str) -> None:
-    base = "/sys/bus/dax/devices/" + name
-    real = os.path.realpath(k.tree.local(base))
-    rel = "/" + os.path.relpath(real, k.tree.root)
+    """Attach ``name`` to ``driver`` (links only; :func:`attach` also does what the driver does)."""
+    rel = _device_rel(k, name)
     k.tree.link(f"{rel}/driver", f"{_up(rel)}bus/dax/drivers/{driver}")
     k.tree.link(f"{BUS}/drivers/{driver}/{name}", f"../../../..{rel}")
     other = "kmem" if driver == "device_dax" else "device_dax"
     stale = k.tree.local(f"{BUS}/drivers/{other}/{name}")
     if stale.is_symlink():
         stale.unlink()
+
+
+def unbind(k: SimKernel, name: str) -> None:
+    rel = _device_rel(k, name)
+    drv = driver_of(k, name)
+    link = k.tree.local(f"{rel}/driver")
+    if link.is_symlink():
+        link.unlink()
+    if drv:
+        back = k.tree.local(f"{BUS}/drivers/{drv}/{name}")
+        if back.is_symlink():
+            back.unlink()
 
 
 def block_range(k: SimKernel, name: str) -> list[int]:
@@ -97,17 +163,131 @@ def block_range(k: SimKernel, name: str) -> list[int]:
     return list(range(first, last))
 
 
-def to_system_ram(k: SimKernel, name: str, zone: str | None) -> list[int]:
-    """Bind to kmem: hot-add the blocks to the target node, online in ``zone`` (None: leave offline)."""
+def memmap_kb(k: SimKernel, name: str) -> int:
+    """DRAM the struct pages of the device's hot-added blocks take (kB)."""
+    return len(block_range(k, name)) * memory.block_size(k) // PAGE * STRUCT_PAGE // 1024
+
+
+def _memmap_node(k: SimKernel, target: int) -> int:
+    """Where the kernel puts the memmap of memory hot-added to ``target``: the nearest node with normal memory."""
+    normal = memory.parse_list(k.tree.read(f"{memory.NODE}/has_normal_memory"))
+    if target in normal or not normal:
+        return target
+    dist = _distances(k, target)
+    return min(normal, key=lambda n: (dist[n] if n < len(dist) else 255, n))
+
+
+def hot_add(k: SimKernel, name: str, zone: str | None) -> list[int]:
+    """What kmem does on attach: hot-add the blocks to the target node, online in ``zone`` (None: offline)."""
     info = k.state()["dax"][name]
     node = info["node"]
     if not k.tree.exists(f"{memory.NODE}/node{node}"):
         memory.add_node(k, node, [], _distances(k, node))
     ids = block_range(k, name)
     bs = memory.block_size(k)
+    on_device = k.tree.read(f"{_device_rel(k, name)}/memmap_on_memory").strip() == "1"
+    memmap_node = node if on_device else _memmap_node(k, node)
     memory.add_blocks(k, node, ids[0] * bs, len(ids) * bs, zone)
+    memory.charge(k, memmap_node, memmap_kb(k, name))
+    state = k.state()
+    state["dax"][name]["memmap_node"] = memmap_node
+    k.save_state(state)
     bind(k, name, "kmem")
     return ids
+
+
+def hot_remove(k: SimKernel, name: str) -> None:
+    """What kmem does on detach: every block must be offline; they disappear and the memmap is freed."""
+    ids = [n for n in block_range(k, name) if k.tree.exists(f"{memory.MEM}/memory{n}")]
+    online = [n for n in ids if k.tree.read(f"{memory.MEM}/memory{n}/state") != "offline"]
+    if online:
+        raise ebusy(f"{name}: {len(online)} memory blocks still online (memory{online[0]}...)")
+    info = k.state()["dax"][name]
+    memory.remove_blocks(k, ids)
+    memory.charge(k, info.get("memmap_node", info["node"]), -memmap_kb(k, name))
+    unbind(k, name)
+    memory.remove_node(k, info["node"])
+
+
+def to_system_ram(k: SimKernel, name: str, zone: str | None) -> list[int]:
+    """Bind to kmem: hot-add the blocks to the target node, online in ``zone`` (None: leave offline)."""
+    return hot_add(k, name, zone)
+
+
+def attach(k: SimKernel, name: str, driver: str) -> None:
+    """The driver core attaching ``name`` to ``driver``: kmem hot-adds per the auto-online policy."""
+    if driver == "kmem":
+        hot_add(k, name, memory.hotplug_policy_zone(k))
+    else:
+        bind(k, name, driver)
+
+
+def unplug(k: SimKernel, name: str) -> None:
+    """The device goes away (region torn down, expander removed): only a devdax or unbound device can."""
+    if driver_of(k, name) == "kmem":
+        raise ebusy(f"{name} is system-ram")
+    rel = _device_rel(k, name)
+    unbind(k, name)
+    k.tree.remove_tree(rel)
+    k.tree.local(f"{BUS}/devices/{name}").unlink()
+    state = k.state()
+    state.get("dax", {}).pop(name, None)
+    k.save_state(state)
+
+
+def _enodev(name: str) -> OSError:
+    return OSError(errno.ENODEV, os.strerror(errno.ENODEV) + f" ({name})")
+
+
+def _device(k: SimKernel, value: str) -> str:
+    name = value.strip()
+    if not name or not k.tree.local(f"{BUS}/devices/{name}").is_symlink():
+        raise _enodev(name)
+    return name
+
+
+@rule(r"/sys/bus/dax/drivers/(device_dax|kmem)/new_id")
+def _new_id(k: SimKernel, path: str, value: str) -> None:
+    driver = path.split("/")[-2]
+    name = value.strip()
+    state = k.state()
+    ids = state.setdefault("dax_ids", {}).setdefault(driver, [])
+    if name not in ids:
+        ids.append(name)
+    k.save_state(state)
+    # new_id attaches matching unbound devices at once (driver_attach).
+    if k.tree.local(f"{BUS}/devices/{name}").is_symlink() and driver_of(k, name) is None:
+        attach(k, name, driver)
+
+
+@rule(r"/sys/bus/dax/drivers/(device_dax|kmem)/remove_id")
+def _remove_id(k: SimKernel, path: str, value: str) -> None:
+    driver = path.split("/")[-2]
+    state = k.state()
+    ids = state.setdefault("dax_ids", {}).setdefault(driver, [])
+    if value.strip() in ids:
+        ids.remove(value.strip())
+    k.save_state(state)
+
+
+@rule(r"/sys/bus/dax/drivers/(device_dax|kmem)/bind")
+def _bind(k: SimKernel, path: str, value: str) -> None:
+    name = _device(k, value)
+    if driver_of(k, name) is not None:
+        raise ebusy(f"{name} already bound")
+    attach(k, name, path.split("/")[-2])
+
+
+@rule(r"/sys/bus/dax/drivers/(device_dax|kmem)/unbind")
+def _unbind(k: SimKernel, path: str, value: str) -> None:
+    name = _device(k, value)
+    driver = path.split("/")[-2]
+    if driver_of(k, name) != driver:
+        raise _enodev(name)
+    if driver == "kmem":
+        hot_remove(k, name)
+    else:
+        unbind(k, name)
 
 
 def _distances(k: SimKernel, node: int) -> list[int]:

@@ -13,8 +13,8 @@ import errno
 import os
 import re
 
-from ..kfmt import format_list, parse_list, parse_meminfo
-from .kernel import SimKernel, ebusy, einval, rule
+from ..kfmt import format_list, parse_list
+from .kernel import SimKernel, ebusy, einval, flusher, rule
 from .tree import RO, RW, WO
 
 MEM = "/sys/devices/system/memory"
@@ -96,18 +96,15 @@ def add_blocks(k: SimKernel, node: int, start: int, size: int, zone: str | None)
     first = start // bs
     ids = list(range(first, first + size // bs))
     t = k.tree
+    node_dir = t.local(f"{NODE}/node{node}")
     for n in ids:
-        b = f"{MEM}/memory{n}"
-        t.dir(b)
-        t.file(f"{b}/state", "online" if zone else "offline", RW)
-        t.file(f"{b}/online", 1 if zone else 0, RW)
-        t.file(f"{b}/phys_index", f"{n:08x}", RO)
-        t.file(f"{b}/phys_device", 0, RO)
-        t.file(f"{b}/removable", 1, RO)
-        t.file(f"{b}/valid_zones", zone or "Normal Movable", RO)
-        t.file(f"{b}/uevent", "", RW)
-        t.link(f"{b}/node{node}", f"../../node/node{node}")
-        t.link(f"{NODE}/node{node}/memory{n}", f"../../memory/memory{n}")
+        t.new_dir(f"{MEM}/memory{n}", {
+            "state": ("online" if zone else "offline", RW), "online": (1 if zone else 0, RW),
+            "phys_index": (f"{n:08x}", RO), "phys_device": (0, RO), "removable": (1, RO),
+            "valid_zones": (zone or "Normal Movable", RO), "uevent": ("", RW),
+        }, {f"node{node}": f"../../node/node{node}"},
+            shared=("state", "online", "phys_device", "removable", "valid_zones", "uevent"))
+        os.symlink(f"../../memory/memory{n}", node_dir / f"memory{n}")
     if zone is not None:
         _account(k, node, zone, len(ids))
     return ids
@@ -139,22 +136,63 @@ def _account(k: SimKernel, node: int, zone: str, nblocks: int) -> None:
     ns = _node_state(state, node)
     ns["online"][zone] = ns["online"].get(zone, 0) + nblocks
     k.save_state(state)
-    delta_kb = nblocks * block_size(k) // 1024
-    info = parse_meminfo(k.tree.read(f"{NODE}/node{node}/meminfo"))
-    k.tree.set(f"{NODE}/node{node}/meminfo", node_meminfo(node, info.get("MemTotal", 0) + delta_kb,
-                                                          ns["used_kb"]))
+    if not k.defer("memory", node):
+        derive(k, {node})
+
+
+@flusher("memory")
+def derive(k: SimKernel, nodes: set) -> None:
+    """Recompute what the kernel derives from the online blocks of ``nodes``: each node's meminfo, the
+    system's ``/proc/meminfo``, ``has_memory``/``has_normal_memory`` and the node's memory tier."""
+    state = k.state()
+    bs_kb = block_size(k) // 1024
+    for node in sorted(nodes):
+        ns = _node_state(state, node)
+        online = {z: c for z, c in ns["online"].items() if c > 0}
+        if k.tree.exists(f"{NODE}/node{node}/meminfo"):
+            k.tree.set(f"{NODE}/node{node}/meminfo", node_meminfo(node, sum(online.values()) * bs_kb, ns["used_kb"]))
+        _set_list(k, "has_memory", node, bool(online))
+        _set_list(k, "has_normal_memory", node, any(z != "Movable" for z in online))
+        tier = int(k.meta.get("node_tier", {}).get(str(node), DRAM_TIER))
+        set_tier(k, node, tier if online else None)
+    total = free = 0
+    for ns in state.get("nodes", {}).values():
+        node_kb = sum(c for c in ns["online"].values() if c > 0) * bs_kb
+        total += node_kb
+        free += max(node_kb - ns["used_kb"], 0)
     out = []
     for line in k.tree.read("/proc/meminfo").splitlines():
         key = line.split(":", 1)[0]
         if key in ("MemTotal", "MemFree", "MemAvailable"):
-            line = f"{key + ':':<16}{int(line.split()[1]) + delta_kb:>8} kB"
+            line = f"{key + ':':<16}{total if key == 'MemTotal' else free:>8} kB"
         out.append(line)
     k.tree.set("/proc/meminfo", "\n".join(out))
-    online = {z: c for z, c in ns["online"].items() if c > 0}
-    _set_list(k, "has_memory", node, bool(online))
-    _set_list(k, "has_normal_memory", node, any(z != "Movable" for z in online))
-    tier = int(k.meta.get("node_tier", {}).get(str(node), DRAM_TIER))
-    set_tier(k, node, tier if online else None)
+
+
+def charge(k: SimKernel, node: int, kb: int) -> None:
+    """The kernel's own use of ``kb`` more (negative: less) memory on ``node`` (e.g. struct pages)."""
+    state = k.state()
+    ns = _node_state(state, node)
+    ns["used_kb"] = max(ns["used_kb"] + kb, 0)
+    k.save_state(state)
+    if not k.defer("memory", node):
+        derive(k, {node})
+
+
+def remove_node(k: SimKernel, node: int) -> None:
+    """A CPU-less node whose last memory was hot-removed goes offline and its directory disappears."""
+    base = f"{NODE}/node{node}"
+    if not k.tree.exists(base) or parse_list(k.tree.read(f"{base}/cpulist")):
+        return
+    if any(name.startswith("memory") and name[6:].isdigit() for name in os.listdir(k.tree.local(base))):
+        return
+    set_tier(k, node, None)
+    for name in ("online", "has_memory", "has_normal_memory"):
+        _set_list(k, name, node, False)
+    k.tree.remove_tree(base)
+    state = k.state()
+    state.get("nodes", {}).pop(str(node), None)
+    k.save_state(state)
 
 
 def online_zones(k: SimKernel, node: int) -> dict[str, int]:
@@ -201,6 +239,9 @@ def _online(k: SimKernel, n: int, zone: str) -> None:
     b = f"{MEM}/memory{n}"
     if k.tree.read(f"{b}/state") == "online":
         raise einval(f"memory{n} already online")
+    if n in k.state().get("online_fail_blocks", []):
+        # A test's knob: onlining this block fails as when the kernel cannot allocate what it needs.
+        raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM) + f" (memory{n})")
     k.tree.set(f"{b}/state", "online")
     k.tree.set(f"{b}/online", 1)
     k.tree.set(f"{b}/valid_zones", zone)

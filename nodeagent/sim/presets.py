@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..kfmt import format_bracket, format_list
 from . import dax as simdax
-from . import memory
+from . import fake_daxctl, memory
 from .kernel import MARKER, THP_DEFRAG, THP_ENABLED, SimKernel
 from .tree import RO, RW, Tree
 
@@ -94,6 +94,8 @@ class Preset:
     node_tier: dict[int, int] = field(default_factory=dict)
     hostname: str = "node"
     files: dict[str, str] = field(default_factory=dict)  # extra /etc files (tuned, sysctl.d, udev rules)
+    daxctl: bool | None = None  # the (fake) daxctl in /usr/bin; None: installed when the preset has DAX devices
+    daxctl_udev_rule: bool = False  # Debian's daxctl package: udev rule + /etc/daxctl.conf.d reconfiguring on add
 
 
 BASE_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 "
@@ -165,7 +167,7 @@ def _h100(autoonline: bool) -> Preset:
         description=("2-socket H100 server with two 2 TiB CXL.mem expanders "
                      + ("auto-onlined at boot in ZONE_NORMAL" if autoonline else "as devdax, not yet onlined")),
         kernel="6.12.0-nodeagent-sim", block_size=2 * GiB, nodes=_two_sockets(1 * TiB, 48),
-        possible_nodes=4, dax=cxl, dax_online_zone="Normal" if autoonline else None,
+        possible_nodes=4, dax=cxl, dax_online_zone="Normal" if autoonline else None, daxctl_udev_rule=autoonline,
         cpu_flags=HOST_FLAGS, sockets=2, gpus=gpus, hostname="h100-cxl",
         mounts=(MountDef("/", "/dev/nvme0n1p2", "ext4", 960 * GiB, 120 * GiB),
                 MountDef("/models", "/dev/nvme1n1", "xfs", 7680 * GiB, 2900 * GiB)),
@@ -275,9 +277,36 @@ def build(preset: Preset, root: Path, *, kernel: str | None = None) -> Path:
         simdax.lay_out(k, d)
         if preset.dax_online_zone:
             simdax.to_system_ram(k, d.name, preset.dax_online_zone)
+    if preset.daxctl if preset.daxctl is not None else bool(preset.dax):
+        fake_daxctl.install(root)
+    if preset.daxctl_udev_rule:
+        _daxctl_udev(k)
     for step in LAYERS:
         step(k, preset)
     return root
+
+
+#: What Debian's daxctl package installs: a udev rule that starts ``daxdev-reconfigure@<dev>.service`` (which
+#: runs ``daxctl reconfigure-device --check-config <dev>``) for every DAX device added, and a config directory.
+DAXCTL_UDEV_RULE = ('ACTION=="add", SUBSYSTEM=="dax", TAG+="systemd", '
+                    'PROGRAM="/usr/bin/systemd-escape -p --template=daxdev-reconfigure@.service $env{DEVNAME}", '
+                    'ENV{SYSTEMD_WANTS}="%c"')
+DAXCTL_CONF_EXAMPLE = """# daxctl reads every *.conf here when reconfigure-device runs with --check-config
+# (as the udev rule's service does on every DAX device added). A section such as
+#   [reconfigure-device <unique-name>]
+#   nvdimm.uuid = <namespace uuid>
+#   mode = system-ram
+#   online = true
+#   movable = false
+# reconfigures the matching device. This example file configures nothing."""
+
+
+def _daxctl_udev(k: SimKernel) -> None:
+    k.tree.file("/lib/udev/rules.d/90-daxctl-device.rules", DAXCTL_UDEV_RULE, RW)
+    k.tree.file("/lib/systemd/system/daxdev-reconfigure@.service",
+                "[Unit]\nDescription=Automatic daxctl device reconfiguration\n\n[Service]\nType=forking\n"
+                'ExecStart=/bin/sh -c "exec daxctl reconfigure-device --check-config %I"', RW)
+    k.tree.file("/etc/daxctl.conf.d/daxctl.example.conf", DAXCTL_CONF_EXAMPLE, RW)
 
 
 def _proc_and_etc(k: SimKernel, p: Preset) -> None:
@@ -288,8 +317,7 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
     t.file("/etc/hostname", p.hostname, RW)
     t.file("/etc/os-release", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"', RW)
     t.file("/proc/cmdline", p.cmdline, RO)
-    # MemTotal and MemFree grow as the boot memory blocks come online (memory.add_blocks); used memory is
-    # subtracted once they are all there (_memory).
+    # MemTotal and MemFree follow the online memory blocks and each node's used memory (memory.derive).
     t.file("/proc/meminfo", "\n".join(f"{key + ':':<16}{0:>8} kB"
                                       for key in ("MemTotal", "MemFree", "MemAvailable", "SwapTotal")), RO)
     keys = ["numa_hit", "numa_miss", "numa_foreign", "numa_interleave", "numa_local", "numa_other",
@@ -305,6 +333,11 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
             continue
         t.file(path, value, RW)
     t.file("/sys/devices/system/memory/block_size_bytes", f"{p.block_size:x}", RO)
+    # memory_hotplug module parameters as a 6.x kernel shows them (online_policy arrived in 5.15).
+    if k.at_least(5, 15):
+        for name, value, mode in (("online_policy", "contig-zones", RW), ("auto_movable_ratio", 301, RW),
+                                  ("auto_movable_numa_aware", "Y", RW), ("memmap_on_memory", "N", RO)):
+            t.file(f"/sys/module/memory_hotplug/parameters/{name}", value, mode)
     t.file("/etc/hostname", p.hostname, RW)
     for path, content in p.files.items():
         t.file(path, content, RW)
@@ -348,14 +381,6 @@ def _memory(k: SimKernel, p: Preset) -> None:
         memory.add_blocks(k, n.id, n.start, n.size, "Normal")
     if ids:
         t.set("/sys/devices/system/memory/memory0/valid_zones", "none")
-    used_kb = sum(n.used for n in p.nodes) // 1024
-    lines = []
-    for line in t.read("/proc/meminfo").splitlines():
-        key = line.split(":", 1)[0]
-        if key in ("MemFree", "MemAvailable"):
-            line = f"{key + ':':<16}{int(line.split()[1]) - used_kb:>8} kB"
-        lines.append(line)
-    t.set("/proc/meminfo", "\n".join(lines))
 
 
 def layer_names() -> list[str]:

@@ -1,7 +1,15 @@
-"""Laying out files of a simulated ``/sys``, ``/proc`` and ``/etc`` with the modes the kernel gives them."""
+"""Laying out files of a simulated ``/sys``, ``/proc`` and ``/etc`` with the modes the kernel gives them.
+
+Thousands of memory blocks carry the same few attribute values (``online``, ``Movable``, ``1``...). To keep a
+hot-add of terabytes quick on slow disks, :meth:`Tree.new_dir` can make such files hard links to one shared
+copy per (content, mode) in ``.nodeagent-sim/pool``. :meth:`Tree.set` and :meth:`Tree.file` never write into
+a shared copy: they re-link (or unlink first), so changing one block's ``state`` changes only that block.
+Anything that writes into a simulated tree must therefore go through them (or through ``SimKernel.write``).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -15,6 +23,7 @@ class Tree:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._pooled_paths: dict[tuple[str, int | None], str] = {}
 
     def local(self, path: str) -> Path:
         return self.root / path.lstrip("/")
@@ -27,7 +36,55 @@ class Tree:
     def file(self, path: str, content: str | int = "", mode: int = RW) -> None:
         p = self.local(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        _replace(p, _text(content), mode)
+        text = _text(content)
+        if p.exists():
+            if p.stat().st_nlink > 1:
+                p.unlink()
+            else:
+                os.chmod(p, 0o644)
+        p.write_text(text)
+        os.chmod(p, mode)
+
+    def new_dir(self, path: str, files: dict[str, tuple[str | int, int]], links: dict[str, str] | None = None,
+                shared: tuple[str, ...] = ()) -> None:
+        """Create the new directory ``path`` with ``{name: (content, mode)}`` files and ``{name: target}``
+        symlinks. Files named in ``shared``, and the links, are hard links to pooled copies (see the module)."""
+        d = str(self.local(path))
+        os.makedirs(d)
+        for name, (content, mode) in files.items():
+            text = _text(content)
+            if name in shared:
+                os.link(self._pooled(text, mode), f"{d}/{name}")
+                continue
+            fd = os.open(f"{d}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                if text:
+                    os.write(fd, text.encode())
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+        for name, target in (links or {}).items():
+            os.link(self._pooled(target, None), f"{d}/{name}", follow_symlinks=False)
+
+    def _pooled(self, text: str, mode: int | None) -> str:
+        """The pool's copy of a file (``mode``) or symlink (``None``) with this content, made on first use."""
+        key = (text, mode)
+        cached = self._pooled_paths.get(key)
+        if cached is not None:
+            return cached
+        pool = self.root / ".nodeagent-sim" / "pool"
+        pool.mkdir(parents=True, exist_ok=True)
+        p = pool / f"{'l' if mode is None else f'{mode:o}'}-{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+        if not os.path.lexists(p):
+            tmp = p.with_name(p.name + f".{os.getpid()}")
+            if mode is None:
+                os.symlink(text, tmp)
+            else:
+                tmp.write_text(text)
+                os.chmod(tmp, mode)
+            os.replace(tmp, p)
+        self._pooled_paths[key] = str(p)
+        return str(p)
 
     def link(self, path: str, target: str) -> None:
         """A symlink at ``path`` pointing to the relative ``target`` (as sysfs links are)."""
@@ -43,7 +100,19 @@ class Tree:
     def set(self, path: str, content: str | int) -> None:
         """Replace a file's content keeping its mode (what the kernel does to its own attributes)."""
         p = self.local(path)
-        _replace(p, _text(content), p.stat().st_mode & 0o777)
+        st = p.stat()
+        mode = st.st_mode & 0o777
+        text = _text(content)
+        if st.st_nlink > 1:  # a pooled value shared by many blocks: point this one at the new value's copy
+            tmp = p.with_name(f".{p.name}.{os.getpid()}")
+            os.link(self._pooled(text, mode), tmp)
+            os.replace(tmp, p)
+            return
+        if not mode & 0o200:
+            os.chmod(p, mode | 0o200)
+        p.write_text(text)
+        if not mode & 0o200:
+            os.chmod(p, mode)
 
     def exists(self, path: str) -> bool:
         return self.local(path).exists()
@@ -68,23 +137,3 @@ class Tree:
 def _text(content: str | int) -> str:
     text = str(content)
     return text + "\n" if text and not text.endswith("\n") else text
-
-
-def _replace(p: Path, text: str, mode: int) -> None:
-    """Write a new inode and rename it over ``p``: never modify a file in place, so a simulated node may be
-    cloned with hard links (tests do) without one clone's writes showing in another."""
-    try:
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)  # a new file: no rename needed
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        if mode & ~0o644:
-            os.chmod(p, mode)
-        return
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, p)

@@ -1,0 +1,278 @@
+"""DAX devices and the memory behind them, from one rooted sysfs walk (the same code on a real host and on a
+simulated root).
+
+For each ``/sys/bus/dax/devices/daxR.N``: region, size, alignment, ``resource`` (physical address), target
+node, mode (from the driver it is bound to: ``kmem`` = system-ram, ``device_dax`` = devdax, none = disabled),
+``memmap_on_memory``, and — for system-ram — how many of its memory blocks are online and in which zone; plus
+the CXL region and memdevs behind it. Besides the devices: whether daxctl is installed (its path; it is only
+ever run to change things), Debian's daxctl udev rule and the ``/etc/daxctl.conf.d`` sections it acts on, the
+memory-hotplug settings on the kernel command line and in ``/sys/module/memory_hotplug/parameters``, and
+swap. Memory tiers and which nodes have CPUs are in the core facts.
+
+Blocks are read one by one only when needed: when a device's target node holds exactly that device's blocks
+and no ZONE_NORMAL memory, the node's MemTotal says how many are online (all movable), which keeps a node with
+tens of thousands of blocks quick to observe.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..host import Host
+from ..kfmt import parse_list, parse_meminfo
+from . import SECTIONS, Facts
+
+DAX_DEVICES = "/sys/bus/dax/devices"
+MEM = "/sys/devices/system/memory"
+NODE = "/sys/devices/system/node"
+CXL_DEVICES = "/sys/bus/cxl/devices"
+#: Where the daxctl package's udev rule may be; a file of the same name in /etc overrides (or masks) it.
+UDEV_RULE_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
+UDEV_RULE = "90-daxctl-device.rules"
+DAXCTL_CONF_DIR = "/etc/daxctl.conf.d"
+#: Kernel command-line parameters that decide how hot-added memory comes online.
+HOTPLUG_CMDLINE = ("memhp_default_state", "memory_hotplug.online_policy", "memory_hotplug.auto_movable_ratio",
+                   "memory_hotplug.memmap_on_memory", "movable_node", "movablecore", "kernelcore")
+HOTPLUG_PARAMS = ("online_policy", "auto_movable_ratio", "auto_movable_numa_aware", "memmap_on_memory")
+#: struct page bytes per 4 KiB page: the DRAM that hot-added memory costs when its memmap is not on itself.
+MEMMAP_PER_PAGE = 64
+PAGE = 4096
+
+
+@dataclass(frozen=True)
+class DaxDevice:
+    name: str
+    region: int
+    size: int
+    align: int | None
+    resource: int | None  # physical start address
+    target_node: int | None  # the node its memory joins as system-ram (None: the kernel gave none)
+    numa_node: int | None  # the node of the device itself
+    mode: str  # system-ram | devdax | disabled | other driver's name
+    memmap_on_memory: bool | None
+    blocks_total: int  # memory blocks its range covers (rounded inwards, as kmem hot-adds it)
+    blocks_present: int  # of those, hot-added now
+    blocks_online: int
+    zones: dict[str, int] = field(default_factory=dict)  # online blocks per zone, as valid_zones names them
+    backing: str = "other"  # cxl | pmem | hmem | other
+    cxl_region: str | None = None
+    cxl_memdevs: list[str] = field(default_factory=list)
+    memmap_bytes: int = 0  # DRAM its struct pages take once hot-added (0 when memmap_on_memory is set)
+
+    @property
+    def zone(self) -> str | None:
+        """The one zone all online blocks are in; None when none is online or they are mixed."""
+        return next(iter(self.zones)) if len(self.zones) == 1 else None
+
+    @property
+    def fully_online(self) -> bool:
+        return self.mode == "system-ram" and self.blocks_total > 0 and self.blocks_online == self.blocks_total
+
+
+@dataclass(frozen=True)
+class DaxFacts:
+    devices: list[DaxDevice]
+    block_size: int | None
+    daxctl: str | None  # the daxctl executable, None when not installed
+    udev_rule: str | None  # the daxctl udev rule in effect (a second agent reconfiguring devices on add)
+    daxctl_conf: list[dict[str, Any]]  # active [reconfigure-device ...] sections of /etc/daxctl.conf.d
+    cmdline: dict[str, str]  # memory-hotplug parameters given on the kernel command line
+    hotplug_params: dict[str, str]  # /sys/module/memory_hotplug/parameters
+    swap_total: int  # bytes
+
+    def device(self, name: str) -> DaxDevice | None:
+        return next((d for d in self.devices if d.name == name), None)
+
+
+def from_facts(facts: Facts) -> DaxFacts:
+    """The ``dax`` section of ``facts``, typed (empty when the facts were gathered without it)."""
+    d = facts.sections.get("dax") or {}
+    return DaxFacts(
+        devices=[DaxDevice(**x) for x in d.get("devices", [])], block_size=d.get("block_size"),
+        daxctl=d.get("daxctl"), udev_rule=d.get("udev_rule"), daxctl_conf=list(d.get("daxctl_conf", [])),
+        cmdline=dict(d.get("cmdline", {})), hotplug_params=dict(d.get("hotplug_params", {})),
+        swap_total=int(d.get("swap_total", 0)))
+
+
+def _int(text: str | None, base: int = 10) -> int | None:
+    try:
+        return int(text.strip(), base) if text is not None else None
+    except ValueError:
+        return None
+
+
+def block_ids(resource: int, size: int, block_size: int) -> range:
+    """The memory blocks kmem hot-adds for ``[resource, resource+size)``: whole blocks inside the range."""
+    first = -(-resource // block_size)
+    return range(first, max((resource + size) // block_size, first))
+
+
+def read_device(host: Host, name: str, block_size: int | None) -> DaxDevice | None:
+    """One device as sysfs shows it now; None when it does not exist (any more)."""
+    base = f"{DAX_DEVICES}/{name}"
+    size = _int(host.read_opt(f"{base}/size"))
+    if size is None:
+        return None
+    m = re.fullmatch(r"dax(\d+)\.(\d+)", name)
+    region = int(m.group(1)) if m else -1
+    driver = host.fs.readlink(f"{base}/driver")
+    drv = os.path.basename(driver) if driver else None
+    mode = {"kmem": "system-ram", "device_dax": "devdax", None: "disabled"}.get(drv, drv or "disabled")
+    resource = _int(host.read_opt(f"{base}/resource"), 16)
+    target = _int(host.read_opt(f"{base}/target_node"))
+    mom_text = host.read_opt(f"{base}/memmap_on_memory")
+    memmap_on_memory = None if mom_text is None else mom_text.strip() in ("1", "Y", "y")
+    ids = block_ids(resource, size, block_size) if resource and block_size else range(0)
+    present = online = 0
+    zones: dict[str, int] = {}
+    if mode == "system-ram" and ids:
+        present, online, zones = _blocks(host, ids, target, block_size or 0, bool(memmap_on_memory))
+    backing, cxl_region, memdevs = _backing(host, base)
+    memmap = 0 if memmap_on_memory else len(ids) * (block_size or 0) // PAGE * MEMMAP_PER_PAGE
+    return DaxDevice(name=name, region=region, size=size, align=_int(host.read_opt(f"{base}/align")),
+                     resource=resource, target_node=target if target is not None and target >= 0 else None,
+                     numa_node=_int(host.read_opt(f"{base}/numa_node")), mode=mode,
+                     memmap_on_memory=memmap_on_memory, blocks_total=len(ids), blocks_present=present,
+                     blocks_online=online, zones=zones, backing=backing, cxl_region=cxl_region,
+                     cxl_memdevs=memdevs, memmap_bytes=memmap)
+
+
+def block_state(host: Host, dev: DaxDevice, block_size: int) -> tuple[int, int, dict[str, int]]:
+    """(present, online, {zone: online}) of ``dev``'s blocks now (what progress polling reads)."""
+    if dev.resource is None or not block_size:
+        return 0, 0, {}
+    ids = block_ids(dev.resource, dev.size, block_size)
+    return _blocks(host, ids, dev.target_node, block_size, bool(dev.memmap_on_memory)) if ids else (0, 0, {})
+
+
+def _blocks(host: Host, ids: range, node: int | None, block_size: int,
+            memmap_on_memory: bool) -> tuple[int, int, dict[str, int]]:
+    """(present, online, {zone: online}) of the device's blocks."""
+    if node is not None and not memmap_on_memory:
+        summary = _node_summary(host, ids, node, block_size)
+        if summary is not None:
+            return summary
+    present = online = 0
+    zones: dict[str, int] = {}
+    for n in ids:
+        state = host.read_opt(f"{MEM}/memory{n}/state")
+        if state is None:
+            continue
+        present += 1
+        if state.strip().startswith("online"):
+            online += 1
+            zone = (host.read_opt(f"{MEM}/memory{n}/valid_zones") or "").split()
+            zones[zone[0] if zone else "unknown"] = zones.get(zone[0] if zone else "unknown", 0) + 1
+    return present, online, zones
+
+
+def _node_summary(host: Host, ids: range, node: int, block_size: int) -> tuple[int, int, dict[str, int]] | None:
+    """The answer from the node's own summary when it is unambiguous: the node holds exactly these blocks and
+    has no ZONE_NORMAL memory, so every online block is movable and MemTotal counts them."""
+    entries = host.fs.listdir(f"{NODE}/node{node}")
+    mine = {int(e[6:]) for e in entries if e.startswith("memory") and e[6:].isdigit()}
+    if not mine:
+        return (0, 0, {}) if not host.fs.exists(f"{MEM}/memory{ids[0]}") else None
+    if mine != set(ids):
+        return None
+    if node in parse_list(host.read_opt(f"{NODE}/has_normal_memory") or ""):
+        return None
+    total_kb = parse_meminfo(host.read_opt(f"{NODE}/node{node}/meminfo") or "").get("MemTotal")
+    if total_kb is None or (total_kb * 1024) % block_size:
+        return None
+    online = total_kb * 1024 // block_size
+    if online > len(ids):
+        return None
+    return len(ids), online, ({"Movable": online} if online else {})
+
+
+def _backing(host: Host, base: str) -> tuple[str, str | None, list[str]]:
+    """What provides the device's memory: a CXL region (and its memdevs), legacy/ACPI pmem, soft-reserved."""
+    real = os.path.realpath(host.fs.local(base))
+    if "/ndbus" in real:
+        return "pmem", None, []
+    region = next((c for c in real.split("/") if re.fullmatch(r"region\d+", c)
+                   and host.fs.exists(f"{CXL_DEVICES}/{c}")), None)
+    if region is None:
+        return ("hmem" if "/hmem" in real else "other"), None, []
+    memdevs = []
+    ways = _int(host.read_opt(f"{CXL_DEVICES}/{region}/interleave_ways")) or 0
+    for i in range(ways):
+        decoder = (host.read_opt(f"{CXL_DEVICES}/{region}/target{i}") or "").strip()
+        if not decoder:
+            continue
+        endpoint = os.path.dirname(os.path.realpath(host.fs.local(f"{CXL_DEVICES}/{decoder}")))
+        uport = os.readlink(os.path.join(endpoint, "uport")) if os.path.islink(os.path.join(endpoint, "uport")) \
+            else None
+        if uport:
+            memdevs.append(os.path.basename(uport))
+    return "cxl", region, memdevs
+
+
+def _udev_rule(host: Host) -> str | None:
+    """The daxctl udev rule that udev would use (a same-named file earlier in the search order wins; a link to
+    /dev/null or an empty file masks it)."""
+    for d in UDEV_RULE_DIRS:
+        path = f"{d}/{UDEV_RULE}"
+        if not host.fs.exists(path) and host.fs.readlink(path) is None:
+            continue
+        if host.fs.readlink(path) == "/dev/null" or not (host.read_opt(path) or "").strip():
+            return None
+        return path
+    return None
+
+
+def _daxctl_conf(host: Host) -> list[dict[str, Any]]:
+    """Active ``[reconfigure-device NAME]`` sections (what daxctl --check-config would apply)."""
+    out: list[dict[str, Any]] = []
+    for name in host.fs.listdir(DAXCTL_CONF_DIR):
+        if not name.endswith(".conf"):
+            continue
+        path = f"{DAXCTL_CONF_DIR}/{name}"
+        section: dict[str, Any] | None = None
+        for line in (host.read_opt(path) or "").splitlines():
+            line = line.split("#", 1)[0].strip()
+            m = re.fullmatch(r"\[\s*reconfigure-device\s+(\S+)\s*\]", line)
+            if m:
+                section = {"file": path, "section": m.group(1), "settings": {}}
+                out.append(section)
+            elif line.startswith("["):
+                section = None
+            elif section is not None and "=" in line:
+                key, _, value = line.partition("=")
+                section["settings"][key.strip()] = value.strip()
+    return out
+
+
+def _cmdline(host: Host) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for word in (host.read_opt("/proc/cmdline") or "").split():
+        key, _, value = word.partition("=")
+        if key in HOTPLUG_CMDLINE:
+            out[key] = value
+    return out
+
+
+def gather(host: Host) -> dict[str, Any]:
+    bs_text = host.read_opt(f"{MEM}/block_size_bytes")
+    block_size = _int(bs_text, 16)
+    names = [n for n in host.fs.listdir(DAX_DEVICES) if re.fullmatch(r"dax\d+\.\d+", n)]
+    names.sort(key=lambda n: tuple(int(x) for x in n[3:].split(".")))
+    devices = [dev for n in names if (dev := read_device(host, n, block_size)) is not None]
+    meminfo = parse_meminfo(host.read_opt("/proc/meminfo") or "")
+    params = {p: v.strip() for p in HOTPLUG_PARAMS
+              if (v := host.read_opt(f"/sys/module/memory_hotplug/parameters/{p}")) is not None}
+    daxctl = host.commands.which("daxctl")
+    if daxctl and not host.is_real:  # as the node sees it, not where this host keeps the root
+        daxctl = "/" + os.path.relpath(daxctl, host.root)
+    return {
+        "devices": [asdict(d) for d in devices], "block_size": block_size, "daxctl": daxctl,
+        "udev_rule": _udev_rule(host), "daxctl_conf": _daxctl_conf(host),
+        "cmdline": _cmdline(host), "hotplug_params": params, "swap_total": meminfo.get("SwapTotal", 0) * 1024,
+    }
+
+
+SECTIONS["dax"] = gather
