@@ -38,6 +38,9 @@ def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def cli(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    # The preflight checks have their own tests; qemu-3node and l40-kvm64 fail them on purpose.
+    if args and args[0] == "apply" and "--skip-checks" not in args:
+        args = ("apply", "--skip-checks", "all", *args[1:])
     code = main(["--root", str(root), *args])
     out = capsys.readouterr()
     return code, out.out, out.err
@@ -324,7 +327,7 @@ def test_progress_is_reported_while_daxctl_runs(make_node) -> None:
 
 def test_json_mode_prints_no_progress(make_node, capsys) -> None:
     root = make_node("qemu-3node")
-    code, out, err = cli(root, capsys, "--format", "json", "apply", "--yes", TIERED)
+    code, out, err = cli(root, capsys, "--format", "json", "apply", "--skip-checks", "all", "--yes", TIERED)
     assert code == 0 and err == "" and json.loads(out)["status"] == "converged"
 
 
