@@ -85,3 +85,6 @@ def gather(host: Host) -> Facts:
         simulated=simulated,
         sections={name: fn(host) for name, fn in SECTIONS.items()},
     )
+
+
+from . import damon as _damon  # noqa: E402,F401  (registers the DAMON fact section)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from ..vocab import AUTO_ONLINE_BLOCKS, NUMA_BALANCING, NUMA_BALANCING_BY_NAME, THP_DEFRAG, THP_ENABLED
+from .damon import Damon
 
 
 def _choice_error(choices: tuple[str, ...] | list[str], value: Any, extra: str = "") -> PydanticCustomError:
@@ -108,5 +109,6 @@ class NodeProfile(Strict):
     metadata: Metadata
     kernel: Kernel = Kernel()
     memory: Memory = Memory()
+    damon: Damon | None = None  # see nodeagent.profile.damon
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

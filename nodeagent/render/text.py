@@ -78,4 +78,7 @@ def facts_text(f: Facts) -> str:
     out.append("knobs:")
     for key, raw in f.knobs.items():
         out.append(f"  {key:<48} {raw if raw is not None else '(not on this kernel)'}")
+    from ..facts.damon import summary_lines
+
+    out += summary_lines(f)
     return "\n".join(out)
