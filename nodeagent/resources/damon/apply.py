@@ -129,7 +129,7 @@ def _delete(host: Host, change: Change, actx: ApplyContext) -> str:
     if d["running"]:
         _stop(host, index, d["pid"], change.target)
     host.write(f"{KDAMONDS}/{index}/contexts/nr_contexts", "0")
-    _record(actx, index, None)
+    _record(actx, index, {"name": None, "pid": None, "config": {"contexts/nr_contexts": "0"}})
     return f"kdamond {index} stopped and emptied"
 
 

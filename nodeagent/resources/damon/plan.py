@@ -9,8 +9,9 @@ Kernel rules the plan follows (``../shared/reference/realkernel/NOTES.md`` shows
   replacing it an explicit, disruptive choice).
 - Rewriting any ``nr_*`` file resets its children to defaults, even with the same number: a count is written
   only when it changes, and then everything below it is written again.
-- Removing a kdamond stops it and empties its slot (``nr_contexts`` 0); the count shrinks to 0 only when no
-  kdamond is left that anyone would miss.
+- Removing a kdamond stops it and empties its slot (``nr_contexts`` 0, recorded as nodeagent's empty slot,
+  reused before any count change); the count drops to 0 only when every slot is nodeagent's and the profile
+  keeps no kdamond.
 - While a DAMON module (damon_reclaim, damon_lru_sort, damon_stat) runs, ``state=on`` fails with EBUSY:
   starting is predicted to fail and left out; commits of running kdamonds still work.
 
@@ -32,12 +33,15 @@ from .spec import Spec
 
 KIND = "damon"
 ALL = "damon.kdamonds"
+#: The count files: writing one recreates the numbered directories beside it with defaults.
+COUNTS = {"nr_kdamonds", "nr_contexts", "nr_targets", "nr_regions", "nr_schemes", "nr_filters", "nr_goals",
+          "nr_dests"}
 
 
 @dataclass(frozen=True)
 class Owned:
     index: int
-    name: str
+    name: str | None  # None: a slot nodeagent emptied (it may reuse it, or drop it with the count)
     pid: int | None
     kdamond: Kdamond
 
@@ -59,7 +63,9 @@ def owned_kdamonds(damon: DamonFacts, ownership: dict[str, Any]) -> tuple[dict[i
             notes.append(f"{kd.describe()} no longer holds the configuration nodeagent wrote for "
                          f"{rec.get('name')}: treated as not managed by nodeagent")
         else:
-            owned[kd.index] = Owned(kd.index, str(rec.get("name")), kd.pid if kd.running else None, kd)
+            name = rec.get("name")
+            owned[kd.index] = Owned(kd.index, str(name) if name is not None else None,
+                                    kd.pid if kd.running else None, kd)
     return owned, notes
 
 
@@ -73,7 +79,7 @@ def diff_writes(desired: tuple[tuple[str, str], ...], observed: dict[str, str]) 
         if stale or observed.get(path) != value:
             out.append((path, value))
             name = path.rsplit("/", 1)[-1]
-            if name.startswith("nr_"):
+            if name in COUNTS:
                 reset.append(path.rsplit("/", 1)[0] + "/" if "/" in path else "")
     return out
 
@@ -137,10 +143,11 @@ def plan_kdamonds(specs: list[Spec], damon: DamonFacts, ownership: dict[str, Any
     owned, notes = owned_kdamonds(damon, ownership)
     rp.warnings += notes
     foreign = [k for k in damon.kdamonds if k.index not in owned and not k.empty]
-    free = [k.index for k in damon.kdamonds if k.index not in owned and k.empty]
-    by_name = {o.name: o for o in owned.values()}
+    free = [k.index for k in damon.kdamonds if (k.index not in owned and k.empty)
+            or (k.index in owned and owned[k.index].name is None and not k.running)]
+    by_name = {o.name: o for o in owned.values() if o.name is not None}
     names = {s.name for s in specs}
-    removals = [o for o in owned.values() if o.name not in names]
+    removals = [o for o in owned.values() if o.name is not None and o.name not in names]
     slots = sorted(free + [o.index for o in removals])
     placed: list[tuple[Spec, int | None]] = []
     for s in specs:
@@ -168,7 +175,7 @@ def plan_kdamonds(specs: list[Spec], damon: DamonFacts, ownership: dict[str, Any
         if kd is None:
             continue
         mine = owner is not None and owner.name == s.name
-        ch = _in_place(s, index, kd, mine, owner if owner is not None and not mine else None)
+        ch = _in_place(s, index, kd, mine, owner if owner is not None and owner.name and not mine else None)
         if ch is None:
             rp.unchanged.append(f"damon.{s.name}")
         elif ch.op != "update" and starts_blocked:
@@ -192,7 +199,7 @@ def plan_kdamonds(specs: list[Spec], damon: DamonFacts, ownership: dict[str, Any
     rp.changes += sorted(steps, key=lambda c: c.op != "delete")
     if rebuild is not None:
         rp.changes.append(rebuild)
-    if not specs and not foreign and damon.nr_kdamonds > 0:
+    if not specs and damon.nr_kdamonds > 0 and all(k.index in owned for k in damon.kdamonds):
         rp.changes.append(Change(KIND, ALL, "reconfigure", damon.nr_kdamonds, 0,
                                  reason="no kdamond left in the profile: nr_kdamonds 0 (after stopping nodeagent's)",
                                  path="/sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds",
@@ -225,7 +232,7 @@ def _growth(specs: list[Spec], homeless: list[Spec], damon: DamonFacts, owned: d
         kds.append({"index": i, "name": s.name, "writes": [list(w) for w in s.writes], "config": s.config,
                     "dest_nodes": list(s.dest_nodes)})
     disruptive = bool(running)
-    before = ", ".join(f"{o.name}" for o in owned.values()) or "none of nodeagent's"
+    before = ", ".join(o.name for o in owned.values() if o.name) or "none of nodeagent's"
     return Change(KIND, ALL, "reconfigure", damon.nr_kdamonds, len(specs),
                   reason="\n      ".join([f"{names} need{'s' if len(homeless) == 1 else ''} a new kdamond slot:",
                                           *steps]),
