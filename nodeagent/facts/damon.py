@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from ..errors import BusyError
 from ..host import Host
 from ..kfmt import kernel_version, parse_list
 from . import SECTIONS, Facts
@@ -39,6 +42,20 @@ DAX = "/sys/bus/dax/devices"
 
 _STATUS_FILES = {"avail_operations", "pid", "state", "effective_bytes", "total_bytes"}
 _STATUS_DIRS = {"stats", "tried_regions"}
+T = TypeVar("T")
+
+
+def retry_busy(fn: Callable[..., T], *args: Any, tries: int = 5) -> T:
+    """Call ``fn``, retrying on EBUSY: DAMON's sysfs files take the interface lock with a trylock and answer
+    EBUSY while another process holds it. An EBUSY that persists (a running kdamond) is raised."""
+    for attempt in range(tries):
+        try:
+            return fn(*args)
+        except BusyError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.02 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _walk(host: Host, base: str, rel: str, config: dict[str, str], status: dict[str, str], seen: set[str],
@@ -53,7 +70,7 @@ def _walk(host: Host, base: str, rel: str, config: dict[str, str], status: dict[
             _walk(host, base, child, config, status, seen, dirs, in_status or name in _STATUS_DIRS)
             continue
         seen.add(normalize(child))
-        value = host.read_opt(path)
+        value = retry_busy(host.read_opt, path)
         if value is None:
             continue
         if in_status or name in _STATUS_FILES:
@@ -112,7 +129,7 @@ def _module(host: Host, name: str) -> bool | None:
 def gather(host: Host) -> dict[str, Any]:
     """The DAMON section of the facts (read-only)."""
     kernel = kernel_version(host.read_opt("/proc/sys/kernel/osrelease") or "")
-    nr_text = host.read_opt(f"{KDAMONDS}/nr_kdamonds")
+    nr_text = retry_busy(host.read_opt, f"{KDAMONDS}/nr_kdamonds")
     kdamonds: list[dict[str, Any]] = []
     seen: set[str] = set()
     dirs: set[str] = set()

@@ -12,6 +12,8 @@
 - A paddr target with no regions runs and monitors nothing (statistics stay 0).
 - Each kdamond's running configuration is a snapshot taken at ``on``/``commit`` (simulator state); the tree
   shows staged values, exactly as the kernel does. Pids are made up (200, 201...).
+- DAMON's sysfs takes its lock with a trylock: while another process holds it, writes fail with EBUSY and
+  change nothing (:func:`contend` makes the next N writes do that).
 - The special-purpose modules' ``enabled`` parameters (damon_reclaim, damon_lru_sort, damon_stat) take
   kstrtobool; enabling one while a sysfs kdamond runs is EBUSY, and while one is enabled ``on`` is EBUSY.
 """
@@ -30,6 +32,33 @@ A = re.escape(lay.KDAMONDS)
 _U32 = ("nr_accesses/min", "nr_accesses/max", "age/min", "age/max", "_permil", "access_bp", "aggrs",
         "refresh_ms", "/id", "/weight", "addr_unit")
 _SIGNED = ("target_nid", "damon_target_idx", "pid_target", "/nid")
+
+
+def damon_rule(pattern: str):  # type: ignore[no-untyped-def]
+    """:func:`rule` for DAMON files: while another process holds the sysfs lock (see :func:`contend`), the
+    kernel's trylock fails and the write returns EBUSY without doing anything."""
+
+    def deco(func):  # type: ignore[no-untyped-def]
+        def guarded(k: SimKernel, path: str, value: str) -> None:
+            state, d = _st(k)
+            if d.get("contended", 0) > 0:
+                d["contended"] -= 1
+                k.save_state(state)
+                raise ebusy("damon_sysfs_lock is held by another process")
+            func(k, path, value)
+
+        rule(pattern)(guarded)
+        return func
+
+    return deco
+
+
+def contend(k: SimKernel, writes: int) -> None:
+    """Make the next ``writes`` DAMON writes fail with EBUSY, as while another tool holds the sysfs lock."""
+    with k.locked():
+        state, d = _st(k)
+        d["contended"] = writes
+        k.save_state(state)
 
 
 def _st(k: SimKernel) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -60,7 +89,7 @@ def _number(path: str, value: str) -> int:
     return n
 
 
-@rule(A + r"/.+")
+@damon_rule(A + r"/.+")
 def _numeric(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, _number(path, value))
 
@@ -79,7 +108,7 @@ def _renumber(k: SimKernel, path: str, value: str, limit: int | None = None) -> 
     k.tree.set(path, n)
 
 
-@rule(A + r"/nr_kdamonds")
+@damon_rule(A + r"/nr_kdamonds")
 def _nr_kdamonds(k: SimKernel, path: str, value: str) -> None:
     if running(k):
         raise ebusy("a kdamond is running")
@@ -89,12 +118,12 @@ def _nr_kdamonds(k: SimKernel, path: str, value: str) -> None:
     k.save_state(state)
 
 
-@rule(A + r"/\d+/contexts/nr_contexts")
+@damon_rule(A + r"/\d+/contexts/nr_contexts")
 def _nr_contexts(k: SimKernel, path: str, value: str) -> None:
     _renumber(k, path, value, limit=1)
 
 
-@rule(A + r"/\d+/contexts/0/(targets/nr_targets|targets/\d+/regions/nr_regions|schemes/nr_schemes"
+@damon_rule(A + r"/\d+/contexts/0/(targets/nr_targets|targets/\d+/regions/nr_regions|schemes/nr_schemes"
       r"|schemes/\d+/(filters|core_filters|ops_filters)/nr_filters|schemes/\d+/quotas/goals/nr_goals"
       r"|schemes/\d+/dests/nr_dests)")
 def _nr_children(k: SimKernel, path: str, value: str) -> None:
@@ -112,21 +141,21 @@ def _word(choices: list[str]):  # type: ignore[no-untyped-def]
     return handler
 
 
-rule(A + r"/\d+/contexts/0/operations")(_word(lay.operations))  # type: ignore[arg-type]
-rule(A + r"/\d+/contexts/0/schemes/\d+/action")(_word(lambda k: lay.names(k, lay.ACTIONS)))  # type: ignore
-rule(A + r"/\d+/contexts/0/schemes/\d+/(filters|core_filters|ops_filters)/\d+/type")(
+damon_rule(A + r"/\d+/contexts/0/operations")(_word(lay.operations))  # type: ignore[arg-type]
+damon_rule(A + r"/\d+/contexts/0/schemes/\d+/action")(_word(lambda k: lay.names(k, lay.ACTIONS)))  # type: ignore
+damon_rule(A + r"/\d+/contexts/0/schemes/\d+/(filters|core_filters|ops_filters)/\d+/type")(
     _word(lambda k: lay.names(k, lay.FILTER_TYPES)))  # type: ignore[arg-type]
-rule(A + r"/\d+/contexts/0/schemes/\d+/quotas/goals/\d+/target_metric")(
+damon_rule(A + r"/\d+/contexts/0/schemes/\d+/quotas/goals/\d+/target_metric")(
     _word(lambda k: lay.names(k, lay.GOAL_METRICS)))  # type: ignore[arg-type]
-rule(A + r"/\d+/contexts/0/schemes/\d+/watermarks/metric")(_word(["none", "free_mem_rate"]))
+damon_rule(A + r"/\d+/contexts/0/schemes/\d+/watermarks/metric")(_word(["none", "free_mem_rate"]))
 
 
-@rule(A + r"/\d+/contexts/0/schemes/\d+/(filters|core_filters|ops_filters)/\d+/(matching|allow)")
+@damon_rule(A + r"/\d+/contexts/0/schemes/\d+/(filters|core_filters|ops_filters)/\d+/(matching|allow)")
 def _yes_no(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, "Y" if kstrtobool(value) else "N")
 
 
-@rule(A + r"/\d+/contexts/0/schemes/\d+/((filters|core_filters|ops_filters)/\d+/memcg_path"
+@damon_rule(A + r"/\d+/contexts/0/schemes/\d+/((filters|core_filters|ops_filters)/\d+/memcg_path"
       r"|quotas/goals/\d+/path)")
 def _text(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, value.rstrip("\n"))
@@ -203,7 +232,7 @@ def _module_running(k: SimKernel) -> list[str]:
     return [n for n, _ in lay.MODULES if _read(k, f"/sys/module/{n}/parameters/enabled", "N") == "Y"]
 
 
-@rule(A + r"/(\d+)/state")
+@damon_rule(A + r"/(\d+)/state")
 def _state(k: SimKernel, path: str, value: str) -> None:
     cmd = value.strip()
     if cmd not in lay.names(k, lay.COMMANDS):

@@ -21,6 +21,7 @@ from nodeagent.cli import main
 from nodeagent.resources.damon.plan import COUNTS
 from nodeagent.sim import SimKernel
 from nodeagent.sim import dax as simdax
+from nodeagent.sim.damon import contend
 from nodeagent.sim.damon_presets import start_foreign
 
 K = "/sys/kernel/mm/damon/admin/kdamonds"
@@ -320,3 +321,26 @@ def test_facts_and_plan_run_on_a_read_only_node(node, tmp_path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cannot add demote-cold-node0" in proc.stdout
+
+
+def test_a_transiently_busy_interface_is_retried(node, tmp_path, capsys) -> None:
+    root, k = node()
+    contend(k, 3)  # another tool holds DAMON's sysfs lock for a moment
+    code, out, err = run(capsys, root, "apply", "--yes", profile(tmp_path))
+    assert code == 0, out + err
+    results = [r for _, _, r in damon_writes(k)]
+    assert results[:4] == ["EBUSY", "EBUSY", "EBUSY", "ok"] and kd(k, 0, "state") == "on"
+
+
+def test_without_online_commit_an_update_restarts_the_kdamond(node, tmp_path, capsys) -> None:
+    root, k = node(kernel="5.18.0")
+    pageout = "        - action: pageout\n          access: {age: {min: 5s}}\n          quota: {size: QUOTA}\n"
+    code, out, err = run(capsys, root, "apply", "--yes", profile(tmp_path, schemes=pageout.replace("QUOTA", "1GiB")))
+    assert code == 0, out + err
+    pid, mark = kd(k, 0, "pid"), len(k.journal())
+    changed = profile(tmp_path, schemes=pageout.replace("QUOTA", "2GiB"), name="q.yaml")
+    code, out, err = run(capsys, root, "apply", "--yes", changed)
+    assert code == 0, out + err
+    assert [(p, v) for p, v, _ in damon_writes(k, mark) if p.startswith("0/")] == [
+        ("0/state", "off"), ("0/contexts/0/schemes/0/quotas/bytes", str(2 * 2**30)), ("0/state", "on")]
+    assert kd(k, 0, "state") == "on" and kd(k, 0, "pid") != pid

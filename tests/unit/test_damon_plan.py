@@ -208,3 +208,18 @@ def test_from_facts_reads_a_saved_section(make_node) -> None:
 
     again = Facts.from_dict(__import__("json").loads(facts.to_json()))
     assert from_facts(again) == from_facts(facts)
+
+
+def test_taking_over_a_stopped_foreign_configuration_is_still_disruptive() -> None:
+    from nodeagent.resources.damon.plan import plan_kdamonds
+    from nodeagent.resources.damon.spec import Spec
+
+    foreign = Kdamond(0, "off", -1, {"contexts/nr_contexts": "1", "contexts/0/operations": "paddr"}, {})
+    damon = DamonFacts(True, 1, (foreign,), {}, {}, {}, (), None)
+    spec = Spec("a", 0, "nearest: node0 → node2", (0,), (2,), (("contexts/nr_contexts", "1"),), "paddr over node0")
+    refuse = plan_kdamonds([spec], damon, {}, "refuse", allow_disruptive=True)
+    assert refuse.changes == [] and "kdamond 0 (stopped; paddr) is configured and not managed" in \
+        refuse.problems[0].message and not refuse.problems[0].blocking
+    take = plan_kdamonds([spec], damon, {}, "take-over", allow_disruptive=False)
+    (change,) = take.changes
+    assert change.disruptive and "discard the configuration of kdamond 0 (stopped; paddr)" in change.reason

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from ...errors import HostError
-from ...facts.damon import KDAMONDS
+from ...facts.damon import KDAMONDS, retry_busy
 from ...host import Host
 from ...kfmt import parse_list
 from ...plan import Change
@@ -26,7 +26,12 @@ class KdamondError(HostError):
 
 
 def _read(host: Host, index: int, name: str) -> str:
-    return (host.read_opt(f"{KDAMONDS}/{index}/{name}") or "").strip()
+    return (retry_busy(host.read_opt, f"{KDAMONDS}/{index}/{name}") or "").strip()
+
+
+def _write(host: Host, path: str, value: str) -> None:
+    """One write; a transient EBUSY (another process holds DAMON's sysfs lock) is retried."""
+    retry_busy(host.write, path, value)
 
 
 def _pid(host: Host, index: int) -> int:
@@ -76,14 +81,14 @@ def _stop(host: Host, index: int, pid: int, whose: str) -> None:
     if now != pid:
         raise KdamondError(f"kdamond {index} runs as pid {now}, not {pid} as planned: it changed hands; not "
                            "stopping it", hint="run plan again")
-    host.write(f"{KDAMONDS}/{index}/state", "off")
+    _write(host, f"{KDAMONDS}/{index}/state", "off")
     if _read(host, index, "state") != "off":
         raise KdamondError(f"kdamond {index} ({whose}) did not stop")
 
 
 def _start(host: Host, index: int, command: str, name: str, expect_pid: int | None) -> int:
     """Write ``on`` or ``commit``, then read back: the kdamond must run (with the same pid after a commit)."""
-    host.write(f"{KDAMONDS}/{index}/state", command)
+    _write(host, f"{KDAMONDS}/{index}/state", command)
     state, pid = _read(host, index, "state"), _pid(host, index)
     if state != "on":
         if command == "commit":
@@ -109,13 +114,13 @@ def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
             raise KdamondError(f"{name}: kdamond {index} no longer runs as pid {d['expect_pid']}: not touching it",
                                hint="run plan again")
     elif d.get("stop_pid"):
-        _stop(host, index, d["stop_pid"], "replaced")
+        _stop(host, index, d["stop_pid"], "to restart it")
     elif _read(host, index, "state") == "on":
         raise KdamondError(f"{name}: kdamond {index} started since the plan was made: not touching it",
                            hint="run plan again")
     _require_nodes(host, d["dest_nodes"], name)
     for path, value in d["writes"]:
-        host.write(f"{KDAMONDS}/{index}/{path}", value)
+        _write(host, f"{KDAMONDS}/{index}/{path}", value)
     _record(actx, index, _entry(d, d["expect_pid"], profile))
     pid = _start(host, index, command, name, d["expect_pid"])
     _record(actx, index, _entry(d, pid, profile))
@@ -128,7 +133,7 @@ def _delete(host: Host, change: Change, actx: ApplyContext) -> str:
     index = d["index"]
     if d["running"]:
         _stop(host, index, d["pid"], change.target)
-    host.write(f"{KDAMONDS}/{index}/contexts/nr_contexts", "0")
+    _write(host, f"{KDAMONDS}/{index}/contexts/nr_contexts", "0")
     _record(actx, index, {"name": None, "pid": None, "config": {"contexts/nr_contexts": "0"}})
     return f"kdamond {index} stopped and emptied"
 
@@ -139,12 +144,12 @@ def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
         _stop(host, index, pid, "to rebuild")
     for kd in d["kdamonds"]:
         _require_nodes(host, kd["dest_nodes"], kd["name"])
-    host.write(f"{KDAMONDS}/nr_kdamonds", str(d["count"]))
+    _write(host, f"{KDAMONDS}/nr_kdamonds", str(d["count"]))
     _save(actx, {})  # every kdamond's configuration is gone now
     started = []
     for kd in d["kdamonds"]:
         for path, value in kd["writes"]:
-            host.write(f"{KDAMONDS}/{kd['index']}/{path}", value)
+            _write(host, f"{KDAMONDS}/{kd['index']}/{path}", value)
         _record(actx, kd["index"], _entry(kd, None, profile))
         pid = _start(host, kd["index"], "on", kd["name"], None)
         _record(actx, kd["index"], _entry(kd, pid, profile))

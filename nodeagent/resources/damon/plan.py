@@ -97,11 +97,20 @@ def _kd_data(spec: Spec, index: int, writes: list[tuple[str, str]], command: str
             ("dest_nodes", list(spec.dest_nodes)))
 
 
-def _in_place(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned | None) -> Change | None:
+def _in_place(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned | None,
+              can_commit: bool = True) -> Change | None:
     """Build, update or start ``spec`` inside existing slot ``index`` (no count change)."""
     writes = diff_writes(spec.writes, kd.config)
     target = f"damon.{spec.name}"
     base = f"kdamond {index}"
+    if mine and kd.running and not can_commit:  # 5.18: no `commit` yet, so an update is stop, stage, on
+        if not writes:
+            return None
+        return Change(KIND, target, "update", f"running (pid {kd.pid})", spec.summary,
+                      reason=f"{spec.how}\n      this kernel has no online commit (5.19): stop {base}, stage "
+                      f"{len(writes)} file(s), state=on (a new pid): {_changed(writes, kd.config)}",
+                      path=_path(index), before_label=f"{base} running, pid {kd.pid}",
+                      after_label=f"{base} restarted", data=_kd_data(spec, index, writes, "on", None, kd.pid))
     if mine and kd.running:
         if not writes:
             return None
@@ -175,10 +184,11 @@ def plan_kdamonds(specs: list[Spec], damon: DamonFacts, ownership: dict[str, Any
         if kd is None:
             continue
         mine = owner is not None and owner.name == s.name
-        ch = _in_place(s, index, kd, mine, owner if owner is not None and owner.name and not mine else None)
+        ch = _in_place(s, index, kd, mine, owner if owner is not None and owner.name and not mine else None,
+                       damon.has("commit"))
         if ch is None:
             rp.unchanged.append(f"damon.{s.name}")
-        elif ch.op != "update" and starts_blocked:
+        elif ch.detail("command") == "on" and starts_blocked:
             rp.problems.append(_blocked_by_modules(damon, f"damon.{s.name}"))
         else:
             steps.append(ch)
@@ -224,6 +234,8 @@ def _growth(specs: list[Spec], homeless: list[Spec], damon: DamonFacts, owned: d
     stops = [[k.index, k.pid] for k in running]
     steps = [f"stop {k.describe()}" + (" — NOT nodeagent's: taken over" if k.index not in owned else "")
              for k in running]
+    steps += [f"discard the configuration of {k.describe()} — NOT nodeagent's: taken over"
+              for k in foreign if not k.running]
     steps.append(f"nr_kdamonds {damon.nr_kdamonds} → {len(specs)}"
                  + (" (wipes every kdamond's configuration)" if damon.nr_kdamonds else ""))
     kds = []
@@ -231,7 +243,7 @@ def _growth(specs: list[Spec], homeless: list[Spec], damon: DamonFacts, owned: d
         steps.append(f"build {s.name} as kdamond {i}: {s.summary} [{s.how}], state=on")
         kds.append({"index": i, "name": s.name, "writes": [list(w) for w in s.writes], "config": s.config,
                     "dest_nodes": list(s.dest_nodes)})
-    disruptive = bool(running)
+    disruptive = bool(running) or bool(foreign)  # stopping anything, or wiping a configuration not ours
     before = ", ".join(o.name for o in owned.values() if o.name) or "none of nodeagent's"
     return Change(KIND, ALL, "reconfigure", damon.nr_kdamonds, len(specs),
                   reason="\n      ".join([f"{names} need{'s' if len(homeless) == 1 else ''} a new kdamond slot:",

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from ...facts import Facts
-from ...facts.damon import KDAMONDS, from_facts
+from ...facts.damon import KDAMONDS, from_facts, retry_busy
 from ...facts.damon import gather as gather_damon
 from ...host import Host
 from .plan import owned_kdamonds
@@ -43,7 +43,7 @@ def refresh_stats(host: Host, ownership: dict[str, Any]) -> list[str]:
         if int(kd.config.get("refresh_ms", "0") or 0) > 0:
             done.append(f"{o.name}: kdamond {index} refreshes itself every {kd.config['refresh_ms']} ms")
             continue
-        host.write(f"{KDAMONDS}/{index}/state", "update_schemes_stats")
+        retry_busy(host.write, f"{KDAMONDS}/{index}/state", "update_schemes_stats")
         done.append(f"{o.name}: kdamond {index} statistics refreshed")
     return done
 
