@@ -248,7 +248,8 @@ def _state(k: SimKernel, path: str, value: str) -> None:
         snap, err = snapshot(k, base)
         if snap is None:
             raise einval(err or "")
-        kd.update(started=True, snapshot=snap, stats={}, pid=d["next_pid"])
+        kd.update(started=True, snapshot=snap, stats={}, pid=d["next_pid"],
+                  effective=[sc["bytes"] for sc in snap["schemes"]])
         d["next_pid"] += 1
         _set_running(k, base, kd, True)
     elif cmd == "off":
@@ -266,19 +267,21 @@ def _state(k: SimKernel, path: str, value: str) -> None:
             kd["snapshot"] = snap
     elif cmd == "update_schemes_stats":
         _refresh_stats(k, base, kd)
-    elif cmd == "update_schemes_effective_quotas":
-        for i, s in enumerate(kd["snapshot"]["schemes"]):
+    elif cmd == "update_schemes_effective_quotas":  # as of the last quota reset: a commit shows up later
+        for i, eff in enumerate(kd.get("effective", [])):
             p = f"{base}/contexts/0/schemes/{i}/quotas/effective_bytes"
             if k.tree.exists(p):
-                k.tree.set(p, s["bytes"])
+                k.tree.set(p, eff)
     elif cmd == "commit_schemes_quota_goals" and not any(s["goals"] for s in kd["snapshot"]["schemes"]):
         raise einval("no quota goals")
     k.save_state(state)
 
 
 def _refresh_stats(k: SimKernel, base: str, kd: dict[str, Any]) -> None:
-    """A deterministic stand-in for what DAMOS did since the last refresh: nothing without regions."""
+    """A deterministic stand-in for what DAMOS did since the last refresh (a quota reset interval has passed,
+    so effective quotas follow the committed ones): nothing is tried or applied without regions."""
     snap = kd["snapshot"]
+    kd["effective"] = [sc["bytes"] for sc in snap["schemes"]]
     total = sum(e - s for s, e in snap["regions"])
     for i, s in enumerate(snap["schemes"]):
         st = kd["stats"].setdefault(str(i), dict.fromkeys(("nr_tried", "sz_tried", "nr_applied", "sz_applied",

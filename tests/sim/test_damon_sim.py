@@ -7,7 +7,7 @@ import errno
 import pytest
 
 from nodeagent.sim import SimKernel
-from nodeagent.sim.damon import tick
+from nodeagent.sim.damon import contend, tick
 from nodeagent.sim.damon_presets import start_foreign
 
 K = "/sys/kernel/mm/damon/admin/kdamonds"
@@ -85,6 +85,20 @@ def test_bad_commit_is_accepted_and_silently_kills_the_kdamond(make_node) -> Non
     assert _errno(k, f"{K}/0/state", "on") == errno.EINVAL  # the kernel validates at on
 
 
+def test_effective_quota_follows_a_commit_only_after_a_quota_reset(make_node) -> None:
+    k = SimKernel(make_node("qemu-3node"))
+    _paddr_kdamond(k)
+    k.write(f"{S}/quotas/bytes", "268435456")
+    k.write(f"{K}/0/state", "on")
+    k.write(f"{S}/quotas/bytes", "536870912")
+    k.write(f"{K}/0/state", "commit")
+    k.write(f"{K}/0/state", "update_schemes_effective_quotas")
+    assert k.tree.read(f"{S}/quotas/effective_bytes") == "268435456"  # as captured on 6.12
+    k.write(f"{K}/0/state", "update_schemes_stats")
+    k.write(f"{K}/0/state", "update_schemes_effective_quotas")
+    assert k.tree.read(f"{S}/quotas/effective_bytes") == "536870912"
+
+
 def test_values_are_validated_like_the_kernel(make_node) -> None:
     k = SimKernel(make_node("qemu-3node"))
     _paddr_kdamond(k)
@@ -125,6 +139,15 @@ def test_three_kernel_generations(make_node, kernel: str, present: list[str], ab
         assert _errno(k, f"{S}/action", "migrate_cold") == errno.EINVAL
     else:
         k.write(f"{S}/action", "migrate_cold")
+
+
+def test_a_held_sysfs_lock_makes_writes_fail_with_ebusy_and_change_nothing(make_node) -> None:
+    k = SimKernel(make_node("qemu-3node"))
+    contend(k, 1)
+    assert _errno(k, f"{K}/nr_kdamonds", "1") == errno.EBUSY
+    assert k.tree.read(f"{K}/nr_kdamonds") == "0"
+    k.write(f"{K}/nr_kdamonds", "1")
+    assert k.tree.read(f"{K}/nr_kdamonds") == "1"
 
 
 def test_modules_and_sysfs_kdamonds_exclude_each_other(make_node) -> None:

@@ -256,8 +256,8 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
                  "set operations: paddr")
     ranges = sorted(r for n in p.sources for r in nc.ranges.get(n, ()))
     if not ranges:
-        chk.warn(f"{p.name}: node{'s' if len(p.sources) > 1 else ''} "
-                            f"{', '.join(map(str, p.sources))} have no memory to monitor: kdamond not created")
+        chk.warn(f"{p.name}: node{'s' if len(p.sources) > 1 else ''} {', '.join(map(str, p.sources))} "
+                 "have no memory to monitor: kdamond not created")
         return None
     out: Writes = []
     if kd.stats_refresh is not None:
@@ -305,7 +305,7 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
             f"{format_duration_us(int(goal.min_sample * ratio))} and {format_duration_us(int(goal.max_sample * ratio))}"
             f"; scheme ages are counts of aggregation intervals (computed with aggregate "
             f"{format_duration_us(mon.aggregate)}), so their time meaning scales with it")
-    size = sum(e - s for s, e in ranges)
+    size = sum(end - start for start, end in ranges)
     summary = (f"{kd.operations} over node{','.join(map(str, p.sources))} ({len(ranges)} region"
                f"{'s' if len(ranges) > 1 else ''}, {format_size(size)}); " + ("; ".join(actions) or "no schemes"))
     dest_nodes = tuple(sorted({d for ds in p.dests for d in ds}))
