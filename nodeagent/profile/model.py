@@ -42,6 +42,7 @@ from ..vocab import (
     THP_ENABLED,
 )
 from .checks import Checks
+from .damon import Damon
 
 
 def _choice_error(choices: tuple[str, ...] | list[str], value: Any, extra: str = "") -> PydanticCustomError:
@@ -208,5 +209,6 @@ class NodeProfile(Strict):
     kernel: Kernel = Kernel()
     memory: Memory = Memory()
     checks: Checks = Checks()
+    damon: Damon | None = None  # see nodeagent.profile.damon
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

@@ -1,0 +1,125 @@
+"""DAMON kdamonds built, updated, started and stopped through ``/sys/kernel/mm/damon/admin``.
+
+The profile's ``damon:`` section (:mod:`nodeagent.profile.damon`) names kdamonds by purpose; the plan resolves
+node classes from memory tiers (:mod:`.nodes`), converts human units to the kernel's files (:mod:`.spec`),
+checks every file, action and filter against the kernel's capabilities (found without writing, see
+:mod:`nodeagent.facts.damon_caps`), and diffs with what the kernel shows and what nodeagent owns
+(:mod:`.plan`). Apply writes in the kernel's order and verifies each ``on``/``commit`` (:mod:`.apply`).
+Statistics of nodeagent's own kdamonds: :mod:`.stats`.
+
+A profile without ``damon:`` leaves DAMON alone; ``damon: {kdamonds: []}`` removes nodeagent's kdamonds.
+A kdamond whose classes resolve to no node here (no CXL node, say) is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...facts import Facts
+from ...facts.damon import from_facts
+from ...host import Host
+from ...plan import Change, Problem
+from ...profile import LoadedProfile
+from ..base import ApplyContext, PlanContext, ResourcePlan
+from .apply import apply_change
+from .nodes import NodeClasses, classes, pair
+from .plan import KIND, plan_kdamonds
+from .spec import Checker, Spec, kdamond_spec
+
+__all__ = ["DamonResource", "KIND", "build_specs"]
+
+
+def _resolve(ref: int | str, nc: NodeClasses, facts: Facts, chk: Checker, path: tuple) -> tuple[int, ...] | None:
+    """Nodes a selector means; ``None`` (after recording a problem) for a node id that cannot be used."""
+    if isinstance(ref, int):
+        if facts.node(ref) is None and ref not in nc.pending:
+            chk.fail(path, f"node {ref} is not online here" + (" (and no DAX device brings it online)"
+                                                              if ref not in facts.possible_nodes else ""),
+                     "use fast/slow or an online node id")
+            return None
+        return (ref,)
+    return nc.resolve(ref)
+
+
+def build_specs(loaded: LoadedProfile, facts: Facts) -> tuple[list[Spec], Checker, list[str]]:
+    """The kdamonds the profile asks for on this node, with the problems and warnings found on the way."""
+    model = loaded.profile.damon
+    damon = from_facts(facts)
+    nc = classes(facts, damon, dax_managed=loaded.data.get("dax") is not None)
+    chk = Checker(damon, loaded.where, facts.kernel_release)
+    notes = list(nc.notes)
+    specs: list[Spec] = []
+    for i, kd in enumerate(model.kdamonds if model else []):
+        base = ("damon", "kdamonds", i)
+        sources: list[int] = []
+        for t, target in enumerate(kd.targets):
+            got = _resolve(target.node, nc, facts, chk, base + ("targets", t, "node"))
+            sources += [n for n in got or () if n not in sources]
+        if not sources:
+            notes.append(f"{kd.name}: targets {', '.join(str(t.node) for t in kd.targets)} resolve to no node "
+                         "here: kdamond not created")
+            continue
+        if (kd.targets and any(isinstance(t.node, str) for t in kd.targets)) and not facts.tiers:
+            chk.fail(base + ("targets",), "fast/slow need memory tiers, which this kernel does not show",
+                     "use node ids")
+        scheme_dests: list[tuple[int, ...] | None] = []
+        empty: list[str] = []
+        for j, s in enumerate(kd.schemes):
+            refs = [s.target_node] if s.target_node is not None else [d.node for d in s.dests or []]
+            if not refs:
+                scheme_dests.append(None)
+                continue
+            dests: list[int] = []
+            for ref in refs:
+                dests += [n for n in _resolve(ref, nc, facts, chk, base + ("schemes", j, "target_node")) or ()
+                          if n not in dests]
+            if not dests:
+                empty += [str(r) for r in refs]
+            scheme_dests.append(tuple(dests))
+        if empty:
+            notes.append(f"{kd.name}: destination {', '.join(dict.fromkeys(empty))} resolves to no node here "
+                         "(no such memory tier): kdamond not created")
+            continue
+        pairings, skipped = pair(kd.name, kd.pairing, tuple(sources), scheme_dests, nc)
+        notes += skipped
+        for p in pairings:
+            spec = kdamond_spec(i, kd, p, nc, chk)
+            if spec is not None:
+                specs.append(spec)
+    names = [s.name for s in specs]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        chk.fail(("damon", "kdamonds"), f"two kdamonds would be named {dup} after pairing", "rename one")
+    return specs, chk, notes
+
+
+class DamonResource:
+    kind = KIND
+
+    def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
+        model = loaded.profile.damon
+        if model is None:
+            return ResourcePlan()
+        damon = from_facts(facts)
+        if not damon.sysfs:
+            rp = ResourcePlan()
+            if model.kdamonds:
+                rp.problems.append(Problem(KIND, "damon", f"{loaded.where('damon')}: damon: this kernel "
+                                           f"({facts.kernel_release or 'unknown'}) has no DAMON sysfs interface "
+                                           "(/sys/kernel/mm/damon/admin: kernel 5.18 with CONFIG_DAMON_SYSFS)",
+                                           hint="remove the damon section, or run a kernel with DAMON sysfs"))
+            return rp
+        specs, chk, notes = build_specs(loaded, facts)
+        if chk.problems:
+            return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
+                                warnings=notes + chk.warnings)
+        rp = plan_kdamonds(specs, damon, ctx.state.get("ownership") or {}, model.coexist, ctx.allow_disruptive)
+        rp.changes = [_with_profile(c, loaded.name) for c in rp.changes]
+        rp.warnings = notes + chk.warnings + rp.warnings
+        return rp
+
+    def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
+        return apply_change(host, change, actx, str(change.detail("profile", "")))
+
+
+def _with_profile(change: Change, profile: str) -> Change:
+    return replace(change, data=change.data + (("profile", profile),))

@@ -1,0 +1,165 @@
+"""Carrying out DAMON changes: counts before children, stage values, ``on`` or ``commit``, then read back.
+
+The kernel accepts a ``commit`` of a bad configuration and then silently stops the kdamond, so every ``on``
+and ``commit`` is followed by reading ``state`` and ``pid``: a kdamond must be ``on`` afterwards, and after a
+commit with the same pid. Before touching a kdamond the apply re-checks what the plan saw (same pid, slot still
+free), so a kdamond that changed hands in between is left alone. Ownership is recorded before ``on`` (so a
+crash right after still knows the kdamond is nodeagent's) and again with the pid once it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ...errors import HostError
+from ...facts.damon import KDAMONDS, retry_busy
+from ...host import Host
+from ...kfmt import parse_list
+from ...plan import Change
+from ..base import ApplyContext
+from .plan import ALL
+
+
+class KdamondError(HostError):
+    """A kdamond did not end up as planned (did not start, died on commit, changed hands)."""
+
+
+def _read(host: Host, index: int, name: str) -> str:
+    return (retry_busy(host.read_opt, f"{KDAMONDS}/{index}/{name}") or "").strip()
+
+
+def _write(host: Host, path: str, value: str) -> None:
+    """One write; a transient EBUSY (another process holds DAMON's sysfs lock) is retried."""
+    retry_busy(host.write, path, value)
+
+
+def _pid(host: Host, index: int) -> int:
+    text = _read(host, index, "pid")
+    return int(text) if text.lstrip("-").isdigit() else -1
+
+
+def _ownership(actx: ApplyContext) -> dict[str, Any]:
+    return actx.state.load("ownership.json") if actx.state is not None else {}
+
+
+def _save(actx: ApplyContext, records: dict[str, Any]) -> None:
+    if actx.state is None:
+        return
+    data = actx.state.load("ownership.json")
+    data["damon"] = {"kdamonds": records}
+    actx.state.save("ownership.json", data)
+
+
+def _records(actx: ApplyContext) -> dict[str, Any]:
+    return dict((_ownership(actx).get("damon") or {}).get("kdamonds") or {})
+
+
+def _record(actx: ApplyContext, index: int, entry: dict[str, Any] | None) -> None:
+    records = _records(actx)
+    if entry is None:
+        records.pop(str(index), None)
+    else:
+        records[str(index)] = {**entry, "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    _save(actx, records)
+
+
+def _require_nodes(host: Host, nodes: list[int], what: str) -> None:
+    online = set(parse_list(host.read_opt("/sys/devices/system/node/has_memory") or ""))
+    missing = [n for n in nodes if n not in online]
+    if missing:
+        raise KdamondError(f"{what}: destination node{'s' if len(missing) > 1 else ''} "
+                           f"{', '.join(map(str, missing))} {'have' if len(missing) > 1 else 'has'} no memory "
+                           "online: not starting a kdamond that would migrate pages there",
+                           hint="online the DAX device(s) first (the profile's dax section), then apply again")
+
+
+def _stop(host: Host, index: int, pid: int, whose: str) -> None:
+    now = _pid(host, index)
+    if _read(host, index, "state") != "on":
+        return
+    if now != pid:
+        raise KdamondError(f"kdamond {index} runs as pid {now}, not {pid} as planned: it changed hands; not "
+                           "stopping it", hint="run plan again")
+    _write(host, f"{KDAMONDS}/{index}/state", "off")
+    if _read(host, index, "state") != "off":
+        raise KdamondError(f"kdamond {index} ({whose}) did not stop")
+
+
+def _start(host: Host, index: int, command: str, name: str, expect_pid: int | None) -> int:
+    """Write ``on`` or ``commit``, then read back: the kdamond must run (with the same pid after a commit)."""
+    _write(host, f"{KDAMONDS}/{index}/state", command)
+    state, pid = _read(host, index, "state"), _pid(host, index)
+    if state != "on":
+        if command == "commit":
+            raise KdamondError(f"{name}: the kernel accepted the commit to kdamond {index} but the kdamond stopped "
+                               "(state off): it rejected the new configuration",
+                               hint="check the profile values the kernel validates at commit (memcg paths, "
+                               "regions, intervals), then apply again to start it")
+        raise KdamondError(f"{name}: kdamond {index} did not start (state {state or '?'})")
+    if expect_pid is not None and pid != expect_pid:
+        raise KdamondError(f"{name}: kdamond {index} runs as pid {pid} after the commit, not {expect_pid}")
+    return pid
+
+
+def _entry(d: dict[str, Any], pid: int | None, profile: str) -> dict[str, Any]:
+    return {"name": d["name"], "pid": pid, "config": d["config"], "profile": profile}
+
+
+def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
+    d = dict(change.data)
+    index, name, command = d["index"], d["name"], d["command"]
+    if command == "commit":
+        if _pid(host, index) != d["expect_pid"] or _read(host, index, "state") != "on":
+            raise KdamondError(f"{name}: kdamond {index} no longer runs as pid {d['expect_pid']}: not touching it",
+                               hint="run plan again")
+    elif d.get("stop_pid"):
+        _stop(host, index, d["stop_pid"], "to restart it")
+    elif _read(host, index, "state") == "on":
+        raise KdamondError(f"{name}: kdamond {index} started since the plan was made: not touching it",
+                           hint="run plan again")
+    _require_nodes(host, d["dest_nodes"], name)
+    for path, value in d["writes"]:
+        _write(host, f"{KDAMONDS}/{index}/{path}", value)
+    _record(actx, index, _entry(d, d["expect_pid"], profile))
+    pid = _start(host, index, command, name, d["expect_pid"])
+    _record(actx, index, _entry(d, pid, profile))
+    verb = "committed" if command == "commit" else "started"
+    return f"kdamond {index} {verb} ({len(d['writes'])} file(s) written), pid {pid}"
+
+
+def _delete(host: Host, change: Change, actx: ApplyContext) -> str:
+    d = dict(change.data)
+    index = d["index"]
+    if d["running"]:
+        _stop(host, index, d["pid"], change.target)
+    _write(host, f"{KDAMONDS}/{index}/contexts/nr_contexts", "0")
+    _record(actx, index, {"name": None, "pid": None, "config": {"contexts/nr_contexts": "0"}})
+    return f"kdamond {index} stopped and emptied"
+
+
+def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
+    d = dict(change.data)
+    for index, pid in d["stop"]:
+        _stop(host, index, pid, "to rebuild")
+    for kd in d["kdamonds"]:
+        _require_nodes(host, kd["dest_nodes"], kd["name"])
+    _write(host, f"{KDAMONDS}/nr_kdamonds", str(d["count"]))
+    _save(actx, {})  # every kdamond's configuration is gone now
+    started = []
+    for kd in d["kdamonds"]:
+        for path, value in kd["writes"]:
+            _write(host, f"{KDAMONDS}/{kd['index']}/{path}", value)
+        _record(actx, kd["index"], _entry(kd, None, profile))
+        pid = _start(host, kd["index"], "on", kd["name"], None)
+        _record(actx, kd["index"], _entry(kd, pid, profile))
+        started.append(f"{kd['name']} (kdamond {kd['index']}, pid {pid})")
+    return f"nr_kdamonds {d['count']}" + (f"; started {', '.join(started)}" if started else "")
+
+
+def apply_change(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
+    if change.target == ALL:
+        return _rebuild(host, change, actx, profile)
+    if change.op == "delete":
+        return _delete(host, change, actx)
+    return _kdamond(host, change, actx, profile)

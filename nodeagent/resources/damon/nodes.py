@@ -1,0 +1,159 @@
+"""Which nodes ``fast`` and ``slow`` mean on this node, how sources pair with destinations, and the physical
+ranges a paddr target monitors. Pure functions of the facts.
+
+- ``fast``: the nodes of the top memory tier (lowest ``memory_tier<N>``); ``slow``: the nodes of every lower
+  tier, ordered by tier then id. CPU presence plays no part (a CPU-less node can be DRAM).
+- A DAX device still in devdax mode becomes a ``slow`` node *only* when the profile also manages DAX (a
+  ``dax:`` section, applied before DAMON): its node is then pending, and its ranges are the device's
+  ``resource``/``size`` rounded inwards to whole memory blocks — what kmem will hot-add.
+- Distances come from ``nodeN/distance`` (one entry per online node, in node order); a pending DAX node has
+  none yet, so it counts as near the node its device hangs off (``numa_node``) and far from the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...facts import Facts
+from ...facts.damon import DamonFacts
+
+FAR = 255
+
+
+@dataclass(frozen=True)
+class NodeClasses:
+    fast: tuple[int, ...]
+    slow: tuple[int, ...]
+    tier: dict[int, int]  # node → tier number (pending DAX nodes: a number below every real tier)
+    ranges: dict[int, tuple[tuple[int, int], ...]]
+    pending: dict[int, str] = field(default_factory=dict)  # node → DAX device not yet online
+    near: dict[int, int] = field(default_factory=dict)  # pending node → node its device is attached to
+    distances: dict[tuple[int, int], int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def resolve(self, ref: int | str) -> tuple[int, ...]:
+        if isinstance(ref, int):
+            return (ref,)
+        return self.fast if ref == "fast" else self.slow
+
+    def distance(self, a: int, b: int) -> int:
+        if (a, b) in self.distances:
+            return self.distances[(a, b)]
+        if b in self.near:
+            return 0 if self.near[b] == a else FAR
+        if a in self.near:
+            return 0 if self.near[a] == b else FAR
+        return FAR
+
+    def nearest(self, source: int, candidates: tuple[int, ...]) -> int | None:
+        """The candidate closest to ``source`` (ties: faster tier, then lower id); never ``source`` itself."""
+        pool = [c for c in candidates if c != source]
+        if not pool:
+            return None
+        return min(pool, key=lambda c: (self.distance(source, c), self.tier.get(c, FAR), c))
+
+    def label(self, node: int) -> str:
+        return f"node{node}" + (f" ({self.pending[node]}, not yet online)" if node in self.pending else "")
+
+
+def _distances(facts: Facts) -> dict[tuple[int, int], int]:
+    online = [n.id for n in facts.nodes]
+    out: dict[tuple[int, int], int] = {}
+    for n in facts.nodes:
+        row = n.distances
+        ids = online if len(row) == len(online) else list(range(len(row)))
+        for other, d in zip(ids, row, strict=False):
+            out[(n.id, other)] = d
+    return out
+
+
+def classes(facts: Facts, damon: DamonFacts, dax_managed: bool) -> NodeClasses:
+    tiers = sorted(facts.tiers.items())
+    tier_of = {n: t for t, nodes in tiers for n in nodes}
+    fast = tuple(sorted(tiers[0][1])) if tiers else ()
+    slow = [n for _, nodes in tiers[1:] for n in sorted(nodes)]
+    ranges = {n: tuple(r) for n, r in damon.node_ranges.items() if r}
+    pending: dict[int, str] = {}
+    near: dict[int, int] = {}
+    notes: list[str] = []
+    bs = damon.block_size or 0
+    lowest = (tiers[-1][0] + 1) if tiers else 0
+    for dev in damon.dax:
+        node = int(dev["target_node"])
+        if dev["mode"] == "system-ram" or node in tier_of or node in pending or not bs:
+            continue
+        if not dax_managed:
+            notes.append(f"node{node} ({dev['name']}, {dev['mode']}) is not online and this profile does not "
+                         "manage DAX: it is not used as a slow node")
+            continue
+        first = -(-dev["start"] // bs)
+        last = (dev["start"] + dev["size"]) // bs
+        if last <= first:
+            continue
+        pending[node] = dev["name"]
+        near[node] = int(dev.get("numa_node", -1))
+        ranges[node] = ((first * bs, last * bs),)
+        tier_of[node] = lowest
+        slow.append(node)
+    return NodeClasses(fast, tuple(slow), tier_of, ranges, pending, near, _distances(facts), tuple(notes))
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """One kdamond to build: which nodes it monitors and where each migrate scheme sends pages."""
+
+    name: str
+    sources: tuple[int, ...]
+    dests: tuple[tuple[int, ...], ...]  # per profile scheme: destination nodes (empty for non-migrate)
+    how: str  # human explanation, shown in the plan
+
+
+def pair(name: str, pairing: str, sources: tuple[int, ...], scheme_dests: list[tuple[int, ...] | None],
+         nc: NodeClasses) -> tuple[list[Pairing], list[str]]:
+    """Expand one profile kdamond into the kdamonds to build.
+
+    ``nearest``: one kdamond per source node (named ``<name>-node<N>`` when there are several), each migrate
+    scheme going to the destination nearest that source. ``split``: one kdamond over all sources; a migrate
+    scheme with several destinations becomes one scheme per destination (``target_nid`` each).
+    """
+    skipped: list[str] = []
+    out: list[Pairing] = []
+    if pairing == "nearest":
+        for src in sources:
+            dests: list[tuple[int, ...]] = []
+            for cand in scheme_dests:
+                if cand is None:
+                    dests.append(())
+                    continue
+                best = nc.nearest(src, cand)
+                if best is None:
+                    break
+                dests.append((best,))
+            else:
+                kd = name if len(sources) == 1 else f"{name}-node{src}"
+                moves = [f"node{src} → {nc.label(d[0])} (distance {_dist(nc, src, d[0])})" for d in dests if d]
+                how = "nearest: " + ("; ".join(dict.fromkeys(moves)) if moves else f"monitors node{src}")
+                out.append(Pairing(kd, (src,), tuple(dests), how))
+                continue
+            skipped.append(f"{name}: no destination node for source node{src}: kdamond not created")
+        return out, skipped
+    dests = []
+    for cand in scheme_dests:
+        if cand is None:
+            dests.append(())
+            continue
+        pool = tuple(d for d in cand if d not in sources)
+        if not pool:
+            return [], [f"{name}: no destination node outside its sources: kdamond not created"]
+        dests.append(pool)
+    srcs = ",".join(f"node{s}" for s in sources)
+    moves = sorted({nc.label(d) for ds in dests for d in ds})
+    how = f"split: one kdamond over {srcs}" + (f"; one scheme per destination: {', '.join(moves)}" if moves else "")
+    return [Pairing(name, sources, tuple(dests), how)], skipped
+
+
+def _dist(nc: NodeClasses, a: int, b: int) -> str:
+    d = nc.distance(a, b)
+    if (a, b) in nc.distances:
+        return str(d)
+    return "device attached to this node" if d == 0 else "unknown"

@@ -1,0 +1,74 @@
+"""DAMON in simulated nodes: the boot-time layout step, and nodes that start with someone else's kdamond.
+
+``h100-cxl-foreign-kdamond`` is h100-cxl booted with a running kdamond nodeagent does not own, configured like
+the one the hosting environment runs on the machine these tools were written on (``damon-sysfs-tree-6.18.txt``:
+paddr, pageout of pages idle for 12 aggregation intervals, 128 MiB / 50 ms per second, anon pages excluded).
+:func:`start_foreign` does the same on any simulated node, the way another agent would: through the kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import presets
+from .damon_layout import KDAMONDS, lay_out
+from .kernel import SimKernel
+
+#: Presets that boot with a foreign running kdamond, and the preset each is a variant of.
+FOREIGN = {"h100-cxl-foreign-kdamond": "h100-cxl"}
+
+
+def start_foreign(k: SimKernel, pid: int = 77) -> int:
+    """Create kdamond 0 and start it as another agent would (requires that no kdamond exists). Its pid."""
+    if k.tree.read(f"{KDAMONDS}/nr_kdamonds") != "0":
+        raise ValueError("start_foreign needs a node without kdamonds")
+    base = f"{KDAMONDS}/0"
+    ctx = f"{base}/contexts/0"
+    sch = f"{ctx}/schemes/0"
+    writes = [(f"{KDAMONDS}/nr_kdamonds", "1"), (f"{base}/contexts/nr_contexts", "1"), (f"{ctx}/operations", "paddr"),
+              (f"{ctx}/monitoring_attrs/intervals/sample_us", "500000"),
+              (f"{ctx}/monitoring_attrs/intervals/aggr_us", "5000000"),
+              (f"{ctx}/monitoring_attrs/nr_regions/min", "1024"), (f"{ctx}/monitoring_attrs/nr_regions/max", "8192"),
+              (f"{ctx}/targets/nr_targets", "1"), (f"{ctx}/targets/0/regions/nr_regions", "1"),
+              (f"{ctx}/targets/0/regions/0/start", "4294967296"), (f"{ctx}/targets/0/regions/0/end", "8992587776"),
+              (f"{ctx}/schemes/nr_schemes", "1"), (f"{sch}/action", "pageout"),
+              (f"{sch}/access_pattern/sz/max", str(2**64 - 1)), (f"{sch}/access_pattern/nr_accesses/max", "1"),
+              (f"{sch}/access_pattern/age/min", "12"), (f"{sch}/access_pattern/age/max", str(2**32 - 1)),
+              (f"{sch}/quotas/ms", "50"), (f"{sch}/quotas/bytes", "134217728"),
+              (f"{sch}/quotas/reset_interval_ms", "1000"), (f"{sch}/quotas/weights/age_permil", "1000")]
+    if k.at_least(6, 15):
+        writes += [(f"{sch}/ops_filters/nr_filters", "2"), (f"{sch}/ops_filters/0/type", "anon"),
+                   (f"{sch}/ops_filters/0/matching", "Y"), (f"{sch}/ops_filters/1/type", "unmapped"),
+                   (f"{sch}/ops_filters/1/matching", "Y"), (f"{sch}/ops_filters/1/allow", "Y")]
+    elif k.at_least(6, 3):
+        writes += [(f"{sch}/filters/nr_filters", "1"), (f"{sch}/filters/0/type", "anon"),
+                   (f"{sch}/filters/0/matching", "Y")]
+    for path, value in writes:
+        k.write(path, value)
+    with k.locked():
+        state = k.state()
+        d = state.setdefault("damon", {"next_pid": 200, "kdamonds": {}})
+        keep, d["next_pid"] = d["next_pid"], pid
+        k.save_state(state)
+    k.write(f"{base}/state", "on")
+    with k.locked():
+        state = k.state()
+        state["damon"]["next_pid"] = max(keep, pid + 1)
+        k.save_state(state)
+    return pid
+
+
+def _step(k: SimKernel, preset: presets.Preset) -> None:
+    lay_out(k)
+    if preset.name in FOREIGN:
+        start_foreign(k)
+
+
+def _variant(name: str, base: str) -> presets.Preset:
+    p = presets.get(base)
+    return replace(p, name=name, description=f"{base} with a running kdamond nodeagent does not own (pid 77)")
+
+
+presets.LAYERS.append(_step)
+for _name, _base in FOREIGN.items():
+    presets.PRESETS[_name] = lambda n=_name, b=_base: _variant(n, b)

@@ -1,0 +1,225 @@
+"""DAMON planning without the CLI: unit conversions, node classes and pairing, the diff rule for counts,
+ownership checks, DAX devices not yet online, statistics of owned kdamonds only."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nodeagent.engine import Engine
+from nodeagent.facts import gather
+from nodeagent.facts.damon import DamonFacts, Kdamond, from_facts
+from nodeagent.host import open_host
+from nodeagent.profile import LoadedProfile, load_profile
+from nodeagent.resources.base import PlanContext
+from nodeagent.resources.damon import DamonResource, build_specs
+from nodeagent.resources.damon.nodes import NodeClasses
+from nodeagent.resources.damon.plan import diff_writes, owned_kdamonds
+from nodeagent.resources.damon.stats import read_stats, refresh_stats
+from nodeagent.sim import SimKernel
+from nodeagent.sim import dax as simdax
+from nodeagent.sim.damon_presets import start_foreign
+from nodeagent.state import StateStore
+
+HEAD = "apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: unit}\n"
+
+
+def load(tmp_path: Path, damon: str) -> LoadedProfile:
+    p = tmp_path / "p.yaml"
+    p.write_text(HEAD + "damon:\n" + textwrap.indent(textwrap.dedent(damon), "  "))
+    return load_profile(p)
+
+
+def with_dax(loaded: LoadedProfile) -> LoadedProfile:
+    """The profile as it will look once it also manages DAX (the DAX resource onlines devices before DAMON)."""
+    return dataclasses.replace(loaded, data={**loaded.data, "dax": {"devices": "all"}})
+
+
+DEMOTE = """\
+kdamonds:
+  - name: d
+    monitoring: {sample: 5ms, aggregate: 100ms}
+    targets: [{node: fast}]
+    pairing: PAIRING
+    schemes:
+      - action: migrate_cold
+        target_node: slow
+        access: {nr_accesses: {min: 10%, max: 25%}, age: {min: 250ms, max: 1s}}
+"""
+
+
+def test_diff_writes_rewrites_everything_below_a_changed_count() -> None:
+    desired = (("schemes/nr_schemes", "1"), ("schemes/0/action", "stat"), ("schemes/0/filters/nr_filters", "1"),
+               ("schemes/0/filters/0/type", "young"), ("schemes/0/quotas/weights/nr_accesses_permil", "5"),
+               ("schemes/0/quotas/weights/age_permil", "0"))
+    observed = {"schemes/nr_schemes": "1", "schemes/0/action": "stat", "schemes/0/filters/nr_filters": "1",
+                "schemes/0/filters/0/type": "young", "schemes/0/quotas/weights/nr_accesses_permil": "0",
+                "schemes/0/quotas/weights/age_permil": "0"}
+    # nr_accesses_permil is not a count: only it changes.
+    assert diff_writes(desired, observed) == [("schemes/0/quotas/weights/nr_accesses_permil", "5")]
+    observed["schemes/nr_schemes"] = "2"
+    assert diff_writes(desired, observed) == list(desired)  # the count resets all of scheme 0: write it all
+
+
+def test_conversions_pairing_and_pending_dax_nodes(make_node, tmp_path) -> None:
+    root = make_node("qemu-3node")
+    facts = gather(open_host(root))
+    loaded = load(tmp_path, DEMOTE.replace("PAIRING", "split"))
+    specs, chk, notes = build_specs(loaded, facts)
+    assert specs == [] and any("does not manage DAX" in n for n in notes)
+    specs, chk, notes = build_specs(with_dax(loaded), facts)  # dax0.0 will be onlined first: node 2 is pending
+    assert not chk.problems
+    (spec,) = specs
+    c = spec.config
+    assert spec.sources == (0, 1) and spec.dest_nodes == (2,) and "split" in spec.how
+    assert c["contexts/0/targets/0/regions/nr_regions"] == "2"  # node0 [0,2G) and node1 [4G,6G)
+    assert c["contexts/0/schemes/0/access_pattern/nr_accesses/min"] == "2"  # 10% of 20 samples
+    assert c["contexts/0/schemes/0/access_pattern/nr_accesses/max"] == "5"
+    assert c["contexts/0/schemes/0/access_pattern/age/min"] == "3"  # 250ms rounds up to 3 x 100ms
+    assert c["contexts/0/schemes/0/access_pattern/age/max"] == "10"
+    assert any("250ms is not a multiple of aggregate 100ms: written as 3 intervals (300ms)" in w
+               for w in chk.warnings)
+    # A promotion kdamond over the pending node monitors what kmem will hot-add: the range rounded to blocks.
+    promote = load(tmp_path, """\
+        kdamonds:
+          - name: p
+            targets: [{node: slow}]
+            schemes: [{action: migrate_hot, target_node: fast}]
+        """)
+    (spec,) = build_specs(with_dax(promote), facts)[0]
+    bs = 128 * 2**20
+    assert spec.config["contexts/0/targets/0/regions/0/start"] == str(49 * bs)
+    assert spec.config["contexts/0/targets/0/regions/0/end"] == str(56 * bs)  # 7 blocks, as the real guest
+    assert spec.config["contexts/0/schemes/0/target_nid"] == "0"  # equal distances: faster tier, lower id
+
+
+def test_apply_refuses_to_start_toward_a_node_that_did_not_come_online(make_node, tmp_path) -> None:
+    root = make_node("qemu-3node")
+    loaded = with_dax(load(tmp_path, DEMOTE.replace("PAIRING", "nearest")))
+    result = Engine(open_host(root)).apply(loaded)
+    assert {o.status for o in result.outcomes} == {"failed"}
+    assert "destination node 2 has no memory online: not starting a kdamond" in result.outcomes[0].message
+    assert not any("damon" in w["path"] for w in SimKernel(root).journal())  # checked before the first write
+
+
+def test_nearest_uses_the_device_locality_for_a_node_not_yet_online() -> None:
+    nc = NodeClasses(fast=(0, 1), slow=(2, 3), tier={0: 4, 1: 4, 2: 5, 3: 5}, ranges={},
+                     pending={2: "dax0.0", 3: "dax1.0"}, near={2: 0, 3: 1}, distances={(0, 1): 21, (1, 0): 21})
+    assert nc.nearest(0, (2, 3)) == 2 and nc.nearest(1, (2, 3)) == 3
+    assert nc.nearest(2, (0, 1)) == 0 and nc.nearest(0, (0,)) is None
+
+
+def test_plan_time_problems_name_file_line_and_feature(make_node, tmp_path) -> None:
+    root = make_node("qemu-3node", kernel="6.18.0")
+    simdax.to_system_ram(SimKernel(root), "dax0.0", "Movable")
+    facts = gather(open_host(root))
+    loaded = load(tmp_path, """\
+        kdamonds:
+          - name: x
+            operations: vaddr
+            targets: [{node: 7}]
+            schemes:
+              - action: migrate_cold
+                dests: [{node: slow, weight: 3}]
+                quota: {time: 1500us, goals: [{metric: node_memcg_used_bp, target: 20%, node: slow, memcg: /a}]}
+        """)
+    rp = DamonResource().plan(loaded, facts, PlanContext())
+    text = "\n".join(p.message for p in rp.problems)
+    assert rp.changes == [] and all(p.blocking for p in rp.problems)
+    assert "p.yaml:8:24: damon.kdamonds[0].targets[0].node: node 7 is not online here (and no DAX device" in text
+    loaded = load(tmp_path, """\
+        kdamonds:
+          - name: x
+            operations: vaddr
+            targets: [{node: fast}]
+            schemes:
+              - action: migrate_cold
+                dests: [{node: slow, weight: 3}]
+                quota: {time: 1500us, goals: [{metric: node_memcg_used_bp, target: 20%, node: slow, memcg: /a}]}
+        """)
+    text = "\n".join(p.message for p in DamonResource().plan(loaded, facts, PlanContext()).problems)
+    assert "targets given by node need paddr operations, not vaddr" in text
+    assert "dests/ weights are honoured only by vaddr/fvaddr migration" in text
+    assert "1.50ms" not in text and "is not a whole number of milliseconds" in text
+    assert "quota goal metric node_memcg_used_bp needs kernel 6.19" in text
+
+
+def test_ownership_is_checked_against_the_node() -> None:
+    config = {"contexts/nr_contexts": "1", "contexts/0/operations": "paddr"}
+    running = Kdamond(0, "on", 300, dict(config), {})
+    stopped_other = Kdamond(1, "off", -1, {"contexts/nr_contexts": "1", "contexts/0/operations": "vaddr"}, {})
+    damon = DamonFacts(True, 2, (running, stopped_other), {}, {}, {}, (), None)
+    records = {"damon": {"kdamonds": {"0": {"name": "a", "pid": 300, "config": config},
+                                      "1": {"name": "b", "pid": None, "config": config},
+                                      "5": {"name": "gone", "pid": 9, "config": config}}}}
+    owned, notes = owned_kdamonds(damon, records)
+    assert list(owned) == [0] and "no longer holds the configuration nodeagent wrote for b" in notes[0]
+    records["damon"]["kdamonds"]["0"]["pid"] = 301  # restarted by someone else
+    owned, notes = owned_kdamonds(damon, records)
+    assert 0 not in owned and "now runs as another process" in notes[0]
+
+
+def test_stats_are_refreshed_and_read_for_owned_kdamonds_only(make_node, tmp_path) -> None:
+    root = make_node("qemu-3node")
+    k = SimKernel(root)
+    simdax.to_system_ram(k, "dax0.0", "Movable")
+    host = open_host(root)
+    loaded = load(tmp_path, DEMOTE.replace("PAIRING", "split"))
+    assert Engine(host).apply(loaded).ok
+    own = StateStore(host).load("ownership.json")
+    mark = len(k.journal())
+    assert refresh_stats(host, own) == ["d: kdamond 0 statistics refreshed"]
+    assert [w["value"] for w in k.journal()[mark:]] == ["update_schemes_stats"]
+    stats = read_stats(gather(host), own)
+    assert stats["d"][0]["nr_tried"] > 0 and stats["d"][0]["sz_applied"] > 0
+    assert refresh_stats(host, {}) == [] and read_stats(gather(host), {}) == {}
+
+
+def test_stats_never_touch_a_foreign_kdamond(make_node) -> None:
+    root = make_node("qemu-3node")
+    k = SimKernel(root)
+    start_foreign(k)
+    mark = len(k.journal())
+    forged = {"damon": {"kdamonds": {"0": {"name": "x", "pid": 12345, "config": {}}}}}
+    notes = refresh_stats(open_host(root), forged)
+    assert k.journal()[mark:] == [] and "now runs as another process" in notes[0]
+
+
+@pytest.mark.parametrize("field, message", [
+    ("sample: 200ms", "expected sample <= aggregate"),
+    ("regions: {min: 2}", "the kernel needs at least 3 regions"),
+])
+def test_profile_validation_of_monitoring(tmp_path, field: str, message: str) -> None:
+    from nodeagent.errors import ProfileError
+
+    with pytest.raises(ProfileError) as exc:
+        load(tmp_path, f"kdamonds: [{{name: a, targets: [{{node: 0}}], monitoring: {{{field}}}}}]\n")
+    assert message in str(exc.value)
+
+
+def test_from_facts_reads_a_saved_section(make_node) -> None:
+    root = make_node("qemu-3node")
+    start_foreign(SimKernel(root))
+    facts = gather(open_host(root))
+    from nodeagent.facts import Facts
+
+    again = Facts.from_dict(__import__("json").loads(facts.to_json()))
+    assert from_facts(again) == from_facts(facts)
+
+
+def test_taking_over_a_stopped_foreign_configuration_is_still_disruptive() -> None:
+    from nodeagent.resources.damon.plan import plan_kdamonds
+    from nodeagent.resources.damon.spec import Spec
+
+    foreign = Kdamond(0, "off", -1, {"contexts/nr_contexts": "1", "contexts/0/operations": "paddr"}, {})
+    damon = DamonFacts(True, 1, (foreign,), {}, {}, {}, (), None)
+    spec = Spec("a", 0, "nearest: node0 → node2", (0,), (2,), (("contexts/nr_contexts", "1"),), "paddr over node0")
+    refuse = plan_kdamonds([spec], damon, {}, "refuse", allow_disruptive=True)
+    assert refuse.changes == [] and "kdamond 0 (stopped; paddr) is configured and not managed" in \
+        refuse.problems[0].message and not refuse.problems[0].blocking
+    take = plan_kdamonds([spec], damon, {}, "take-over", allow_disruptive=False)
+    (change,) = take.changes
+    assert change.disruptive and "discard the configuration of kdamond 0 (stopped; paddr)" in change.reason
