@@ -235,8 +235,8 @@ def advisories(loaded: LoadedProfile, facts: Facts, dax: DaxFacts, chosen: dict[
                    "memhp_default_state=offline on the kernel command line (or memory_hotplug.online_policy="
                    "auto-movable with memory_hotplug.auto_movable_ratio to let the kernel choose ZONE_MOVABLE); "
                    "nodeagent does not edit the boot loader")
-    if dax.udev_rule:
-        conf = f"; active sections: {', '.join(s['section'] for s in dax.daxctl_conf)}" if dax.daxctl_conf else ""
+    if dax.udev_rule and dax.daxctl_conf:  # without a [reconfigure-device] section the rule changes nothing
+        conf = f"; active sections: {', '.join(s['section'] for s in dax.daxctl_conf)}"
         out.append(f"{dax.udev_rule} runs `daxctl reconfigure-device --check-config` on every DAX device added, per "
                    f"/etc/daxctl.conf.d{conf}: a second agent acting on the same devices as nodeagent; keep its "
                    "configuration in line with this profile or mask the rule (ln -s /dev/null "

@@ -122,13 +122,6 @@ H100_FILES = {
         "[cpu]\ngovernor=performance\n\n[sysctl]\nvm.swappiness=10\n\n"
         "[sysctl.thunderx]\ntype=sysctl\nuname_regex=aarch64\ncpuinfo_regex=${thunderx_cpuinfo_regex}\n"
         "kernel.numa_balancing=0\n"),
-    "/usr/lib/udev/rules.d/90-daxctl-device.rules": (
-        'ACTION=="add", SUBSYSTEM=="dax", TAG+="systemd", '
-        'ENV{SYSTEMD_WANTS}="daxdev-reconfigure@$env{DEVNAME}.service"\n'),
-    "/etc/daxctl.conf.d/daxctl.example.conf": (
-        "# Example: reconfigure a device at boot (uncomment to use)\n"
-        "#[reconfigure-device unique_identifier_foo]\n#nvdimm.uuid = ed93e918-e165-49d8-921d-383d7b9660c5\n"
-        "#mode = system-ram\n#online = true\n#movable = false\n"),
 }
 
 #: Extra layout steps other modules register (checks hardware, DAMON): ``step(kernel, preset)``.
@@ -301,12 +294,23 @@ DAXCTL_CONF_EXAMPLE = """# daxctl reads every *.conf here when reconfigure-devic
 # reconfigures the matching device. This example file configures nothing."""
 
 
+#: An operator's daxctl configuration that onlines every CXL device in ZONE_NORMAL on hot-add: with the udev
+#: rule, a second agent acting on the devices nodeagent manages (h100-cxl-autoonline has it).
+DAXCTL_CONF_ACTIVE = """[reconfigure-device cxl-expanders]
+nvdimm.uuid = 6446d084-7205-4d8b-a442-cb6d265631a8
+mode = system-ram
+online = true
+movable = false"""
+
+
 def _daxctl_udev(k: SimKernel) -> None:
-    k.tree.file("/lib/udev/rules.d/90-daxctl-device.rules", DAXCTL_UDEV_RULE, RW)
-    k.tree.file("/lib/systemd/system/daxdev-reconfigure@.service",
+    # Debian 12 is merged-/usr: the package's /lib/udev and /lib/systemd files live under /usr/lib.
+    k.tree.file("/usr/lib/udev/rules.d/90-daxctl-device.rules", DAXCTL_UDEV_RULE, RW)
+    k.tree.file("/usr/lib/systemd/system/daxdev-reconfigure@.service",
                 "[Unit]\nDescription=Automatic daxctl device reconfiguration\n\n[Service]\nType=forking\n"
                 'ExecStart=/bin/sh -c "exec daxctl reconfigure-device --check-config %I"', RW)
     k.tree.file("/etc/daxctl.conf.d/daxctl.example.conf", DAXCTL_CONF_EXAMPLE, RW)
+    k.tree.file("/etc/daxctl.conf.d/cxl-expanders.conf", DAXCTL_CONF_ACTIVE, RW)
 
 
 def _proc_and_etc(k: SimKernel, p: Preset) -> None:

@@ -207,14 +207,17 @@ def test_daxctl_failing_midway_says_exactly_what_was_done(make_node, capsys) -> 
     assert "stay online; apply again to finish" in msg
     assert outcomes["dax1.0"]["status"] == "skipped"
     assert devices(root)["dax1.0"][0] == "devdax"
+    # DAMON's kdamonds target the CXL nodes that did not fully come online: not started, nothing written
+    assert outcomes["damon.kdamonds"]["status"] in ("failed", "skipped")
+    assert not any("/damon/" in w["path"] for w in k.journal())
     assert result["status"] == "partial"
     # the cause gone, the next apply finishes the job without touching what is done
     state = k.state()
     state["online_fail_blocks"] = []
     k.save_state(state)
     code, out, _ = cli(root, capsys, "--format", "json", "plan", TIERED)
-    assert [(c["target"], c["op"]) for c in json.loads(out)["changes"]] == [("dax0.0", "online"),
-                                                                             ("dax1.0", "reconfigure")]
+    assert [(c["target"], c["op"]) for c in json.loads(out)["changes"]] == [
+        ("dax0.0", "online"), ("dax1.0", "reconfigure"), ("damon.kdamonds", "reconfigure")]
     assert cli(root, capsys, "apply", "--yes", TIERED)[0] == 0
 
 

@@ -3,7 +3,6 @@ ownership checks, DAX devices not yet online, statistics of owned kdamonds only.
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -34,8 +33,13 @@ def load(tmp_path: Path, damon: str) -> LoadedProfile:
 
 
 def with_dax(loaded: LoadedProfile) -> LoadedProfile:
-    """The profile as it will look once it also manages DAX (the DAX resource onlines devices before DAMON)."""
-    return dataclasses.replace(loaded, data={**loaded.data, "dax": {"devices": "all"}})
+    """The same profile with a memory.dax rule that onlines every DAX device (the DAX resource does that before
+    DAMON runs, so the devices' future nodes are slow nodes in the same plan)."""
+    p = Path(loaded.path)
+    q = p.with_name(p.stem + "-dax.yaml")
+    q.write_text(p.read_text() + "memory:\n  dax:\n    - {name: all, match: {all: true}, mode: system-ram, "
+                 "zone: movable}\n")
+    return load_profile(q)
 
 
 DEMOTE = """\
@@ -69,7 +73,7 @@ def test_conversions_pairing_and_pending_dax_nodes(make_node, tmp_path) -> None:
     facts = gather(open_host(root))
     loaded = load(tmp_path, DEMOTE.replace("PAIRING", "split"))
     specs, chk, notes = build_specs(loaded, facts)
-    assert specs == [] and any("does not manage DAX" in n for n in notes)
+    assert specs == [] and any("no memory.dax rule of this profile brings it online" in n for n in notes)
     specs, chk, notes = build_specs(with_dax(loaded), facts)  # dax0.0 will be onlined first: node 2 is pending
     assert not chk.problems
     (spec,) = specs
@@ -97,11 +101,21 @@ def test_conversions_pairing_and_pending_dax_nodes(make_node, tmp_path) -> None:
 
 
 def test_apply_refuses_to_start_toward_a_node_that_did_not_come_online(make_node, tmp_path) -> None:
+    # The plan counts dax0.0's future node 2 as the slow node; then the DAX step does not happen (here: it is
+    # simply not executed) and the DAMON step must refuse on its own before writing anything.
+    from nodeagent.engine import make_plan
+    from nodeagent.errors import HostError
+    from nodeagent.resources.base import ApplyContext
+    from nodeagent.resources.registry import BY_KIND
+    from nodeagent.state import StateStore
+
     root = make_node("qemu-3node")
+    host = open_host(root)
     loaded = with_dax(load(tmp_path, DEMOTE.replace("PAIRING", "nearest")))
-    result = Engine(open_host(root)).apply(loaded)
-    assert {o.status for o in result.outcomes} == {"failed"}
-    assert "destination node 2 has no memory online: not starting a kdamond" in result.outcomes[0].message
+    (change,) = [c for c in make_plan(loaded, gather(host)).changes if c.kind == "damon"]
+    with pytest.raises(HostError) as exc:
+        BY_KIND["damon"].apply(host, change, ApplyContext(state=StateStore(host)))
+    assert "destination node 2 has no memory online: not starting a kdamond" in exc.value.render()
     assert not any("damon" in w["path"] for w in SimKernel(root).journal())  # checked before the first write
 
 

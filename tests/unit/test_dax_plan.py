@@ -35,7 +35,7 @@ def dev(name: str = "dax0.0", node: int = 2, mode: str = "devdax", online: int =
 
 
 def facts(devices: list[DaxDevice], *, knobs: dict | None = None, udev: str | None = None, swap: int = 0,
-          daxctl: str | None = "/usr/bin/daxctl") -> Facts:
+          daxctl: str | None = "/usr/bin/daxctl", daxctl_conf: list | None = None) -> Facts:
     base = {"memory.auto_online_blocks": "online", "kernel.demotion_enabled": "false"}
     base.update(knobs or {})
     nodes = [NumaNode(0, "0-47", True, True, 512 * GiB, 480 * GiB, 4), NumaNode(1, "48-95", True, True, 512 * GiB,
@@ -43,8 +43,8 @@ def facts(devices: list[DaxDevice], *, knobs: dict | None = None, udev: str | No
     return Facts(hostname="n", kernel_release="6.12.0", knobs=base, block_size_bytes=2 * GiB,
                  possible_nodes=[0, 1, 2, 3], nodes=nodes, tiers={4: [0, 1]},
                  sections={"dax": {"devices": [asdict(d) for d in devices], "block_size": 2 * GiB, "daxctl": daxctl,
-                                   "udev_rule": udev, "daxctl_conf": [], "cmdline": {}, "hotplug_params": {},
-                                   "swap_total": swap}})
+                                   "udev_rule": udev, "daxctl_conf": daxctl_conf or [], "cmdline": {},
+                                   "hotplug_params": {}, "swap_total": swap}})
 
 
 RULE = "    - name: cxl\n      match: {all: true}\n      mode: system-ram\n      zone: movable\n"
@@ -218,7 +218,10 @@ def test_plan_advises_the_lasting_fix_for_memory_onlined_at_boot() -> None:
 
 
 def test_plan_reports_the_daxctl_udev_rule_as_a_second_agent() -> None:
-    f = facts([dev()], udev="/lib/udev/rules.d/90-daxctl-device.rules")
+    inert = facts([dev()], udev="/lib/udev/rules.d/90-daxctl-device.rules")
+    assert not any("90-daxctl" in w for w in plan(profile(RULE), inert, PlanContext()).warnings)
+    f = facts([dev()], udev="/lib/udev/rules.d/90-daxctl-device.rules",
+              daxctl_conf=[{"section": "reconfigure-device cxl0", "file": "/etc/daxctl.conf.d/cxl.conf"}])
     warnings = plan(profile(RULE), f, PlanContext()).warnings
     assert any(w.startswith("/lib/udev/rules.d/90-daxctl-device.rules runs `daxctl reconfigure-device "
                             "--check-config`") and "second agent" in w for w in warnings)

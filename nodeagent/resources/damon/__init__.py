@@ -41,11 +41,22 @@ def _resolve(ref: int | str, nc: NodeClasses, facts: Facts, chk: Checker, path: 
     return nc.resolve(ref)
 
 
+def onlined_by_profile(loaded: LoadedProfile, facts: Facts) -> frozenset[str]:
+    """DAX devices that this profile's ``memory.dax`` rules bring online as system-ram (the same matching the DAX
+    resource applies), so their future nodes count as slow nodes in the same plan."""
+    from ...facts.dax import from_facts as dax_facts
+    from ..dax import assign
+
+    rules = loaded.profile.memory.dax or ()
+    chosen, _ = assign(tuple(rules), dax_facts(facts).devices)
+    return frozenset(name for name, rule in chosen.items() if rule.mode == "system-ram")
+
+
 def build_specs(loaded: LoadedProfile, facts: Facts) -> tuple[list[Spec], Checker, list[str]]:
     """The kdamonds the profile asks for on this node, with the problems and warnings found on the way."""
     model = loaded.profile.damon
     damon = from_facts(facts)
-    nc = classes(facts, damon, dax_managed=loaded.data.get("dax") is not None)
+    nc = classes(facts, damon, onlined_by_profile(loaded, facts))
     chk = Checker(damon, loaded.where, facts.kernel_release)
     notes = list(nc.notes)
     specs: list[Spec] = []

@@ -67,7 +67,9 @@ def _distances(facts: Facts) -> dict[tuple[int, int], int]:
     return out
 
 
-def classes(facts: Facts, damon: DamonFacts, dax_managed: bool) -> NodeClasses:
+def classes(facts: Facts, damon: DamonFacts, onlined: frozenset[str] = frozenset()) -> NodeClasses:
+    """Node classes from memory tiers; DAX devices in ``onlined`` (which the profile brings online as system-ram)
+    count as slow nodes already, with their range rounded inwards to whole blocks."""
     tiers = sorted(facts.tiers.items())
     tier_of = {n: t for t, nodes in tiers for n in nodes}
     fast = tuple(sorted(tiers[0][1])) if tiers else ()
@@ -82,9 +84,9 @@ def classes(facts: Facts, damon: DamonFacts, dax_managed: bool) -> NodeClasses:
         node = int(dev["target_node"])
         if dev["mode"] == "system-ram" or node in tier_of or node in pending or not bs:
             continue
-        if not dax_managed:
-            notes.append(f"node{node} ({dev['name']}, {dev['mode']}) is not online and this profile does not "
-                         "manage DAX: it is not used as a slow node")
+        if dev["name"] not in onlined:
+            notes.append(f"node{node} ({dev['name']}, {dev['mode']}) is not online and no memory.dax rule of this "
+                         "profile brings it online: it is not used as a slow node")
             continue
         first = -(-dev["start"] // bs)
         last = (dev["start"] + dev["size"]) // bs
