@@ -35,3 +35,10 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# The Ansible example (ansible/examples): review with --check --diff, converge, then a run that changes nothing.
+.PHONY: fleet-demo
+fleet-demo: $(STAMP)
+	$(BIN)/ansible-playbook -i ansible/examples/inventory.yml ansible/examples/site.yml --check --diff
+	$(BIN)/ansible-playbook -i ansible/examples/inventory.yml ansible/examples/site.yml
+	$(BIN)/ansible-playbook -i ansible/examples/inventory.yml ansible/examples/site.yml
