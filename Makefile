@@ -42,3 +42,8 @@ fleet-demo: $(STAMP)
 	$(BIN)/ansible-playbook -i ansible/examples/inventory.yml ansible/examples/site.yml --check --diff
 	$(BIN)/ansible-playbook -i ansible/examples/inventory.yml ansible/examples/site.yml
 	$(BIN)/ansible-playbook -i ansible/examples/inventory.yml ansible/examples/site.yml
+
+# ansible-test sanity on the collection (needs PyPI for the sanity tools; see the script).
+.PHONY: ansible-sanity
+ansible-sanity: $(STAMP)
+	VENV_BIN=$(BIN) scripts/ansible-sanity.sh

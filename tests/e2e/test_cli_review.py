@@ -133,7 +133,8 @@ def test_markdown_review_comment(make_node, tmp_path: Path, capsys) -> None:
     old = old_profile(tmp_path, **{"demotion_enabled: true": "demotion_enabled: false"})
     code, md, _ = run(["--format", "markdown", "plan", PROFILE, "--baseline", old, "--facts", str(facts)], capsys)
     assert code == 2
-    assert md.startswith(f"## nodeagent: `{old}` → `{PROFILE}`\n")
+    assert md.startswith(f"## nodeagent plan review: `{PROFILE}` (profile `cxl-inference`)\n\n"
+                         f"Compared with the baseline `{old}` (profile `cxl-inference`).\n")
     assert "| h100: h100-cxl (simulated h100-cxl) | `6.12.0-nodeagent-sim` | **yes** | 4 |  |  |" in md
     assert "| added | `kernel.demotion_enabled` | false | (no change) | true |" in md
     assert "**Cannot be done on this node — apply would write nothing here:**" in md

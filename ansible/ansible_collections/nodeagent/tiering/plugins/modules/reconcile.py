@@ -356,6 +356,9 @@ def report(result, check_mode, allow_disruptive, want_diff):
 def run(module):
     p = module.params
     loaded = load(p)
+    if not os.path.isdir(p["root"]):
+        raise UsageError(f"root {p['root']}: not a directory on the target",
+                         hint="give the directory under which /sys and /proc are (/ for the node itself)")
     engine = Engine(open_host(p["root"]), lock_timeout=p["lock_timeout"])
     kwargs, warnings = apply_kwargs(engine, p["skip_checks"])
     for w in warnings:
@@ -380,7 +383,10 @@ def main():
     except NodeagentError as exc:
         report_ = getattr(exc, "report", None)
         extra = {"checks": report_.to_dict()} if hasattr(report_, "to_dict") else {}
-        module.fail_json(msg=exc.render(), exit_code=int(exc.exit_code), changed=False, **extra)
+        msg = exc.render()
+        if exc.exit_code == ExitCode.NEEDS_ROOT:
+            msg += " (in Ansible: become: true)"
+        module.fail_json(msg=msg, exit_code=int(exc.exit_code), changed=False, **extra)
 
 
 if __name__ == "__main__":
