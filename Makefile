@@ -35,3 +35,15 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# The Ansible example (ansible/examples): review with --check --diff, converge, then a run that changes nothing.
+.PHONY: fleet-demo
+fleet-demo: $(STAMP)
+	$(BIN)/ansible-playbook -i ansible/examples/inventory.yml ansible/examples/site.yml --check --diff
+	$(BIN)/ansible-playbook -i ansible/examples/inventory.yml ansible/examples/site.yml
+	$(BIN)/ansible-playbook -i ansible/examples/inventory.yml ansible/examples/site.yml
+
+# ansible-test sanity on the collection (needs PyPI for the sanity tools; see the script).
+.PHONY: ansible-sanity
+ansible-sanity: $(STAMP)
+	VENV_BIN=$(BIN) scripts/ansible-sanity.sh

@@ -79,7 +79,8 @@ profile_arg = click.argument("profile", type=click.Path(dir_okay=True, path_type
               help="Root under which /sys, /proc, /etc and /var/lib/nodeagent are found.")
 @click.option("--simulate", metavar="PRESET",
               help="Use a simulated node of this preset (created or reused under the cache directory).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
+              help="markdown: a review comment (plan only).")
 @click.option("--lock-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="How long to wait for another nodeagent run holding the state lock.")
 @click.version_option(__version__, prog_name="nodeagent")
@@ -88,6 +89,9 @@ def cli(cx: click.Context, root: str, simulate: str | None, fmt: str, lock_timeo
     """Declarative, idempotent configurator for tiered-memory nodes (HBM, DRAM, CXL.mem)."""
     if simulate and root != "/":
         raise UsageError("--simulate and --root are mutually exclusive")
+    if fmt == "markdown" and cx.invoked_subcommand != "plan":
+        raise UsageError(f"--format markdown is not supported by {cx.invoked_subcommand or 'this command'}",
+                         hint="only plan renders Markdown; use --format text or json")
     cx.obj = Ctx(root, simulate, fmt, lock_timeout)
 
 
@@ -107,24 +111,38 @@ def validate(ctx: Ctx, profile: str) -> None:
 @click.pass_obj
 def facts(ctx: Ctx, save: str | None) -> None:
     """Show what the node looks like now. Read-only: never writes to the node."""
-    from .facts import gather
+    from .facts import snapshot
     from .render.text import facts_text
 
-    f = gather(ctx.host)
+    snap = snapshot.capture(ctx.host)
     if save:
-        Path(save).write_text(f.to_json() + "\n")
-    ctx.emit(facts_text(f), f.to_dict())
+        try:
+            snapshot.save(snap, save)
+        except OSError as exc:
+            raise UsageError(f"--save {save}: cannot write: {exc.strerror}") from None
+    ctx.emit(facts_text(snap.facts), snap.facts.to_dict())
 
 
 @cli.command()
 @profile_arg
 @click.option("--detailed-exitcode", is_flag=True, help="Exit 2 when the plan changes something.")
 @click.option("--allow-disruptive", is_flag=True, help="Plan disruptive changes instead of refusing them.")
+@click.option("--facts", "facts_path", metavar="FILE|DIR",
+              help="Plan offline against saved facts (`facts --save`): one file, or every *.json in DIR.")
+@click.option("--baseline", metavar="OLD.yaml",
+              help="Also plan OLD.yaml; show how PROFILE changes each node's plan (exit 2 when it does).")
 @click.pass_obj
-def plan(ctx: Ctx, profile: str, detailed_exitcode: bool, allow_disruptive: bool) -> None:
-    """Show what apply would change, and why. Writes nothing."""
+def plan(ctx: Ctx, profile: str, detailed_exitcode: bool, allow_disruptive: bool, facts_path: str | None,
+         baseline: str | None) -> None:
+    """Show what apply would change, and why. Writes nothing.
+
+    With --facts it never touches this machine: it plans against captured facts, with the same planner.
+    """
     from .render.text import plan_text
 
+    if facts_path is not None or baseline is not None or ctx.fmt == "markdown":
+        _review(ctx, profile, facts_path, baseline, detailed_exitcode, allow_disruptive)
+        return
     loaded = _load(profile)
     eng = ctx.engine()
     f = eng.facts()
@@ -166,6 +184,29 @@ def check(ctx: Ctx, profile: str, skip_checks: tuple[str, ...]) -> None:
     ctx.emit(report_text(report), report.to_dict())
     if not report.ok:
         raise _checks_failed(report, applying=False)
+
+
+def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None, detailed: bool,
+            allow_disruptive: bool) -> None:
+    """plan --facts / --baseline / --format markdown: plan against snapshots (saved, or this node's)."""
+    from .facts import snapshot
+    from .render.review import review_markdown, review_text
+    from .review import exit_code, review, to_dict
+
+    if facts_path is not None and (ctx.simulate or ctx.root != "/"):
+        raise UsageError("--facts plans offline against saved facts: --root and --simulate do not apply",
+                         hint="drop --root/--simulate, or drop --facts to plan against that node")
+    loaded = _load(profile)
+    old = _load(baseline) if baseline is not None else None
+    snaps = snapshot.read_all(facts_path) if facts_path is not None else [snapshot.capture(ctx.host)]
+    reviews = review(loaded, snaps, baseline=old, allow_disruptive=allow_disruptive)
+    if ctx.fmt == "markdown":
+        click.echo(review_markdown(reviews, loaded, old, offline=facts_path is not None), nl=False)
+    else:
+        ctx.emit(review_text(reviews), to_dict(reviews, loaded, old))
+    code = exit_code(reviews, detailed=detailed)
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 @cli.command()

@@ -1,0 +1,156 @@
+"""Facts files: a node captured for offline planning (``nodeagent facts --save``, ``plan --facts``).
+
+A facts file is one JSON object::
+
+    {
+      "format": "nodeagent-facts/v1",          # the version of this format; any other is refused (exit 65)
+      "hostname": "gpu-17", "kernel_release": "6.12.0-...", "simulated": null,
+      "knobs": {"kernel.numa_balancing": "0", ...},   # each managed knob's raw kernel text, null when absent
+      "block_size_bytes": 2147483648, "possible_nodes": [0, 1, 2, 3],
+      "nodes": [{"id": 0, "cpulist": "0-47", "has_memory": true, ...}, ...],
+      "tiers": [{"tier": 4, "nodes": [0, 1]}, ...],
+      "sections": {...},                        # one entry per further fact section (DAX devices, DAMON...)
+      "state": {"last_applied": {...}, "originals": {...}, "ownership": {...}},   # nodeagent's own records
+      "captured": {"time": "2025-...", "nodeagent": "0.1.0"},
+      "checks": {"results": [...]}               # optional: a `nodeagent check --format json` report of the node
+    }
+
+It holds what the planner reads and nothing else: kernel attributes nodeagent manages, the NUMA layout, and
+nodeagent's own records (what it created, what it last applied). No environment, no credentials, no file
+contents outside nodeagent's scope. Planning against it (:func:`nodeagent.review.plan_offline`) is the same pure
+``make_plan`` the node runs, so the plan is the one the node would make.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ExitCode, NodeagentError, UsageError
+from ..host import Host
+from . import FORMAT, SECTIONS, Facts, gather
+
+SUFFIX = ".json"
+
+
+class FactsFileError(NodeagentError):
+    """A facts file that cannot be read or is not a facts document this nodeagent understands."""
+
+    exit_code = ExitCode.INVALID_PROFILE
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One node's facts and nodeagent state, from a file or gathered live."""
+
+    source: str  # the facts file, or "live" when gathered from the node
+    facts: Facts
+    state: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    captured: dict[str, Any] = field(default_factory=dict)  # when, and by which nodeagent version
+    checks: list[dict[str, Any]] | None = None  # check results captured with the facts, if any
+
+    @property
+    def label(self) -> str:
+        """How a review names the node: the file's stem, then the host it was captured on."""
+        node = self.facts.hostname or "node"
+        if self.facts.simulated:
+            node += f" (simulated {self.facts.simulated})"
+        if self.source == "live":
+            return node
+        stem = Path(self.source).stem
+        return node if stem == self.facts.hostname else f"{stem}: {node}"
+
+
+def capture(host: Host) -> Snapshot:
+    """Gather the node's facts and nodeagent's records (read-only: a corrupt record is reported, not moved)."""
+    from .. import __version__
+    from ..state import StateStore
+
+    store = StateStore(host)
+    state = store.load_all()
+    return Snapshot("live", gather(host), state, tuple(store.warnings),
+                    {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "nodeagent": __version__})
+
+
+def to_document(snap: Snapshot) -> dict[str, Any]:
+    """The JSON document of a facts file (see the module docstring)."""
+    return {**snap.facts.to_dict(), "state": snap.state, "captured": snap.captured}
+
+
+def save(snap: Snapshot, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(to_document(snap), indent=2) + "\n")
+
+
+def read(path: str | Path) -> Snapshot:
+    """Read one facts file; every way it can be wrong is a :class:`FactsFileError` naming the file."""
+    p = Path(path)
+    shown = str(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"--facts {shown}: no such file or directory",
+                         hint="capture one on the node with `nodeagent facts --save FILE`") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FactsFileError(f"{shown}: cannot read the facts file: {getattr(exc, 'strerror', None) or exc}") \
+            from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise FactsFileError(f"{shown}: not JSON ({exc})",
+                             hint="a facts file is what `nodeagent facts --save FILE` writes") from None
+    return from_document(doc, shown)
+
+
+def from_document(doc: Any, shown: str) -> Snapshot:
+    if not isinstance(doc, dict) or "format" not in doc:
+        raise FactsFileError(f"{shown}: not a nodeagent facts file (no \"format\" field)",
+                             hint="a facts file is what `nodeagent facts --save FILE` writes")
+    fmt = doc["format"]
+    if fmt != FORMAT:
+        if isinstance(fmt, str) and re.fullmatch(r"nodeagent-facts/v\d+", fmt):
+            raise FactsFileError(f"{shown}: facts format {fmt}, but this nodeagent reads {FORMAT}",
+                                 hint="capture the facts again with this nodeagent version "
+                                      "(`nodeagent facts --save FILE`), or plan with the matching nodeagent")
+        raise FactsFileError(f"{shown}: not a nodeagent facts file (format {fmt!r}, expected {FORMAT!r})")
+    try:
+        facts = Facts.from_dict(doc)
+    except KeyError as exc:
+        raise FactsFileError(f"{shown}: {FORMAT} document without the required field {exc.args[0]!r}",
+                             hint="capture the facts again with `nodeagent facts --save FILE`") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise FactsFileError(f"{shown}: malformed {FORMAT} document ({exc})",
+                             hint="capture the facts again with `nodeagent facts --save FILE`") from None
+    state = doc.get("state") or {}
+    if not isinstance(state, dict):
+        raise FactsFileError(f"{shown}: \"state\" must be an object, got {type(state).__name__}")
+    warnings = []
+    missing = sorted(set(SECTIONS) - set(facts.sections))
+    if missing:
+        warnings.append(f"{shown} has no {', '.join(missing)} facts (captured by an older nodeagent?): "
+                        "the plan for them is incomplete; capture the facts again")
+    captured = doc.get("captured") if isinstance(doc.get("captured"), dict) else {}
+    return Snapshot(shown, facts, state, tuple(warnings), captured, _checks(doc.get("checks")))
+
+
+def _checks(doc: Any) -> list[dict[str, Any]] | None:
+    """The results of a check report stored beside the facts (``nodeagent check --format json``), if any."""
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list):
+        return [r for r in doc["results"] if isinstance(r, dict)]
+    return None
+
+
+def read_all(path: str | Path) -> list[Snapshot]:
+    """One facts file, or every ``*.json`` in a directory (sorted by name; subdirectories are not searched)."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.name.endswith(SUFFIX) and f.is_file())
+        if not files:
+            raise UsageError(f"--facts {path}: no *.json facts files in this directory",
+                             hint="capture them on each node with `nodeagent facts --save NAME.json`")
+        return [read(f) for f in files]
+    return [read(p)]
