@@ -15,6 +15,7 @@ else 0.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,8 +39,13 @@ def _key(c: Change) -> tuple[str, str]:
     return (c.kind, c.target)
 
 
+_LOCATION = re.compile(r"^\S+:\d+:\d+: ")
+
+
 def _pkey(p: Problem) -> tuple[str, str, str]:
-    return (p.kind, p.target, p.message)
+    """Problems are the same when they say the same thing: the profile file's name and line (which differ
+    between a baseline and the changed profile) are not part of it."""
+    return (p.kind, p.target, _LOCATION.sub("", p.message))
 
 
 def _managed(plan: Plan) -> set[str]:

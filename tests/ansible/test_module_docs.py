@@ -82,7 +82,7 @@ def test_check_mode_report_diff_and_changed(mod: ModuleType, make_node) -> None:
     loaded = load_profile(PROFILE)
     ret, failed = mod.report(engine.apply(loaded, dry_run=True), True, False, True)
     assert failed is None
-    assert ret["status"] == "dry-run" and ret["msg"] == "check mode: 4 change(s) would be made"
+    assert ret["status"] == "dry-run" and ret["msg"] == "check mode: 7 change(s) would be made"
     assert ret["diff"][1] == {"before_header": "/proc/sys/kernel/numa_balancing",
                               "after_header": "/proc/sys/kernel/numa_balancing",
                               "before": "kernel.numa_balancing: 0 (disabled)\n",
@@ -91,7 +91,7 @@ def test_check_mode_report_diff_and_changed(mod: ModuleType, make_node) -> None:
     ret, _ = mod.report(engine.apply(loaded, dry_run=True), True, False, False)
     assert "diff" not in ret  # only in diff mode
     ret, failed = mod.report(engine.apply(loaded), False, False, True)
-    assert failed is None and ret["changed"] and ret["status"] == "converged" and len(ret["diff"]) == 4
+    assert failed is None and ret["changed"] and ret["status"] == "converged" and len(ret["diff"]) == 7
     ret, failed = mod.report(engine.apply(loaded), False, False, True)
     assert failed is None and not ret["changed"] and ret["status"] == "unchanged" and "diff" not in ret
 
