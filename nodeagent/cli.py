@@ -141,8 +141,13 @@ def plan(ctx: Ctx, profile: str, detailed_exitcode: bool, allow_disruptive: bool
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Print the plan only; write nothing.")
 @click.option("--allow-disruptive", is_flag=True, help="Carry out disruptive changes (e.g. offlining memory).")
+@click.option("--device", "devices", multiple=True, metavar="NAME",
+              help="Reconcile only what this hot-plugged device affects (dax1.0, memory42, region0; repeatable).")
+@click.option("--metrics-textfile", metavar="PATH",
+              help="Also write Prometheus metrics to PATH (atomically), for node_exporter's textfile collector.")
 @click.pass_obj
-def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bool) -> None:
+def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bool, devices: tuple[str, ...],
+          metrics_textfile: str | None) -> None:
     """Make the node match the profile, then re-read and verify it."""
     from .render.text import plan_text, result_text
 
@@ -156,8 +161,14 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
         click.echo(plan_text(p))
         return click.confirm("Apply these changes?", default=False)
 
-    result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm)
+    result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm,
+                       scope=list(devices) if devices else None)
     ctx.emit(result_text(result), result.to_dict())
+    if metrics_textfile and not result.dry_run:
+        from .cli_ops import write_metrics
+
+        write_metrics(eng, metrics_textfile, loaded=loaded,
+                      checks=getattr(getattr(result, "checks", None), "results", None))
     if result.plan.blocked and not result.outcomes:
         raise PlanError("nothing was applied: the plan has problems this node cannot carry out (listed above)",
                         hint="fix the profile or the node, then apply again")
@@ -216,6 +227,11 @@ def sim_presets() -> None:
 
     for name in PRESETS:
         click.echo(f"{name:<22} {get(name).description}")
+
+
+from . import cli_ops as _cli_ops  # noqa: E402  (drift, history, status, revert, units, watch)
+
+_cli_ops.register(cli)
 
 
 def _error_exit(exc: NodeagentError, fmt: str) -> int:
