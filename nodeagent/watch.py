@@ -3,8 +3,9 @@
 It listens for ``add`` events of the ``dax``, ``memory`` and ``cxl`` subsystems (:mod:`nodeagent.host.udev`),
 waits until ``debounce`` seconds pass without a new one (a 2 TiB device arrives as thousands of memory-block
 events), then runs one apply scoped to the devices it saw (:mod:`nodeagent.scope`: memory blocks resolve to
-their DAX device) and journals a ``hotplug`` event with the result. An apply that fails — the lock is held,
-the kernel refuses a write — is reported and the watch goes on; SIGTERM or SIGINT stop it cleanly between
+their DAX device) and journals a ``hotplug`` event with the result. An apply that cannot get the state lock
+(another run holds it) is retried after another quiet period; one that fails otherwise (the kernel refuses a
+write) is reported and journaled, and the watch goes on; SIGTERM or SIGINT stop it cleanly between
 applies (an apply in progress finishes first), and it exits 0.
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import NodeagentError
+from .errors import LockTimeoutError, NodeagentError
 from .host.udev import UEvent, open_events, wait_readable
 from .journal import Journal
 
@@ -76,7 +77,9 @@ class Watcher:
                             last_event = time.monotonic()
                 if pending and time.monotonic() - last_event >= self.debounce and not self.stop_event.is_set():
                     events, pending = list(pending.values()), {}
-                    self._react(events)
+                    if not self._react(events):
+                        pending = {e.sysname: e for e in events}  # retry after another debounce period
+                        last_event = time.monotonic() + max(1.0 - self.debounce, 0.0)
                     if max_applies is not None and self.applies >= max_applies:
                         break
         finally:
@@ -88,7 +91,9 @@ class Watcher:
         self.log("watch stopped")
         return 0
 
-    def _react(self, events: list[UEvent]) -> None:
+    def _react(self, events: list[UEvent]) -> bool:
+        """One scoped apply for ``events``. False when it could not start (the state lock is held by another
+        run): the caller keeps the events and tries again later."""
         names = sorted({e.sysname for e in events})
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
         self.log(f"hot-plug: {shown}: reconciling")
@@ -97,6 +102,9 @@ class Watcher:
             status = result.status
             done = [o.change.target for o in result.outcomes if o.status == "applied"]
             self.log(f"hot-plug: {status}" + (f" ({', '.join(done)})" if done else " (nothing to change)"))
+        except LockTimeoutError as exc:
+            self.log(f"hot-plug: apply failed: {exc.message}; will retry")
+            return False
         except NodeagentError as exc:
             status = f"error: {exc.message}"
             self.log(f"hot-plug: apply failed: {exc.render()}")
@@ -111,6 +119,7 @@ class Watcher:
                                                    "device": ",".join(names), "result": status}])
         except NodeagentError as exc:
             self.log(f"hot-plug: could not journal the event: {exc.message}")
+        return True
 
     def _install_signals(self) -> dict[int, object]:
         if threading.current_thread() is not threading.main_thread():
