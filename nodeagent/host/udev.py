@@ -18,9 +18,12 @@ import select
 from dataclasses import asdict, dataclass
 from itertools import count
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from . import Host
 
 #: Where listeners of a simulated root keep their FIFOs (relative to the root).
 SIM_EVENTS = ".nodeagent-sim/uevents"
@@ -126,8 +129,8 @@ class SimSource:
             pass
 
 
-def open_events(host, subsystems: tuple[str, ...]) -> EventSource:  # type: ignore[no-untyped-def]
-    """The event source of ``host`` (a :class:`nodeagent.host.Host`)."""
+def open_events(host: Host, subsystems: tuple[str, ...]) -> EventSource:
+    """The event source of ``host``: pyudev on the machine's own root, the FIFO on a simulated one."""
     if host.simulated:
         return SimSource(host.root, subsystems)
     if host.is_real:

@@ -116,7 +116,8 @@ def status_text(s: dict[str, Any]) -> str:
         out.append("owned kdamonds:")
         owned = kd["owned"]
         for key, rec in (owned.items() if isinstance(owned, dict) else enumerate(owned)):
-            out.append(f"  kdamond {key}: {rec}")
+            shown = ", ".join(f"{k}={v}" for k, v in rec.items()) if isinstance(rec, dict) else str(rec)
+            out.append(f"  kdamond {key}: {shown}")
         for sc in kd.get("schemes") or []:
             out.append(f"    scheme {sc['kdamond']}/{sc['context']}/{sc['scheme']} {sc.get('action') or ''}: "
                        f"tried {sc.get('nr_tried')} regions ({_size(sc.get('sz_tried'))}), applied "

@@ -227,3 +227,22 @@ def test_watch_reacts_to_hot_add_ignores_the_rest_survives_errors_and_stops_on_s
     assert "hot-plug: apply failed: another nodeagent run" in err and "will retry" in err
     assert err.rstrip().endswith("watch stopped")
     assert not list(fifos.glob("*.fifo"))  # the listener removed its FIFO
+
+
+def test_event_sources_by_root(tmp_path: Path) -> None:
+    from nodeagent.errors import UsageError
+    from nodeagent.host import open_host
+    from nodeagent.host.udev import PyudevSource, open_events
+
+    with pytest.raises(UsageError, match="no device events can be watched under another root"):
+        open_events(open_host(tmp_path), ("dax",))
+    # The machine's own udev through pyudev: a netlink socket that only reads, opened and closed.
+    try:
+        source = open_events(open_host("/"), ("dax", "memory", "cxl"))
+    except Exception as exc:  # no netlink in this sandbox: nothing to check here
+        pytest.skip(f"cannot open a udev netlink monitor here: {exc}")
+    try:
+        assert isinstance(source, PyudevSource) and source.fileno() >= 0
+        assert all(e.subsystem in ("dax", "memory", "cxl") for e in source.receive())
+    finally:
+        source.close()
