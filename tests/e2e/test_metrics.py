@@ -104,3 +104,49 @@ def test_metrics_pass_promtool_on_other_nodes(preset: str, make_node, tmp_path: 
     assert main(["--root", str(root), "drift", "--metrics-textfile", str(prom), PROFILE]) in (0, 3)
     assert ("nodeagent_info", (("version", "0.1.0"),)) in samples(prom)
     promtool_check(prom)
+
+
+def test_owned_kdamond_scheme_statistics_reach_status_and_metrics(make_node, tmp_path: Path, capsys) -> None:
+    """The DAMON support plugs a statistics provider in; here a provider that reads the stats files of a
+    kdamond laid out in the simulated tree stands in for it."""
+    from nodeagent import schemestats
+    from nodeagent.schemestats import SchemeStats
+
+    root = make_node("workstation")
+    main(["--root", str(root), "apply", "--yes", PROFILE])
+    base = "sys/kernel/mm/damon/admin/kdamonds/0/contexts/0/schemes/0"
+    values = {"nr_tried": 120, "sz_tried": 7 * GiB, "nr_applied": 30, "sz_applied": 2 * GiB, "qt_exceeds": 4}
+    for name, value in values.items():
+        p = root / base / "stats" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"{value}\n")
+    (root / base / "action").write_text("migrate_cold\n")
+    (root / "var/lib/nodeagent/ownership.json").write_text(json.dumps({"kdamonds": {"0": {"name": "cxl-cold"}}}))
+
+    def read_stats(host, owned):  # type: ignore[no-untyped-def]
+        out = []
+        for kd, rec in owned.items():
+            d = f"/sys/kernel/mm/damon/admin/kdamonds/{kd}/contexts/0/schemes/0"
+            stats = {k: int(host.read(f"{d}/stats/{k}")) for k in values}
+            out.append(SchemeStats(kd, 0, 0, host.read(f"{d}/action"), rec.get("name"), **stats))
+        return out
+
+    schemestats.register(read_stats)
+    try:
+        capsys.readouterr()
+        assert main(["--root", str(root), "status"]) == 0
+        out = capsys.readouterr().out
+        assert "scheme 0/0/0 migrate_cold: tried 120 regions (7GiB), applied 30 (2GiB), quota exceeded 4" in out
+        prom = tmp_path / "textfiles" / "n.prom"
+        prom.parent.mkdir()
+        assert main(["--root", str(root), "drift", "--metrics-textfile", str(prom)]) == 0
+        m = samples(prom)
+        labels = (("action", "migrate_cold"), ("context", "0"), ("kdamond", "0"), ("name", "cxl-cold"),
+                  ("scheme", "0"))
+        assert m[("nodeagent_damon_scheme_applied_bytes_total", labels)] == 2 * GiB
+        assert m[("nodeagent_damon_scheme_tried_regions_total", labels)] == 120
+        assert m[("nodeagent_damon_scheme_quota_exceeds_total", labels)] == 4
+        assert not any(n == "nodeagent_damon_scheme_ops_filter_passed_bytes_total" for n, _ in m)
+        promtool_check(prom)
+    finally:
+        schemestats.PROVIDERS.remove(read_stats)
