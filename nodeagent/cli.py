@@ -215,9 +215,13 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
 @click.option("--dry-run", is_flag=True, help="Print the plan only; write nothing.")
 @click.option("--allow-disruptive", is_flag=True, help="Carry out disruptive changes (e.g. offlining memory).")
 @skip_checks_opt
+@click.option("--device", "devices", multiple=True, metavar="NAME",
+              help="Reconcile only what this hot-plugged device affects (dax1.0, memory42, region0; repeatable).")
+@click.option("--metrics-textfile", metavar="PATH",
+              help="Also write Prometheus metrics to PATH (atomically), for node_exporter's textfile collector.")
 @click.pass_obj
 def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bool,
-          skip_checks: tuple[str, ...]) -> None:
+          skip_checks: tuple[str, ...], devices: tuple[str, ...], metrics_textfile: str | None) -> None:
     """Run the profile's preflight checks, then make the node match the profile, re-read and verify it."""
     from .checks import parse_skips
     from .render.checks import report_text
@@ -237,7 +241,7 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
     progress = _TerminalProgress() if ctx.fmt == "text" and sys.stderr.isatty() else None
     try:
         result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm,
-                           progress=progress, skip_checks=skips)
+                           progress=progress, skip_checks=skips, scope=list(devices) if devices else None)
     finally:
         if progress is not None:
             progress.close()
@@ -245,6 +249,11 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
     if result.checks is not None and result.checks.results:
         text = report_text(result.checks, applying=not dry_run) + "\n" + text
     ctx.emit(text, result.to_dict())
+    if metrics_textfile and not result.dry_run:
+        from .cli_ops import write_metrics
+
+        write_metrics(eng, metrics_textfile, loaded=loaded,
+                      checks=result.checks.results if result.checks is not None else None)
     if result.checks_failed:
         raise _checks_failed(result.checks, applying=not dry_run)
     if result.plan.blocked and not result.outcomes:
@@ -322,6 +331,11 @@ def sim_presets() -> None:
 
     for name in PRESETS:
         click.echo(f"{name:<22} {get(name).description}")
+
+
+from . import cli_ops as _cli_ops  # noqa: E402  (drift, history, status, revert, units, watch)
+
+_cli_ops.register(cli)
 
 
 def _error_exit(exc: NodeagentError, fmt: str) -> int:

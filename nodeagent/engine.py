@@ -8,17 +8,19 @@ re-reads the node and reports any value the kernel did not keep.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .errors import ChangeSkipped, HostError, NeedsRootError
 from .facts import Facts, gather
 from .host import Host
+from .journal import Journal
 from .plan import Change, Outcome, Plan, Problem, Result
 from .profile import LoadedProfile
 from .resources.base import ApplyContext, PlanContext
 from .resources.registry import BY_KIND, RESOURCES
+from .scope import expand, restrict
 from .state import StateStore
 
 if TYPE_CHECKING:
@@ -57,8 +59,13 @@ class Engine:
     def context(self, allow_disruptive: bool = False) -> PlanContext:
         return PlanContext(allow_disruptive=allow_disruptive, state=self.state.load_all())
 
-    def plan(self, loaded: LoadedProfile, *, allow_disruptive: bool = False, facts: Facts | None = None) -> Plan:
+    def plan(self, loaded: LoadedProfile, *, allow_disruptive: bool = False, facts: Facts | None = None,
+             scope: Collection[str] | None = None) -> Plan:
+        """The plan; with ``scope`` (hot-plugged device names) only the changes that concern those devices
+        (see :mod:`nodeagent.scope`)."""
         plan = make_plan(loaded, facts or self.facts(), self.context(allow_disruptive))
+        if scope is not None:
+            plan = restrict(plan, expand(self.host, scope))
         if self.state.warnings:
             plan = replace(plan, warnings=(*plan.warnings, *self.state.warnings))
         return plan
@@ -72,36 +79,42 @@ class Engine:
     def apply(self, loaded: LoadedProfile, *, dry_run: bool = False, allow_disruptive: bool = False,
               confirm: Callable[[Plan], bool] | None = None,
               progress: Callable[[str, int, int], None] | None = None,
-              skip_checks: frozenset[str] = frozenset()) -> Result:
+              skip_checks: frozenset[str] = frozenset(), scope: Collection[str] | None = None) -> Result:
         """Run the preflight checks, then plan and (unless ``dry_run``) execute that very plan, verify, record.
 
         An error-severity check that fails (and is not in ``skip_checks``) stops here: nothing is written. A
         blocked plan (a problem that makes the whole profile inapplicable) writes nothing either. A disruptive
-        change without ``allow_disruptive`` is skipped as ``blocked`` while the rest is applied.
+        change without ``allow_disruptive`` is skipped as ``blocked`` while the rest is applied. With ``scope``
+        only the changes that concern those hot-plugged devices are planned and applied. Every apply that
+        gets the lock is written to the history journal.
         """
         if dry_run:
             facts = self.facts()
             report = self.checks(loaded, facts, skip_checks)
-            return Result(self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts), dry_run=True,
-                          checks=report)
+            return Result(self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope),
+                          dry_run=True, checks=report)
         self.require_root()
         with self.state.locked(self.lock_timeout):
             facts = self.facts()
             report = self.checks(loaded, facts, skip_checks)
-            plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts)
+            plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
             if not report.ok:
-                return Result(plan, checks=report)
+                result = Result(plan, checks=report)
+                self._history(loaded, result, scope)
+                return result
             if plan.blocked or plan.empty:
                 if plan.empty and not plan.blocked:
-                    self._record(loaded, plan, [], "unchanged")
+                    self._record(loaded, plan, [], "unchanged", scope=scope)
+                self._history(loaded, Result(plan, checks=report), scope)
                 return Result(plan, checks=report)
             if confirm is not None and not confirm(plan):
                 return Result(plan, dry_run=True, checks=report)
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
-            outcomes = self._execute(loaded, plan, actx)
+            outcomes = self._execute(loaded, plan, actx, scope)
             verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive)
             result = Result(plan, tuple(outcomes), tuple(verify_errors), checks=report)
-            self._record(loaded, plan, outcomes, result.status, verify_errors)
+            self._record(loaded, plan, outcomes, result.status, verify_errors, scope=scope)
+            self._history(loaded, result, scope)
             return result
 
     def require_root(self) -> None:
@@ -111,7 +124,8 @@ class Engine:
             raise NeedsRootError("apply changes kernel settings and needs root", hint="run it with sudo")
 
     # -- the steps ------------------------------------------------------------------------------------
-    def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext) -> list[Outcome]:
+    def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext,
+                 scope: Collection[str] | None = None) -> list[Outcome]:
         self.state.remember_originals({c.target: {"kind": c.kind, "path": c.path, "value": c.before}
                                        for c in plan.changes if c.kind == "knob"})
         outcomes: list[Outcome] = []
@@ -126,7 +140,7 @@ class Engine:
                 outcomes.append(Outcome(change, "skipped", exc.render()))
             except HostError as exc:
                 outcomes.append(Outcome(change, "failed", exc.render()))
-            self._record(loaded, plan, outcomes, "in-progress")
+            self._record(loaded, plan, outcomes, "in-progress", scope=scope)
         return outcomes
 
     def _verify(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome],
@@ -142,10 +156,31 @@ class Engine:
         return errors
 
     def _record(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], status: str,
-                verify_errors: list[str] | None = None) -> None:
+                verify_errors: list[str] | None = None, scope: Collection[str] | None = None) -> None:
         self.state.record_apply({
             "profile": loaded.name, "profile_path": loaded.path, "profile_digest": loaded.digest,
             "desired": loaded.data, "status": status,
             "outcomes": [o.to_dict() for o in outcomes], "verify_errors": verify_errors or [],
             "problems": [p.to_dict() for p in plan.problems],
+            **({"scope": sorted(scope)} if scope is not None else {}),
         })
+
+    def _history(self, loaded: LoadedProfile, result: Result, scope: Collection[str] | None) -> None:
+        """Journal the apply, and close the open drift items it fixed (``drift.json``, see nodeagent.drift)."""
+        status = "refused" if result.plan.blocked and not result.outcomes else result.status
+        event = {"event": "apply", "profile": loaded.name, "profile_digest": loaded.digest, "status": status,
+                 "changes": [{**o.to_dict(), "before": o.change.before_label or o.change.before,
+                              "after": o.change.after_label or o.change.after} for o in result.outcomes],
+                 "problems": [p.message for p in result.plan.problems],
+                 "verify_errors": list(result.verify_errors)}
+        if scope is not None:
+            event["scope"] = sorted(scope)
+        fixed = {f"{o.change.kind}:{o.change.target}" for o in result.outcomes if o.status == "applied"}
+        drift = self.state.load("drift.json")
+        open_items = drift.get("items", {})
+        resolved = [{"event": "resolved", "resource": v.get("resource"), "target": v.get("target"), "by": "apply"}
+                    for k, v in open_items.items() if k in fixed]
+        if resolved:
+            self.state.save("drift.json", {**drift, "items": {k: v for k, v in open_items.items()
+                                                              if k not in fixed}})
+        Journal(self.host).append([event, *resolved])

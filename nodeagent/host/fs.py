@@ -42,6 +42,9 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/sys/devices/system/memory/memory[0-9]+/(state|online)",
         r"/sys/kernel/mm/damon/admin/kdamonds/.*",
         r"/var/lib/nodeagent/.*",
+        # `nodeagent units install`: only nodeagent's own unit files and udev rule, nothing else under /etc.
+        r"/etc/systemd/system/nodeagent-[a-z-]+@?\.(service|timer)",
+        r"/etc/udev/rules.d/[0-9]{2}-nodeagent\.rules",
     )
 )
 
@@ -233,3 +236,42 @@ class RootedFS:
         except OSError as exc:
             raise map_oserror(exc, path, "write") from None
         self.write_log.append(WriteRecord(path, f"<{len(data)} bytes>", True))
+
+    def append(self, path: str, data: str) -> None:
+        """Append ``data`` to a regular file (created if needed): one ``write`` on an ``O_APPEND`` descriptor,
+        fsynced — how the state directory's journal grows."""
+        if not self.allowed(path):
+            raise NotAllowedError(f"refusing to write {path}: not in nodeagent's write allow-list", path=path)
+        local = self.local(path)
+        try:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            self._checked(path)
+            fd = os.open(local, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            try:
+                os.write(fd, data.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise map_oserror(exc, path, "append to") from None
+        self.write_log.append(WriteRecord(path, f"<+{len(data)} bytes>", True))
+
+    def rename(self, src: str, dst: str) -> None:
+        """Rename a regular file within the allow-list (journal rotation)."""
+        for p in (src, dst):
+            if not self.allowed(p):
+                raise NotAllowedError(f"refusing to rename {p}: not in nodeagent's write allow-list", path=p)
+        try:
+            os.replace(self._checked(src), self._checked(dst))
+        except OSError as exc:
+            raise map_oserror(exc, src, "rename") from None
+        self.write_log.append(WriteRecord(dst, f"<renamed from {src}>", True))
+
+    def size(self, path: str) -> int | None:
+        """A regular file's size in bytes, ``None`` when it does not exist."""
+        try:
+            return os.stat(self.local(path)).st_size
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise map_oserror(exc, path, "stat") from None

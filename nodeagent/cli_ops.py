@@ -1,0 +1,215 @@
+"""Day-2 commands: drift, history, status, revert, units, watch. Registered on the main group by
+:mod:`nodeagent.cli`; like it, they parse options, call one function and render — imports are lazy."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .errors import ExitCode, NeedsRootError, PlanError
+
+if TYPE_CHECKING:
+    from .cli import Ctx
+    from .engine import Engine
+    from .profile import LoadedProfile
+
+
+def write_metrics(eng: Engine, path: str, *, loaded: LoadedProfile | None = None, drift: Any = None,
+                  checks: Any = None) -> None:
+    """Measure what the metrics need and write the textfile at ``path`` (an operator's path, not under --root)."""
+    from .drift import detect
+    from .errors import NodeagentError
+    from .host.files import write_operator_file
+    from .render.metrics import render
+    from .status import metrics_input
+
+    facts = eng.facts()
+    if drift is None:
+        try:
+            drift = detect(eng, loaded)
+        except NodeagentError:
+            drift = None  # nothing applied yet: the file simply has no drift metrics
+    write_operator_file(path, render(metrics_input(eng, facts=facts, drift=drift, checks=checks)))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(drift)
+    cli.add_command(history)
+    cli.add_command(status)
+    cli.add_command(revert)
+    cli.add_command(units)
+    cli.add_command(watch)
+
+
+metrics_opt = click.option("--metrics-textfile", metavar="PATH",
+                           help="Also write Prometheus metrics to PATH (atomically), for node_exporter's "
+                                "textfile collector.")
+
+
+@click.command()
+@click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
+@click.option("--record", is_flag=True, help="Keep drift in the history journal (and when it was first seen).")
+@metrics_opt
+@click.pass_obj
+def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | None) -> None:
+    """Compare the node with the last applied profile (or PROFILE). Exit 0: converged, 3: drift."""
+    from .cli import _load
+    from .drift import detect
+    from .drift import record as record_drift
+    from .render.ops_text import drift_text
+
+    loaded = _load(profile) if profile else None
+    eng = ctx.engine()
+    report = detect(eng, loaded)
+    if record:
+        report = record_drift(eng, report)
+    if metrics_textfile:
+        write_metrics(eng, metrics_textfile, loaded=loaded, drift=report)
+    ctx.emit(drift_text(report), report.to_dict())
+    if not report.converged:
+        raise click.exceptions.Exit(ExitCode.DRIFT)
+
+
+@click.command()
+@click.option("--resource", metavar="KIND", help="Only events about this resource kind (knob, dax, damon...).")
+@click.option("--target", metavar="NAME", help="Only events about this setting or device.")
+@click.option("--event", type=click.Choice(["apply", "drift", "resolved", "revert", "hotplug"]),
+              help="Only this kind of event.")
+@click.option("--since", metavar="WHEN", help="Only events since WHEN: 30m, 2h, 7d, or an ISO time.")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Only the newest N events.")
+@click.pass_obj
+def history(ctx: Ctx, resource: str | None, target: str | None, event: str | None, since: str | None,
+            limit: int | None) -> None:
+    """Show what nodeagent applied and what drift it saw, oldest first. Read-only."""
+    from .journal import Journal, parse_since
+    from .render.ops_text import history_text
+
+    journal = Journal(ctx.host)
+    events = journal.query(resource=resource, target=target, event=event,
+                           since=parse_since(since) if since else None, limit=limit)
+    ctx.emit(history_text(events, journal.skipped), events)
+
+
+@click.command()
+@click.option("--events", type=click.IntRange(min=0), default=5, show_default=True, metavar="N",
+              help="How many recent journal events to show.")
+@click.pass_obj
+def status(ctx: Ctx, events: int) -> None:
+    """The node at a glance: last apply, drift, owned kdamonds, tiers and how full each node is. Read-only."""
+    from .render.ops_text import status_text
+    from .status import gather_status
+
+    s = gather_status(ctx.engine(), events=events)
+    ctx.emit(status_text(s), s)
+
+
+@click.command()
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Print what would be restored; write nothing.")
+@click.option("--allow-disruptive", is_flag=True, help="Also carry out disruptive restores (e.g. offlining memory).")
+@click.option("--only", "targets", multiple=True, metavar="TARGET", help="Revert only this setting (repeatable).")
+@click.pass_obj
+def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: tuple[str, ...]) -> None:
+    """Restore the values the node had before nodeagent changed them, then forget them."""
+    from .cli import _is_interactive
+    from .plan import Result
+    from .render.ops_text import revert_text
+    from .revert import execute_revert
+
+    interactive = _is_interactive() and ctx.fmt == "text"
+
+    def confirm(p: Any) -> bool:
+        if yes or not interactive:
+            return True
+        click.echo(revert_text(Result(p, dry_run=True)))
+        return click.confirm("Revert these settings?", default=False)
+
+    result = execute_revert(ctx.engine(), targets=list(targets) if targets else None, dry_run=dry_run,
+                            allow_disruptive=allow_disruptive, confirm=confirm)
+    ctx.emit(revert_text(result), result.to_dict())
+    if result.plan.blocked and not result.outcomes:
+        raise PlanError("nothing was reverted (see above)", hint="check the names given to --only")
+    if not result.dry_run and not result.ok:
+        raise click.exceptions.Exit(ExitCode.PARTIAL)
+
+
+@click.group()
+def units() -> None:
+    """systemd units and the udev rule that keep the node converged (boot, timer, hot-plug)."""
+
+
+def _unit_options(f: Any) -> Any:
+    f = click.option("--interval", default="5min", show_default=True, help="How often the drift timer runs.")(f)
+    f = metrics_opt(f)
+    f = click.option("--before", metavar="SERVICE", help="Apply before this service starts (the inference "
+                     "service, e.g. vllm.service); it also pulls the apply in.")(f)
+    f = click.option("--prefix", default=sys.prefix, show_default="this installation's prefix", metavar="DIR",
+                     help="Installation prefix: the units run DIR/bin/nodeagent.")(f)
+    return click.argument("profile", type=click.Path(exists=True, dir_okay=False, path_type=str))(f)
+
+
+def _render(profile: str, prefix: str, before: str | None, metrics: str | None, interval: str) -> dict[str, str]:
+    import os
+
+    from .cli import _load
+    from .render.systemd import render_units
+
+    loaded = _load(profile)  # a profile that does not validate is not worth a unit
+    return render_units(os.path.abspath(profile), prefix=prefix, before=before, metrics=metrics,
+                        interval=interval, profile_name=loaded.name)
+
+
+@units.command("render")
+@_unit_options
+@click.pass_obj
+def units_render(ctx: Ctx, profile: str, prefix: str, before: str | None, metrics_textfile: str | None,
+                 interval: str) -> None:
+    """Print the units and the udev rule for PROFILE (nothing is written)."""
+    from .render.systemd import destination
+
+    files = _render(profile, prefix, before, metrics_textfile, interval)
+    ctx.emit("\n".join(f"# ==> {destination(n)} <==\n{t}" for n, t in files.items()),
+             {destination(n): t for n, t in files.items()})
+
+
+@units.command("install")
+@_unit_options
+@click.pass_obj
+def units_install(ctx: Ctx, profile: str, prefix: str, before: str | None, metrics_textfile: str | None,
+                  interval: str) -> None:
+    """Write the units to /etc/systemd/system and the rule to /etc/udev/rules.d (under --root)."""
+    import os
+
+    from .render.systemd import destination
+
+    files = _render(profile, prefix, before, metrics_textfile, interval)
+    host = ctx.host
+    if host.is_real and os.geteuid() != 0:
+        raise NeedsRootError("units install writes under /etc and needs root", hint="run it with sudo")
+    written = []
+    for name, text in files.items():
+        host.fs.write_file_atomic(destination(name), text)
+        written.append(destination(name))
+    lines = [f"wrote {p}" for p in written]
+    lines += ["next: systemctl daemon-reload && udevadm control --reload && "
+              "systemctl enable --now nodeagent-apply.service nodeagent-drift.timer"]
+    ctx.emit("\n".join(lines), {"written": written})
+
+
+@click.command()
+@click.argument("profile", type=click.Path(dir_okay=True, path_type=str))
+@click.option("--debounce", type=click.FloatRange(min=0), default=2.0, show_default=True, metavar="SECONDS",
+              help="Wait this long after the last event before reconciling.")
+@click.pass_obj
+def watch(ctx: Ctx, profile: str, debounce: float) -> None:
+    """React to hot-plugged DAX/CXL/memory devices like the udev rule does, without systemd (until SIGTERM)."""
+    from .cli import _load
+    from .watch import Watcher
+
+    loaded = _load(profile)
+    eng = ctx.engine()
+    eng.require_root()
+    w = Watcher(eng, loaded, debounce=debounce, log=lambda m: click.echo(f"nodeagent watch: {m}", err=True))
+    raise click.exceptions.Exit(w.run())

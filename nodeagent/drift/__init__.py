@@ -1,0 +1,180 @@
+"""Drift: how the node has moved away from the profile it was given, since when, and probably why.
+
+``detect`` re-plans the last applied profile (the ``desired`` document in ``last-applied.json``, validated again
+as a profile) — or a given one — against fresh facts with the same pure :func:`nodeagent.engine.make_plan` that
+``apply`` uses: every change that plan would make is a drift item (its resource is the change's kind), every
+problem (a device that vanished, a knob the kernel lost) is reported too. So each resource kind drifts the
+moment it can be planned, with no drift code of its own. Each item gets its likely causes from the finders in
+:mod:`.causes`.
+
+``record`` (``drift --record``) keeps the open items in ``drift.json`` — which is where "first seen" comes from
+— and journals what changed since the last check: a ``drift`` event for an item first seen or seen with a new
+value, a ``resolved`` event for one that is gone. An apply closes the items it fixes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from ..errors import NodeagentError
+from ..journal import Journal, iso
+from ..plan import Change, Problem
+from ..profile import LoadedProfile, load_profile_text
+from .causes import Cause, find_causes
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+__all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "record", "STATE_FILE"]
+
+STATE_FILE = "drift.json"
+
+
+@dataclass(frozen=True)
+class DriftItem:
+    resource: str  # the resource kind: "knob", "dax", "damon"
+    target: str
+    expected: Any
+    actual: Any
+    expected_label: str
+    actual_label: str
+    path: str | None = None
+    op: str = "set"
+    first_seen: float | None = None  # None: not recorded before (this check is the first sighting)
+    causes: tuple[Cause, ...] = ()
+    change: Change | None = field(default=None, compare=False, repr=False)  # what apply would do about it
+
+    @property
+    def key(self) -> str:
+        return f"{self.resource}:{self.target}"
+
+    @classmethod
+    def from_change(cls, c: Change) -> DriftItem:
+        return cls(c.kind, c.target, c.after, c.before,
+                   c.after_label if c.after_label is not None else str(c.after),
+                   c.before_label if c.before_label is not None else str(c.before), c.path, c.op, change=c)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"resource": self.resource, "target": self.target, "expected": self.expected_label,
+                "actual": self.actual_label, "path": self.path, "op": self.op,
+                "first_seen": iso(self.first_seen) if self.first_seen else None,
+                "causes": [c.to_dict() for c in self.causes]}
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    profile: str
+    profile_digest: str
+    source: str  # where the desired state came from: "last-applied" or a profile path
+    node: str
+    checked: float
+    items: tuple[DriftItem, ...]
+    problems: tuple[Problem, ...] = ()
+    last_apply: dict[str, Any] = field(default_factory=dict)  # time, status, profile of the last apply
+    notes: tuple[str, ...] = ()
+    recorded: bool = False
+
+    @property
+    def converged(self) -> bool:
+        return not self.items and not self.problems
+
+    def by_resource(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for i in self.items:
+            out[i.resource] = out.get(i.resource, 0) + 1
+        for p in self.problems:
+            out[p.kind] = out.get(p.kind, 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"converged": self.converged, "profile": self.profile, "profile_digest": self.profile_digest,
+                "source": self.source, "node": self.node, "checked": iso(self.checked),
+                "items": [i.to_dict() for i in self.items], "problems": [p.to_dict() for p in self.problems],
+                "by_resource": self.by_resource(), "last_apply": self.last_apply, "notes": list(self.notes),
+                "recorded": self.recorded}
+
+
+def desired_profile(last: dict[str, Any]) -> LoadedProfile:
+    """The profile of the last apply, from the merged document ``last-applied.json`` keeps, validated again."""
+    desired = last.get("desired")
+    if last.get("status") == "reverted":
+        raise NodeagentError(f"profile {last.get('profile')!r} was reverted on this node, so there is nothing to "
+                             "drift from", hint="give a profile: nodeagent drift PROFILE, or apply one")
+    if not isinstance(desired, dict) or not desired:
+        raise NodeagentError("no profile has been applied on this node yet, so there is nothing to drift from",
+                             hint="give a profile: nodeagent drift PROFILE, or apply one first")
+    shown = "/var/lib/nodeagent/last-applied.json (desired)"
+    return load_profile_text(yaml.safe_dump(desired, sort_keys=False), shown)
+
+
+def detect(engine: Engine, loaded: LoadedProfile | None = None, *, now: float | None = None) -> DriftReport:
+    """Compare the node with ``loaded`` (default: the last applied profile). Read-only."""
+    last = engine.state.last_applied()
+    notes: list[str] = []
+    source = "last-applied"
+    if loaded is None:
+        loaded = desired_profile(last)
+    else:
+        source = loaded.path
+        if last.get("profile_digest") and last["profile_digest"] != loaded.digest:
+            notes.append(f"{loaded.path} differs from the profile last applied here ({last.get('profile')!r}, "
+                         f"{str(last.get('time', '?'))}): drift is measured against {loaded.path}")
+    facts = engine.facts()
+    plan = engine.plan(loaded, facts=facts)
+    open_items = engine.state.load(STATE_FILE).get("items", {})
+    items = []
+    for change in plan.changes:
+        item = DriftItem.from_change(change)
+        seen = open_items.get(item.key, {}).get("first_seen")
+        item = replace(item, first_seen=float(seen) if seen else None)
+        items.append(replace(item, causes=find_causes(engine.host, item, last)))
+    notes += list(plan.warnings)
+    if last.get("status") not in (None, "converged", "unchanged"):
+        notes.append(f"the last apply ended {last.get('status')!r}: some items may never have been in place")
+    summary = {k: last.get(k) for k in ("time", "status", "profile", "profile_digest", "scope") if k in last}
+    return DriftReport(loaded.name, loaded.digest, source, plan.node, time.time() if now is None else now,
+                       tuple(items), plan.problems, summary, tuple(notes))
+
+
+def record(engine: Engine, report: DriftReport) -> DriftReport:
+    """Keep the open items in ``drift.json`` and journal what changed since the last recorded check.
+
+    Takes the state lock; returns the report with each item's ``first_seen`` filled in."""
+    with engine.state.locked(engine.lock_timeout):
+        state = engine.state.load(STATE_FILE)
+        old = state.get("items", {})
+        new: dict[str, dict[str, Any]] = {}
+        events: list[dict[str, Any]] = []
+        items = []
+        for item in report.items:
+            prev = old.get(item.key)
+            first = float(prev["first_seen"]) if prev and prev.get("first_seen") else report.checked
+            new[item.key] = {"resource": item.resource, "target": item.target, "expected": item.expected_label,
+                             "actual": item.actual_label, "first_seen": first, "last_seen": report.checked}
+            if prev is None or prev.get("actual") != item.actual_label:
+                events.append({"event": "drift", "resource": item.resource, "target": item.target,
+                               "expected": item.expected_label, "actual": item.actual_label,
+                               "first_seen": iso(first), "profile": report.profile,
+                               "cause": item.causes[0].message if item.causes else None})
+            items.append(replace(item, first_seen=first))
+        for p in report.problems:
+            key = f"{p.kind}:{p.target}"
+            prev = old.get(key)
+            first = float(prev["first_seen"]) if prev and prev.get("first_seen") else report.checked
+            new[key] = {"resource": p.kind, "target": p.target, "expected": "(as the profile says)",
+                        "actual": p.message, "first_seen": first, "last_seen": report.checked}
+            if prev is None or prev.get("actual") != p.message:
+                events.append({"event": "drift", "resource": p.kind, "target": p.target, "actual": p.message,
+                               "first_seen": iso(first), "profile": report.profile, "cause": None})
+        for key, prev in old.items():
+            if key not in new:
+                events.append({"event": "resolved", "resource": prev.get("resource"), "target": prev.get("target"),
+                               "by": "outside nodeagent", "was": prev.get("actual")})
+        engine.state.save(STATE_FILE, {"profile": report.profile, "profile_digest": report.profile_digest,
+                                       "checked": report.checked, "items": new})
+        Journal(engine.host).append(events)
+    return replace(report, items=tuple(items), recorded=True)

@@ -1,0 +1,182 @@
+"""Likely causes of a drift item: a small registry of finders ``(host, item, last_applied) -> [Cause]``.
+
+A finder is registered for the resource kinds it understands (``@finder("knob")``) or for every kind
+(``@finder()``). It reads the node through the host, never writes, and returns the causes it can name — most
+likely first — or nothing. A finder that fails (an unreadable file) is skipped: naming a cause is best effort
+and never makes ``drift`` fail. Finders here:
+
+- ``knob``: a sysctl.d / sysctl.conf line or an active TuneD profile that sets the attribute to another value
+  (:mod:`nodeagent.facts.setters`);
+- every kind: the node rebooted after the last apply (settings start from boot defaults) and nothing
+  re-applied the profile;
+- ``dax``: memory blocks of the device that are offline; a udev rule that onlines hot-added memory or hands
+  DAX devices to daxctl;
+- ``damon``: a DAMON module (DAMON_RECLAIM, DAMON_LRU_SORT, DAMON_STAT) that is enabled.
+
+Other resource kinds add theirs with the same decorator.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..errors import HostError
+from ..facts.knobs import BY_KEY
+from ..facts.setters import damon_modules, memory_udev_rules, setters_of
+from ..host import Host
+from ..kfmt import format_list
+
+if TYPE_CHECKING:
+    from . import DriftItem
+
+
+@dataclass(frozen=True)
+class Cause:
+    source: str  # "sysctl.d", "sysctl.conf", "tuned", "reboot", "memory-block", "udev", "damon-module"
+    message: str
+    file: str | None = None
+    line: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Finder = Callable[[Host, "DriftItem", dict[str, Any]], list[Cause]]
+FINDERS: list[tuple[frozenset[str] | None, Finder]] = []
+
+
+def finder(*kinds: str) -> Callable[[Finder], Finder]:
+    """Register a cause finder for ``kinds`` (none: every kind)."""
+
+    def deco(fn: Finder) -> Finder:
+        FINDERS.append((frozenset(kinds) or None, fn))
+        return fn
+
+    return deco
+
+
+def find_causes(host: Host, item: DriftItem, last: dict[str, Any] | None = None) -> tuple[Cause, ...]:
+    out: list[Cause] = []
+    for kinds, fn in FINDERS:
+        if kinds is not None and item.resource not in kinds:
+            continue
+        try:
+            out += fn(host, item, last or {})
+        except (HostError, OSError, ValueError):
+            continue
+    return tuple(out)
+
+
+# -- kernel knobs ------------------------------------------------------------------------------------------
+_BOOT_NOTE = {"sysctl.d": "applied at boot by systemd-sysctl and by `sysctl --system`",
+              "sysctl.conf": "applied by `sysctl --system` and `sysctl -p`"}
+
+
+@finder("knob")
+def other_configuration(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+    """sysctl.d, sysctl.conf and TuneD settings of the knob that disagree with the profile."""
+    knob = BY_KEY.get(item.target)
+    if knob is None:
+        return []
+    hits: list[tuple[bool, Cause]] = []
+    for s in setters_of(host, knob.path):
+        computed = "${" not in s.value
+        value = knob.parse(s.value) if computed else None
+        if computed and value == item.expected:
+            continue  # agrees with the profile: not a cause
+        detail = s.detail or _BOOT_NOTE.get(s.source, "")
+        msg = f"{s.where} sets {s.key} = {s.value}" + (f" ({detail})" if detail else "")
+        if not computed:
+            msg += "; its value is computed by TuneD"
+        now = computed and value == item.actual
+        if now:
+            msg += " — the value now on the node"
+        hits.append((now, Cause(s.source, msg, s.file, s.line)))
+    hits.sort(key=lambda h: not h[0])
+    return [c for _, c in hits]
+
+
+# -- every kind: a reboot nobody followed up ---------------------------------------------------------------
+def _ts(text: str) -> float | None:
+    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.strptime(text, fmt).timestamp()
+        except (ValueError, TypeError):
+            continue
+    return None
+
+
+@finder()
+def rebooted_since_apply(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+    stat = host.read_opt("/proc/stat") or ""
+    m = re.search(r"^btime\s+(\d+)", stat, re.MULTILINE)
+    applied = _ts(str(last.get("time", "")))
+    if not m or applied is None or int(m.group(1)) <= applied:
+        return []
+    booted = datetime.fromtimestamp(int(m.group(1))).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    msg = (f"the node booted at {booted}, after the last apply ({last.get('time')}): kernel settings start "
+           "from their boot defaults and nothing applied the profile since — is nodeagent-apply.service enabled?")
+    if item.target == "memory.auto_online_blocks":
+        cmd = re.search(r"memhp_default_state=(\S+)", host.read_opt("/proc/cmdline") or "")
+        if cmd:
+            msg += f" (the kernel command line sets memhp_default_state={cmd.group(1)})"
+    return [Cause("reboot", msg)]
+
+
+# -- DAX: offline blocks, udev rules -----------------------------------------------------------------------
+def _device(item: DriftItem) -> str | None:
+    texts = [item.target, item.path or ""]
+    if item.change is not None:
+        texts += [v for _, v in item.change.data if isinstance(v, str)]
+    for t in texts:
+        m = re.search(r"dax\d+\.\d+", t)
+        if m:
+            return m.group()
+    return None
+
+
+def offline_blocks(host: Host, device: str) -> list[int]:
+    """Memory blocks in ``device``'s range that exist and are offline (only that device's blocks are read)."""
+    base = f"/sys/bus/dax/devices/{device}"
+    start, size = host.read_opt(f"{base}/resource"), host.read_opt(f"{base}/size")
+    bs_text = host.read_opt("/sys/devices/system/memory/block_size_bytes")
+    if not (start and size and bs_text):
+        return []
+    bs, lo = int(bs_text, 16), int(start, 16)
+    first, last = -(-lo // bs), (lo + int(size)) // bs
+    out = []
+    for n in range(first, last):
+        state = host.read_opt(f"/sys/devices/system/memory/memory{n}/state")
+        if state is not None and state.strip() == "offline":
+            out.append(n)
+    return out
+
+
+@finder("dax")
+def dax_blocks_offline(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+    dev = _device(item)
+    blocks = offline_blocks(host, dev) if dev else []
+    if not blocks:
+        return []
+    which = "block" if len(blocks) == 1 else "blocks"
+    return [Cause("memory-block", f"memory {which} {format_list(blocks)} of {dev} offline (taken offline after "
+                  "the apply: `daxctl offline-memory`, or a write to memoryN/state)")]
+
+
+@finder("dax", "memory")
+def udev_memory_rules(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+    return [Cause("udev", f"{r.file}:{r.line}: a udev rule {r.what}: {r.text}", r.file, r.line)
+            for r in memory_udev_rules(host)]
+
+
+# -- DAMON -------------------------------------------------------------------------------------------------
+@finder("damon")
+def damon_module_enabled(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+    return [Cause("damon-module", f"{m.name} is enabled (/sys/module/{m.module}/parameters/enabled = Y"
+                  + (f", kdamond pid {m.kdamond_pid}" if m.kdamond_pid else "") + "): it runs its own DAMON "
+                  "monitoring outside the sysfs interface", f"/sys/module/{m.module}/parameters/enabled")
+            for m in damon_modules(host)]

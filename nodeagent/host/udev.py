@@ -1,0 +1,173 @@
+"""Device events (udev ``add``/``remove``/``online``...) for ``nodeagent watch``: the host's event source.
+
+On the machine's own root the source is a pyudev netlink monitor (events after udev has processed them, as
+TuneD listens), filtered in the kernel by subsystem. pyudev cannot be rooted at a fake sysfs, so a simulated
+root has its own source built the way pyudev's test suite builds its fake monitor — on real file descriptors
+that ``select()`` works on: each listener makes a FIFO in ``<root>/.nodeagent-sim/uevents/`` and the simulator
+(:func:`broadcast`, called by ``nodeagent.sim.hotplug``) writes one JSON line per event into every FIFO that has
+a reader, the way the kernel multicasts a uevent to every netlink listener; a FIFO whose reader is gone is
+removed. Any other root has no event source.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+from dataclasses import asdict, dataclass
+from itertools import count
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from . import Host
+
+#: Where listeners of a simulated root keep their FIFOs (relative to the root).
+SIM_EVENTS = ".nodeagent-sim/uevents"
+_serial = count()
+
+
+@dataclass(frozen=True)
+class UEvent:
+    action: str  # add, remove, online, offline, bind, change...
+    subsystem: str  # dax, memory, cxl...
+    sysname: str  # dax1.0, memory42, region0
+    devpath: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+class EventSource(Protocol):
+    def fileno(self) -> int: ...
+
+    def receive(self) -> list[UEvent]:
+        """Every event waiting now (never blocks)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class PyudevSource:
+    """The machine's udev events for ``subsystems`` (read-only: a netlink socket, never a write)."""
+
+    def __init__(self, subsystems: tuple[str, ...]) -> None:
+        import pyudev
+
+        self.subsystems = subsystems
+        self.monitor = pyudev.Monitor.from_netlink(pyudev.Context(), source="udev")
+        for s in subsystems:
+            self.monitor.filter_by(s)
+        self.monitor.start()
+
+    def fileno(self) -> int:
+        return self.monitor.fileno()
+
+    def receive(self) -> list[UEvent]:
+        out = []
+        while True:
+            device = self.monitor.poll(timeout=0)
+            if device is None:
+                return out
+            out.append(UEvent(device.action or "", device.subsystem or "", device.sys_name, device.device_path))
+
+    def close(self) -> None:
+        # pyudev's Monitor has no close(); dropping the last reference closes the netlink socket.
+        self.monitor = None  # type: ignore[assignment]
+
+
+class SimSource:
+    """A simulated root's events: a FIFO of JSON lines fed by :func:`broadcast`."""
+
+    def __init__(self, root: Path, subsystems: tuple[str, ...]) -> None:
+        self.subsystems = subsystems
+        d = Path(root) / SIM_EVENTS
+        d.mkdir(parents=True, exist_ok=True)
+        self.path = d / f"{os.getpid()}-{next(_serial)}.fifo"
+        if self.path.exists():
+            self.path.unlink()
+        os.mkfifo(self.path, 0o600)
+        self._rfd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        self._keep = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)  # no EOF when a writer goes away
+        self._buf = b""
+
+    def fileno(self) -> int:
+        return self._rfd
+
+    def receive(self) -> list[UEvent]:
+        while True:
+            try:
+                chunk = os.read(self._rfd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        out = []
+        for line in lines:
+            try:
+                ev = UEvent(**json.loads(line))
+            except (ValueError, TypeError):
+                continue
+            if ev.subsystem in self.subsystems:
+                out.append(ev)
+        return out
+
+    def close(self) -> None:
+        for fd in (self._rfd, self._keep):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def open_events(host: Host, subsystems: tuple[str, ...]) -> EventSource:
+    """The event source of ``host``: pyudev on the machine's own root, the FIFO on a simulated one."""
+    if host.simulated:
+        return SimSource(host.root, subsystems)
+    if host.is_real:
+        return PyudevSource(subsystems)
+    raise UsageError(f"--root {host.root}: no device events can be watched under another root (this machine's "
+                     "udev reports this machine's devices)",
+                     hint="run watch on the node itself, or on a simulated root")
+
+
+def broadcast(root: Path, event: UEvent) -> int:
+    """Deliver ``event`` to every listener of simulated root ``root``; returns how many got it."""
+    d = Path(root) / SIM_EVENTS
+    if not d.is_dir():
+        return 0
+    data = (event.to_json() + "\n").encode()
+    delivered = 0
+    for fifo in sorted(d.glob("*.fifo")):
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no reader: the listener is gone
+                fifo.unlink(missing_ok=True)
+            continue
+        try:
+            os.write(fd, data)
+            delivered += 1
+        except BlockingIOError:
+            pass  # a full queue drops the event, as a netlink socket overflows
+        finally:
+            os.close(fd)
+    return delivered
+
+
+def wait_readable(fds: list[int], timeout: float | None) -> list[int]:
+    """The descriptors of ``fds`` that are readable within ``timeout`` seconds (EINTR: none)."""
+    try:
+        ready, _, _ = select.select(fds, [], [], timeout)
+    except InterruptedError:
+        return []
+    return ready

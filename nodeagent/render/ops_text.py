@@ -1,0 +1,172 @@
+"""Readable text for the day-2 commands: drift, history, status, revert."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ..journal import iso
+from ..plan import Result
+from ..units import format_size
+from .text import change_line
+
+
+def _when(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S %z") if ts else "now"
+
+
+def drift_text(report: Any) -> str:  # nodeagent.drift.DriftReport
+    last = report.last_apply
+    head = f"Drift on {report.node} from profile {report.profile}"
+    if report.source != "last-applied":
+        head += f" ({report.source})"
+    elif last.get("time"):
+        head += f" (last applied {last['time']}, {last.get('status', '?')})"
+    out = [head + ":"]
+    for item in report.items:
+        seen = (f"first seen {_when(item.first_seen)}" if item.first_seen
+                else "first seen now" + ("" if report.recorded else " (not recorded: drift --record keeps it)"))
+        out.append(f"  ~ {item.target}  expected {item.expected_label}, actual {item.actual_label}  [{item.resource}]"
+                   f"  {seen}")
+        if item.causes:
+            out.append(f"      likely cause: {item.causes[0].message}")
+            out += [f"      also: {c.message}" for c in item.causes[1:]]
+        else:
+            out.append("      likely cause: none found (no sysctl.d, TuneD or udev setting for it: changed at run "
+                       "time by another program or by hand)")
+    for p in report.problems:
+        out.append(f"  ! {p.message}" + (f"\n      hint: {p.hint}" if p.hint else ""))
+    for n in report.notes:
+        out.append(f"  note: {n}")
+    if report.converged:
+        out.append(f"No drift: the node matches profile {report.profile}.")
+    else:
+        counts = ", ".join(f"{k}: {v}" for k, v in sorted(report.by_resource().items()))
+        n = len(report.items) + len(report.problems)
+        out.append(f"{n} drifted ({counts}). `nodeagent apply` brings the node back.")
+    return "\n".join(out)
+
+
+def _event_line(e: dict[str, Any]) -> str:
+    kind = e.get("event", "?")
+    when = e.get("time") or iso(float(e.get("ts", 0)))
+    if kind == "apply":
+        applied = [c for c in e.get("changes", []) if c.get("status") == "applied"]
+        failed = [c for c in e.get("changes", []) if c.get("status") in ("failed", "blocked")]
+        scope = f" scope {','.join(e['scope'])}" if e.get("scope") else ""
+        text = f"apply {e.get('profile')}{scope}: {e.get('status')}"
+        if applied:
+            text += " — " + ", ".join(f"{c['target']} {c.get('before')} → {c.get('after')}" for c in applied)
+        if failed:
+            text += " — not done: " + ", ".join(f"{c['target']} ({c['status']})" for c in failed)
+    elif kind == "drift":
+        text = f"drift {e.get('target')} [{e.get('resource')}]: expected {e.get('expected')}, actual {e.get('actual')}"
+        if e.get("cause"):
+            text += f" — likely cause: {e['cause']}"
+    elif kind == "resolved":
+        text = f"resolved {e.get('target')} [{e.get('resource')}] by {e.get('by')}"
+    elif kind == "revert":
+        text = f"revert: {e.get('status')} — " + (", ".join(e.get("reverted", [])) or "nothing to revert")
+    elif kind == "hotplug":
+        text = f"hotplug {e.get('action')} {e.get('subsystem')}/{e.get('device')}: {e.get('result', '')}"
+    else:
+        text = kind
+    return f"{when}  {text}"
+
+
+def history_text(events: list[dict[str, Any]], skipped: int = 0) -> str:
+    if not events:
+        return "No history recorded" + (" matching the filters." if skipped >= 0 else ".")
+    out = [_event_line(e) for e in events]
+    if skipped:
+        out.append(f"({skipped} unreadable journal lines skipped)")
+    return "\n".join(out)
+
+
+def status_text(s: dict[str, Any]) -> str:
+    sim = f" (simulated {s['simulated']})" if s.get("simulated") else ""
+    out = [f"node {s.get('node') or '?'}{sim}  kernel {s.get('kernel')}"]
+    last = s.get("last_apply")
+    if last:
+        scope = f" scope {','.join(last['scope'])}" if last.get("scope") else ""
+        out.append(f"last apply: profile {last.get('profile')} at {last.get('time')}: {last.get('status')}{scope} "
+                   f"({last['applied']} applied, {last['failed']} failed, {last['blocked']} blocked)")
+        out += [f"  verify: {e}" for e in last.get("verify_errors", [])]
+    else:
+        out.append("last apply: none (no profile applied on this node)")
+    d = s.get("drift")
+    if d is None:
+        out.append("drift: (no applied profile to compare with)")
+    elif "error" in d:
+        out.append(f"drift: cannot measure: {d['error']}")
+    elif d["converged"]:
+        out.append("drift: none — the node matches the profile")
+    else:
+        counts = ", ".join(f"{k}: {v}" for k, v in sorted(d["by_resource"].items()))
+        out.append(f"drift: {len(d['items']) + len(d['problems'])} ({counts})")
+        for i in d["items"]:
+            cause = f" — {i['causes'][0]['message']}" if i["causes"] else ""
+            since = f" since {i['first_seen']}" if i.get("first_seen") else ""
+            out.append(f"  ~ {i['target']}: expected {i['expected']}, actual {i['actual']}{since}{cause}")
+        out += [f"  ! {p}" for p in d["problems"]]
+    changed = s.get("changed_by_nodeagent", [])
+    out.append(f"changed by nodeagent (revert restores): {', '.join(changed) if changed else 'nothing'}")
+    kd = s.get("kdamonds", {})
+    if kd.get("owned"):
+        out.append("owned kdamonds:")
+        owned = kd["owned"]
+        for key, rec in (owned.items() if isinstance(owned, dict) else enumerate(owned)):
+            shown = ", ".join(f"{k}={v}" for k, v in rec.items()) if isinstance(rec, dict) else str(rec)
+            out.append(f"  kdamond {key}: {shown}")
+        for sc in kd.get("schemes") or []:
+            out.append(f"    scheme {sc['kdamond']}/{sc['context']}/{sc['scheme']} {sc.get('action') or ''}: "
+                       f"tried {sc.get('nr_tried')} regions ({_size(sc.get('sz_tried'))}), applied "
+                       f"{sc.get('nr_applied')} ({_size(sc.get('sz_applied'))}), quota exceeded "
+                       f"{sc.get('qt_exceeds')}")
+        if kd.get("stats_note"):
+            out.append(f"    {kd['stats_note']}")
+    else:
+        out.append("owned kdamonds: none")
+    out.append("memory tiers (faster first): " + (", ".join(f"memory_tier{t['tier']}=[{','.join(map(str, t['nodes']))}]"
+                                                           for t in s.get("tiers", [])) or "none"))
+    for n in s.get("nodes", []):
+        pct = f"{100 * n['used_ratio']:.0f}%" if n["used_ratio"] is not None else "-"
+        kind = "CPU-less" if n["cpuless"] else "CPUs"
+        tier = n["tier"] if n["tier"] is not None else "-"
+        out.append(f"  node{n['node']}  tier {tier:>3}  {format_size(n['used_bytes']):>9} of "
+                   f"{format_size(n['total_bytes']):>9} used ({pct:>4})  {kind}")
+    if s.get("recent"):
+        out.append("recent events:")
+        out += ["  " + _event_line(e) for e in s["recent"]]
+    out += [f"warning: {w}" for w in s.get("warnings", [])]
+    return "\n".join(out)
+
+
+def _size(n: Any) -> str:
+    return format_size(n) if isinstance(n, int) else "?"
+
+
+def revert_text(result: Result) -> str:
+    plan = result.plan
+    if result.dry_run or not result.outcomes:
+        out = [f"Revert on {plan.node}:"]
+        out += [change_line(c) for c in plan.changes]
+        out += [f"  ! {p.message}" + (f"\n      hint: {p.hint}" if p.hint else "") for p in plan.problems]
+        if not plan.changes:
+            out.append(f"Nothing to revert: {len(plan.unchanged)} recorded settings already hold their original "
+                       "values." if plan.unchanged else "Nothing to revert: nodeagent recorded no original values.")
+        elif result.dry_run:
+            out.append(f"{len(plan.changes)} to revert (dry run: nothing was written).")
+        return "\n".join(out)
+    out = [f"Reverted on {plan.node}:"]
+    for o in result.outcomes:
+        mark = {"applied": "✓", "failed": "✗"}.get(o.status, "-")
+        c = o.change
+        before = c.before_label if c.before_label is not None else str(c.before)
+        after = c.after_label if c.after_label is not None else str(c.after)
+        out.append(f"  {mark} {c.target}: {before} → {after}"
+                   + ("" if o.status == "applied" else f" — {o.status}: {o.message}"))
+    out += [f"  ! {p.message}" for p in plan.problems]
+    out += [f"  ✗ verify: {e}" for e in result.verify_errors]
+    out.append(f"Result: {result.status}.")
+    return "\n".join(out)

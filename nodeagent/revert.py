@@ -1,0 +1,152 @@
+"""Revert: put back what the node had before nodeagent changed it, then forget that nodeagent managed it.
+
+``originals.json`` holds, per target, the value it had before nodeagent first changed it (``{target: {kind,
+path, value, recorded}}``). ``plan_revert`` turns it into an ordinary :class:`~nodeagent.plan.Plan` — one
+change per target whose current value differs, planned by the revert planner of its kind — so ``revert
+--dry-run`` prints exactly what ``revert`` does, and disruptive changes are flagged and refused without
+``--allow-disruptive`` like in apply. ``execute_revert`` applies it through the resource kind's own ``apply``,
+re-reads the node, then for every target that is back (or already was) drops its original, its open drift
+item and any ownership record naming it, and journals a ``revert`` event. When everything was reverted the
+last-applied record is closed (``status: reverted``): the node no longer drifts from a profile.
+
+A kind that cannot be reverted yet shows as a non-blocking problem. Kinds register a :class:`RevertKind` in
+:data:`KINDS`: ``plan(host, facts, target, record) -> Change | None`` (None: already at the original) and,
+optionally, their own ``apply``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import HostError
+from .facts import Facts
+from .facts.knobs import BY_KEY
+from .host import Host
+from .journal import Journal
+from .plan import Change, Outcome, Plan, Problem, Result
+from .resources.base import ApplyContext
+from .resources.registry import BY_KIND
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+@dataclass(frozen=True)
+class RevertKind:
+    plan: Callable[[Host, Facts, str, dict[str, Any]], Change | None]
+    apply: Callable[[Host, Change, ApplyContext], str] | None = None  # default: the resource kind's apply
+
+
+def _plan_knob(host: Host, facts: Facts, target: str, rec: dict[str, Any]) -> Change | None:
+    knob = BY_KEY.get(target)
+    if knob is None:
+        raise ValueError(f"{target}: not a knob this version of nodeagent knows")
+    raw = facts.knobs.get(target)
+    if raw is None:
+        raise ValueError(f"{target}: {knob.path} does not exist on this kernel any more")
+    current, original = knob.parse(raw), rec.get("value")
+    if current == original:
+        return None
+    return Change("knob", target, "revert", current, original, reason=f"the value before nodeagent changed it "
+                  f"(recorded {rec.get('recorded', '?')})", path=knob.path, before_label=knob.label(current),
+                  after_label=knob.label(original), disruptive=knob.disruptive)
+
+
+KINDS: dict[str, RevertKind] = {"knob": RevertKind(_plan_knob)}
+
+
+def plan_revert(engine: Engine, targets: Collection[str] | None = None, facts: Facts | None = None) -> Plan:
+    """Pure apart from reading the node: what revert would change."""
+    originals = engine.state.load("originals.json")
+    facts = facts or engine.facts()
+    changes: list[Change] = []
+    problems: list[Problem] = []
+    unchanged: list[str] = []
+    wanted = set(targets) if targets is not None else None
+    if wanted is not None:
+        for t in sorted(wanted - set(originals)):
+            problems.append(Problem("revert", t, f"{t}: nodeagent has no original value recorded for it",
+                                    hint="see `nodeagent status` for what nodeagent changed", blocking=True))
+    for target, rec in originals.items():
+        if wanted is not None and target not in wanted:
+            continue
+        kind = str(rec.get("kind", "knob"))
+        planner = KINDS.get(kind)
+        if planner is None:
+            problems.append(Problem(kind, target, f"{target}: reverting {kind} is not supported by this version",
+                                    hint="undo it by hand", blocking=False))
+            continue
+        try:
+            change = planner.plan(engine.host, facts, target, rec)
+        except ValueError as exc:
+            problems.append(Problem(kind, target, str(exc), blocking=False))
+            continue
+        if change is None:
+            unchanged.append(target)
+        else:
+            changes.append(change)
+    node = (facts.hostname or "node") + (f" (simulated {facts.simulated})" if facts.simulated else "")
+    return Plan("revert", "", tuple(changes), tuple(problems), (), tuple(unchanged), node=node)
+
+
+def execute_revert(engine: Engine, *, targets: Collection[str] | None = None, dry_run: bool = False,
+                   allow_disruptive: bool = False, confirm: Callable[[Plan], bool] | None = None) -> Result:
+    if dry_run:
+        return Result(plan_revert(engine, targets), dry_run=True)
+    engine.require_root()
+    with engine.state.locked(engine.lock_timeout):
+        plan = plan_revert(engine, targets)
+        if plan.blocked:
+            return Result(plan)
+        if plan.changes and confirm is not None and not confirm(plan):
+            return Result(plan, dry_run=True)
+        actx = ApplyContext(allow_disruptive=allow_disruptive, state=engine.state)
+        outcomes: list[Outcome] = []
+        for change in plan.changes:
+            if change.disruptive and not allow_disruptive:
+                outcomes.append(Outcome(change, "blocked", "disruptive: not done without --allow-disruptive"))
+                continue
+            kind = KINDS[change.kind]
+            try:
+                msg = (kind.apply or BY_KIND[change.kind].apply)(engine.host, change, actx)
+                outcomes.append(Outcome(change, "applied", msg))
+            except HostError as exc:
+                outcomes.append(Outcome(change, "failed", exc.render()))
+        after = plan_revert(engine, [c.target for c in plan.changes]) if plan.changes else None
+        still = {c.target: c for c in after.changes} if after else {}
+        errors = [f"{t}: wrote {c.before_label or c.before} back, but the node now reads {c.after_label or c.after}"
+                  for t, c in still.items() if any(o.change.target == t and o.status == "applied" for o in outcomes)]
+        done = set(plan.unchanged) | {o.change.target for o in outcomes
+                                      if o.status == "applied" and o.change.target not in still}
+        result = Result(plan, tuple(outcomes), tuple(errors))
+        _forget(engine, done, complete=targets is None and result.ok)
+        Journal(engine.host).append([{"event": "revert", "status": result.status,
+                                      "changes": [o.to_dict() for o in outcomes], "reverted": sorted(done),
+                                      "problems": [p.message for p in plan.problems]}])
+        return result
+
+
+def _forget(engine: Engine, done: set[str], *, complete: bool) -> None:
+    """Drop the originals, open drift items and ownership records of the reverted targets."""
+    st = engine.state
+    originals = st.load("originals.json")
+    if done & set(originals):
+        st.save("originals.json", {k: v for k, v in originals.items() if k not in done})
+    drift = st.load("drift.json")
+    items = drift.get("items", {})
+    kept = {k: v for k, v in items.items() if v.get("target") not in done}
+    if kept != items:
+        st.save("drift.json", {**drift, "items": kept})
+    ownership = st.load("ownership.json")
+    pruned = {section: ({k: v for k, v in records.items() if k not in done} if isinstance(records, dict)
+                        else records) for section, records in ownership.items()}
+    if pruned != ownership:
+        st.save("ownership.json", pruned)
+    if complete:
+        last = st.last_applied()
+        if last:
+            st.record_apply({"profile": last.get("profile"), "profile_digest": last.get("profile_digest"),
+                             "status": "reverted", "reverted_profile_time": last.get("time"), "desired": None,
+                             "outcomes": [], "verify_errors": [], "problems": []})

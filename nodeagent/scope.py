@@ -1,0 +1,106 @@
+"""Scoped applies: reconcile only what one hot-plugged device affects (``apply --device NAME``).
+
+A udev ``add`` event names a device (``dax1.0``, ``memory42``, ``region0``). The scope is that name plus what it
+resolves to on the node:
+
+- ``memoryN`` — also the DAX device whose range holds memory block N (its ``resource``/``size``);
+- ``memory`` (the udev rule's single instance for every memory-block event, so that a 2 TiB hot-add of 16,384
+  blocks starts one reconcile, not 16,384) — every DAX device bound to kmem (the word itself matches nothing);
+- a CXL region, decoder or port (``region0``) — every DAX device below it in sysfs.
+
+A change is in scope when one of those names appears as a whole word in its target, its kernel path, or any
+string (or list of strings) in its ``data`` — ``memory.dax[expanders].dax1.0`` and a change whose data says
+``{"device": "dax1.0"}`` are both in the scope of ``dax1.0``; ``dax1.01`` and ``memory420`` are not in the
+scope of ``dax1.0`` and ``memory42``. Node-wide settings (kernel knobs) name no device and are never in a
+device's scope: a hot-plug event does not re-apply them (``nodeagent-apply.service`` and ``apply`` do).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import replace
+from typing import Any
+
+from .host import Host
+from .plan import Change, Plan
+
+DAX_DEVICES = "/sys/bus/dax/devices"
+KMEM = "/sys/bus/dax/drivers/kmem"
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(name)}(?![A-Za-z0-9_-]|\.\d)")
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list | tuple | set | frozenset):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+
+
+def in_scope(change: Change, names: Collection[str]) -> bool:
+    """True when ``change`` names one of ``names`` (see the module docs)."""
+    texts = [change.target, change.path or "", *(_strings(dict(change.data)))]
+    return any(_pattern(n).search(t) for n in names for t in texts)
+
+
+def restrict(plan: Plan, names: Collection[str]) -> Plan:
+    """The part of ``plan`` in scope: its changes and problems that name one of ``names``. Pure."""
+    names = set(names)
+    changes = tuple(c for c in plan.changes if in_scope(c, names))
+    problems = tuple(p for p in plan.problems if any(_pattern(n).search(p.target) for n in names))
+    unchanged = tuple(u for u in plan.unchanged if any(_pattern(n).search(u) for n in names))
+    return replace(plan, changes=changes, problems=problems, unchanged=unchanged)
+
+
+# -- resolving device names on the node (read-only) -----------------------------------------------------------
+def _dax_range(host: Host, dev: str) -> tuple[int, int] | None:
+    base = f"{DAX_DEVICES}/{dev}"
+    start, size = host.read_opt(f"{base}/resource"), host.read_opt(f"{base}/size")
+    try:
+        return (int(start, 16), int(size)) if start and size else None
+    except ValueError:
+        return None
+
+
+def device_of_block(host: Host, block: int) -> str | None:
+    """The DAX device whose physical range holds memory block ``block``, if any."""
+    bs_text = host.read_opt("/sys/devices/system/memory/block_size_bytes")
+    if not bs_text:
+        return None
+    bs = int(bs_text, 16)
+    lo, hi = block * bs, (block + 1) * bs
+    for dev in host.fs.listdir(DAX_DEVICES):
+        rng = _dax_range(host, dev)
+        if rng and rng[0] < hi and lo < rng[0] + rng[1]:
+            return dev
+    return None
+
+
+def expand(host: Host, names: Iterable[str]) -> set[str]:
+    """The scope of hot-plug device ``names``: the names and the DAX devices they lead to."""
+    out: set[str] = set()
+    for name in names:
+        name = name.strip()
+        if not name:
+            continue
+        if name == "memory":  # an alias, not a device name: "memory" would match every memory-block path
+            out |= set(host.fs.listdir(KMEM)) & set(host.fs.listdir(DAX_DEVICES))
+            continue
+        out.add(name)
+        if m := re.fullmatch(r"memory(\d+)", name):
+            dev = device_of_block(host, int(m.group(1)))
+            if dev:
+                out.add(dev)
+        elif not name.startswith("dax"):
+            for dev in host.fs.listdir(DAX_DEVICES):
+                link = host.fs.readlink(f"{DAX_DEVICES}/{dev}") or ""
+                if f"/{name}/" in link:
+                    out.add(dev)
+    return out

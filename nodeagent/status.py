@@ -1,0 +1,111 @@
+"""``nodeagent status``: the one screen an operator opens first. Read-only.
+
+It gathers, as plain data: the last apply (profile, time, result, scope), drift against it now (items by
+resource, with when each was first seen when ``drift --record`` saw it before), what nodeagent changed and can
+revert, the kdamonds nodeagent owns with their scheme statistics (when the DAMON support provides them), the
+memory tiers with how full each node is, and the latest journal events.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import NodeagentError
+from .facts import Facts
+from .journal import Journal
+from .schemestats import collect
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+def node_usage(facts: Facts) -> list[dict[str, Any]]:
+    """Per NUMA node: tier, total and used bytes, CPU-less or not."""
+    out = []
+    for n in facts.nodes:
+        used = max(n.mem_total - n.mem_free, 0)
+        out.append({"node": n.id, "tier": n.tier, "cpuless": not n.has_cpu, "total_bytes": n.mem_total,
+                    "used_bytes": used, "used_ratio": (used / n.mem_total) if n.mem_total else None})
+    return out
+
+
+def gather_status(engine: Engine, *, events: int = 5) -> dict[str, Any]:
+    from .drift import detect  # above this module's floor only at call time (drift imports the engine)
+
+    st = engine.state
+    last = st.last_applied()
+    facts = engine.facts()
+    out: dict[str, Any] = {"node": facts.hostname, "simulated": facts.simulated, "kernel": facts.kernel_release}
+    out["last_apply"] = ({k: last.get(k) for k in ("profile", "time", "status", "scope", "profile_digest")
+                          if k in last}
+                         | {"applied": sum(1 for o in last.get("outcomes", []) if o.get("status") == "applied"),
+                            "failed": sum(1 for o in last.get("outcomes", []) if o.get("status") == "failed"),
+                            "blocked": sum(1 for o in last.get("outcomes", []) if o.get("status") == "blocked"),
+                            "verify_errors": last.get("verify_errors", [])}) if last else None
+    drift: dict[str, Any] | None = None
+    if last.get("desired"):
+        try:
+            report = detect(engine)
+            drift = {"converged": report.converged, "by_resource": report.by_resource(),
+                     "items": [i.to_dict() for i in report.items], "problems": [p.message for p in report.problems]}
+        except NodeagentError as exc:
+            drift = {"error": exc.message}
+    out["drift"] = drift
+    originals = st.load("originals.json")
+    out["changed_by_nodeagent"] = sorted(originals)
+    ownership = st.load("ownership.json")
+    owned = ownership.get("kdamonds")
+    kd: dict[str, Any] = {"owned": owned or {}, "schemes": None, "stats_note": None}
+    if owned:
+        try:
+            stats = collect(engine.host, owned)
+        except Exception as exc:  # a provider's failure must not hide the rest of the screen
+            stats, kd["stats_note"] = None, f"scheme statistics could not be read: {exc}"
+        if stats is None and kd["stats_note"] is None:
+            kd["stats_note"] = "scheme statistics are not available in this build (no DAMON support)"
+        kd["schemes"] = [s.to_dict() for s in stats] if stats is not None else None
+    out["kdamonds"] = kd
+    out["tiers"] = [{"tier": t, "nodes": nodes} for t, nodes in facts.tiers.items()]
+    out["nodes"] = node_usage(facts)
+    journal = Journal(engine.host)
+    out["recent"] = journal.query(limit=events) if events else []
+    out["warnings"] = list(st.warnings)
+    return out
+
+
+def metrics_input(engine: Engine, *, facts: Facts | None = None, drift: Any = None, checks: Any = None) -> Any:
+    """Everything the metrics textfile shows, read from the node and the state directory.
+
+    ``drift`` is a :class:`nodeagent.drift.DriftReport` measured by the caller; ``checks`` the preflight check
+    results of this run (kept in ``last-checks.json`` so that a run without checks still exports the last
+    ones). Returns a :class:`nodeagent.render.metrics.MetricsInput`."""
+    from .render.metrics import MetricsInput, parse_vmstat
+    from .resources.registry import BY_KIND
+
+    host, st = engine.host, engine.state
+    facts = facts or engine.facts()
+    if checks:
+        with st.locked(engine.lock_timeout):
+            st.save("last-checks.json", {"results": [{"name": c.name, "severity": c.severity, "status": c.status}
+                                                     for c in checks]})
+        rows = list(checks)
+    else:
+        rows = [_CheckRow(**r) for r in st.load("last-checks.json").get("results", [])
+                if isinstance(r, dict) and {"name", "severity", "status"} <= set(r)]
+    owned = st.load("ownership.json").get("kdamonds")
+    schemes = None
+    if owned:
+        try:
+            schemes = collect(host, owned)
+        except Exception:  # statistics are best effort; the rest of the file still matters
+            schemes = None
+    return MetricsInput(facts=facts, vmstat=parse_vmstat(host.read_opt("/proc/vmstat") or ""),
+                        last_apply=st.last_applied() or None,
+                        drift_checked=drift.checked if drift is not None else None,
+                        drift_by_resource=drift.by_resource() if drift is not None else None,
+                        resource_kinds=tuple(BY_KIND), checks=rows, schemes=schemes)
+
+
+class _CheckRow:
+    def __init__(self, name: str, severity: str, status: str) -> None:
+        self.name, self.severity, self.status = name, severity, status

@@ -1,0 +1,152 @@
+"""The metrics textfile: parses, carries the right values, passes promtool, is written atomically."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nodeagent.cli import main
+from nodeagent.sim import SimKernel
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")
+GiB = 1024**3
+
+
+def samples(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(path.read_text()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def promtool_check(path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        print("SKIPPED promtool check: promtool not installed (Debian package `prometheus`)")
+        return
+    proc = subprocess.run([promtool, "check", "metrics"], input=path.read_text(), capture_output=True, text=True)
+    assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), proc.stdout + proc.stderr
+
+
+def test_drift_metrics_carry_the_right_values(make_node, tmp_path: Path, capsys) -> None:
+    root = make_node("h100-cxl-autoonline")
+    k = SimKernel(root)
+    assert main(["--root", str(root), "apply", "--yes", PROFILE]) == 0
+    k.write("/proc/sys/kernel/numa_balancing", "1")
+    vmstat = k.tree.read("/proc/vmstat").replace("pgpromote_success 0", "pgpromote_success 12345").replace(
+        "pgdemote_kswapd 0", "pgdemote_kswapd 678").replace("numa_hint_faults 0", "numa_hint_faults 9")
+    k.tree.set("/proc/vmstat", vmstat)
+    (tmp_path / "textfiles").mkdir()
+    prom = tmp_path / "textfiles" / "nodeagent.prom"
+    capsys.readouterr()
+    assert main(["--root", str(root), "drift", "--record", "--metrics-textfile", str(prom)]) == 3
+    m = samples(prom)
+    assert m[("nodeagent_drift_items", (("resource", "knob"),))] == 1
+    assert m[("nodeagent_last_apply_success", (("profile", "cxl-inference"),))] == 1
+    assert m[("nodeagent_last_apply_status", (("profile", "cxl-inference"), ("status", "converged")))] == 1
+    assert m[("nodeagent_last_apply_status", (("profile", "cxl-inference"), ("status", "partial")))] == 0
+    assert m[("nodeagent_last_apply_changes", (("outcome", "applied"),))] == 4
+    assert m[("nodeagent_vmstat_pgpromote_success_total", ())] == 12345
+    assert m[("nodeagent_vmstat_pgdemote_kswapd_total", ())] == 678
+    assert m[("nodeagent_vmstat_numa_hint_faults_total", ())] == 9
+    # The CXL expanders are CPU-less nodes in memory_tier22, each 2 TiB.
+    cxl = (("cpuless", "true"), ("node", "2"), ("tier", "22"))
+    assert m[("nodeagent_node_memory_total_bytes", cxl)] == 2048 * GiB
+    assert m[("nodeagent_node_memory_used_bytes", cxl)] == 0
+    dram = (("cpuless", "false"), ("node", "0"), ("tier", "4"))
+    assert m[("nodeagent_node_memory_used_bytes", dram)] == 24 * GiB
+    assert not any(name.endswith("_created") for name, _ in m)
+    promtool_check(prom)
+    assert [p.name for p in prom.parent.iterdir()] == ["nodeagent.prom"]  # no temporary file left behind
+
+
+def test_apply_writes_metrics_and_keeps_check_results(make_node, tmp_path: Path, capsys) -> None:
+    root = make_node("workstation")
+    prom = tmp_path / "nodeagent.prom"
+    prom.write_text("stale\n")
+    assert main(["--root", str(root), "apply", "--yes", "--metrics-textfile", str(prom), PROFILE]) == 0
+    m = samples(prom)
+    assert m[("nodeagent_last_apply_changes", (("outcome", "applied"),))] == 4
+    assert m[("nodeagent_drift_items", (("resource", "knob"),))] == 0
+    promtool_check(prom)
+    # Check results recorded by an earlier apply are exported by later runs too (no flapping series).
+    (root / "var/lib/nodeagent/last-checks.json").write_text(json.dumps(
+        {"results": [{"name": "cpu", "severity": "error", "status": "fail"}]}))
+    assert main(["--root", str(root), "drift", "--metrics-textfile", str(prom)]) == 0
+    m = samples(prom)
+    assert m[("nodeagent_check_status", (("check", "cpu"), ("severity", "error"), ("status", "fail")))] == 1
+    assert m[("nodeagent_check_status", (("check", "cpu"), ("severity", "error"), ("status", "pass")))] == 0
+    promtool_check(prom)
+
+
+def test_metrics_textfile_errors_are_clear(make_node, tmp_path: Path, capsys) -> None:
+    root = make_node("workstation")
+    main(["--root", str(root), "apply", "--yes", PROFILE])
+    capsys.readouterr()
+    code = main(["--root", str(root), "drift", "--metrics-textfile", str(tmp_path / "nope" / "x.prom")])
+    err = capsys.readouterr().err
+    assert code == 64 and f"directory {tmp_path / 'nope'} does not exist" in err
+    code = main(["--root", str(root), "drift", "--metrics-textfile", str(tmp_path)])
+    assert code == 64 and "is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["qemu-3node", "l40-kvm64"])
+def test_metrics_pass_promtool_on_other_nodes(preset: str, make_node, tmp_path: Path) -> None:
+    root = make_node(preset)
+    prom = tmp_path / "n.prom"
+    assert main(["--root", str(root), "drift", "--metrics-textfile", str(prom), PROFILE]) in (0, 3)
+    assert ("nodeagent_info", (("version", "0.1.0"),)) in samples(prom)
+    promtool_check(prom)
+
+
+def test_owned_kdamond_scheme_statistics_reach_status_and_metrics(make_node, tmp_path: Path, capsys) -> None:
+    """The DAMON support plugs a statistics provider in; here a provider that reads the stats files of a
+    kdamond laid out in the simulated tree stands in for it."""
+    from nodeagent import schemestats
+    from nodeagent.schemestats import SchemeStats
+
+    root = make_node("workstation")
+    main(["--root", str(root), "apply", "--yes", PROFILE])
+    base = "sys/kernel/mm/damon/admin/kdamonds/0/contexts/0/schemes/0"
+    values = {"nr_tried": 120, "sz_tried": 7 * GiB, "nr_applied": 30, "sz_applied": 2 * GiB, "qt_exceeds": 4}
+    for name, value in values.items():
+        p = root / base / "stats" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"{value}\n")
+    (root / base / "action").write_text("migrate_cold\n")
+    (root / "var/lib/nodeagent/ownership.json").write_text(json.dumps({"kdamonds": {"0": {"name": "cxl-cold"}}}))
+
+    def read_stats(host, owned):  # type: ignore[no-untyped-def]
+        out = []
+        for kd, rec in owned.items():
+            d = f"/sys/kernel/mm/damon/admin/kdamonds/{kd}/contexts/0/schemes/0"
+            stats = {k: int(host.read(f"{d}/stats/{k}")) for k in values}
+            out.append(SchemeStats(kd, 0, 0, host.read(f"{d}/action"), rec.get("name"), **stats))
+        return out
+
+    schemestats.register(read_stats)
+    try:
+        capsys.readouterr()
+        assert main(["--root", str(root), "status"]) == 0
+        out = capsys.readouterr().out
+        assert "scheme 0/0/0 migrate_cold: tried 120 regions (7GiB), applied 30 (2GiB), quota exceeded 4" in out
+        prom = tmp_path / "textfiles" / "n.prom"
+        prom.parent.mkdir()
+        assert main(["--root", str(root), "drift", "--metrics-textfile", str(prom)]) == 0
+        m = samples(prom)
+        labels = (("action", "migrate_cold"), ("context", "0"), ("kdamond", "0"), ("name", "cxl-cold"),
+                  ("scheme", "0"))
+        assert m[("nodeagent_damon_scheme_applied_bytes_total", labels)] == 2 * GiB
+        assert m[("nodeagent_damon_scheme_tried_regions_total", labels)] == 120
+        assert m[("nodeagent_damon_scheme_quota_exceeds_total", labels)] == 4
+        assert not any(n == "nodeagent_damon_scheme_ops_filter_passed_bytes_total" for n, _ in m)
+        promtool_check(prom)
+    finally:
+        schemestats.PROVIDERS.remove(read_stats)

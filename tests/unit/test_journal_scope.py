@@ -1,0 +1,99 @@
+"""The history journal (bounded rotation, torn lines, filters, --since) and hot-plug scoping."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nodeagent.errors import UsageError
+from nodeagent.host import open_host
+from nodeagent.journal import Journal, parse_since
+from nodeagent.plan import Change, Plan, Problem
+from nodeagent.scope import expand, in_scope, restrict
+from nodeagent.sim import SimKernel
+from nodeagent.sim.dax import to_system_ram
+
+
+def test_journal_rotates_and_stays_bounded(make_node) -> None:
+    host = open_host(make_node("workstation"))
+    clock = iter(range(1_000_000, 2_000_000))
+    j = Journal(host, max_bytes=2000, keep=3, clock=lambda: float(next(clock)))
+    for i in range(200):
+        j.append([{"event": "drift", "resource": "knob", "target": f"k{i}", "actual": "x" * 40}])
+    sizes = [host.fs.size(f) for f in j.files()]
+    assert all(s is not None and s <= 2000 for s in sizes), sizes
+    assert not host.fs.exists(f"{j.path}.3")
+    events = list(j.read())
+    targets = [e["target"] for e in events]
+    assert targets == sorted(targets, key=lambda t: int(t[1:]))  # oldest first, across the three files
+    assert targets[-1] == "k199" and len(targets) < 200  # the oldest fell off
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+
+
+def test_journal_skips_a_torn_line_and_filters(make_node) -> None:
+    root = make_node("workstation")
+    host = open_host(root)
+    now = [1000.0]
+    j = Journal(host, clock=lambda: now[0])
+    j.append([{"event": "apply", "profile": "p", "status": "converged",
+               "changes": [{"kind": "knob", "target": "kernel.numa_balancing", "status": "applied"}]}])
+    now[0] = 5000.0
+    j.append([{"event": "drift", "resource": "dax", "target": "dax0.0"}])
+    with open(root / "var/lib/nodeagent/journal.jsonl", "a") as f:
+        f.write('{"event": "drift", "targ')  # a write cut short by a crash
+    assert [e["event"] for e in j.read()] == ["apply", "drift"] and j.skipped == 1
+    assert [e["event"] for e in j.query(resource="knob")] == ["apply"]
+    assert [e["target"] for e in j.query(resource="dax")] == ["dax0.0"]
+    assert [e["event"] for e in j.query(target="kernel.numa_balancing")] == ["apply"]
+    assert [e["event"] for e in j.query(since=2000.0)] == ["drift"]
+    assert [e["event"] for e in j.query(limit=1)] == ["drift"]
+    line = json.loads((root / "var/lib/nodeagent/journal.jsonl").read_text().splitlines()[0])
+    assert line["time"] == "1970-01-01T00:16:40Z"
+
+
+def test_parse_since() -> None:
+    assert parse_since("90s", now=1000) == 910
+    assert parse_since("1h30m", now=10_000) == 10_000 - 5400
+    assert parse_since("2d", now=200_000) == 200_000 - 172_800
+    assert parse_since("1970-01-02", now=0) == 86_400
+    assert parse_since("1970-01-01T01:00:00+01:00", now=0) == 0
+    assert parse_since("12345") == 12345
+    with pytest.raises(UsageError, match="expected a duration"):
+        parse_since("yesterday")
+
+
+def _c(target: str, **data: object) -> Change:
+    return Change("dax", target, "set", 0, 1, data=tuple(data.items()))
+
+
+def test_in_scope_matches_whole_device_names() -> None:
+    assert in_scope(_c("memory.dax[expanders].dax1.0"), {"dax1.0"})
+    assert in_scope(_c("dax1.0"), {"dax1.0"})
+    assert in_scope(_c("expander-a", device="dax1.0"), {"dax1.0"})
+    assert in_scope(_c("expander-a", blocks=["memory41", "memory42"]), {"memory42"})
+    assert not in_scope(_c("memory.dax[expanders].dax1.01"), {"dax1.0"})
+    assert not in_scope(_c("dax11.0"), {"dax1.0"})
+    assert not in_scope(_c("x", blocks=["memory420"]), {"memory42"})
+    knob = Change("knob", "memory.auto_online_blocks", "set", "online", "offline",
+                  path="/sys/devices/system/memory/auto_online_blocks")
+    assert not in_scope(knob, {"memory42", "dax0.0"})  # node-wide knobs are never in a device's scope
+    plan = Plan("p", "d", (knob, _c("dax0.0")), (Problem("knob", "kernel.numa_balancing", "gone"),
+                                                 Problem("dax", "dax0.0", "busy")))
+    scoped = restrict(plan, {"dax0.0"})
+    assert [c.target for c in scoped.changes] == ["dax0.0"]
+    assert [p.target for p in scoped.problems] == ["dax0.0"]
+
+
+def test_expand_resolves_blocks_regions_and_memory_to_dax_devices(make_node) -> None:
+    root = make_node("qemu-3node")
+    host = open_host(root)
+    k = SimKernel(root)
+    # dax0.0 covers 0x181200000 + 1006 MiB in 128 MiB blocks: 49..55 once hot-added.
+    assert expand(host, ["memory50"]) == {"memory50", "dax0.0"}
+    assert expand(host, ["memory3"]) == {"memory3"}
+    assert expand(host, ["region0"]) == {"region0", "dax0.0"}
+    assert expand(host, ["memory"]) == set()  # nothing is bound to kmem yet
+    with k.locked():
+        to_system_ram(k, "dax0.0", None)
+    assert expand(host, ["memory"]) == {"dax0.0"}
