@@ -38,7 +38,7 @@ def promtool_check(path: Path) -> None:
 def test_drift_metrics_carry_the_right_values(make_node, tmp_path: Path, capsys) -> None:
     root = make_node("h100-cxl-autoonline")
     k = SimKernel(root)
-    assert main(["--root", str(root), "apply", "--yes", PROFILE]) == 0
+    assert main(["--root", str(root), "apply", "--yes", "--allow-disruptive", PROFILE]) == 0
     k.write("/proc/sys/kernel/numa_balancing", "1")
     vmstat = k.tree.read("/proc/vmstat").replace("pgpromote_success 0", "pgpromote_success 12345").replace(
         "pgdemote_kswapd 0", "pgdemote_kswapd 678").replace("numa_hint_faults 0", "numa_hint_faults 9")
@@ -52,7 +52,7 @@ def test_drift_metrics_carry_the_right_values(make_node, tmp_path: Path, capsys)
     assert m[("nodeagent_last_apply_success", (("profile", "cxl-inference"),))] == 1
     assert m[("nodeagent_last_apply_status", (("profile", "cxl-inference"), ("status", "converged")))] == 1
     assert m[("nodeagent_last_apply_status", (("profile", "cxl-inference"), ("status", "partial")))] == 0
-    assert m[("nodeagent_last_apply_changes", (("outcome", "applied"),))] == 4
+    assert m[("nodeagent_last_apply_changes", (("outcome", "applied"),))] == 7
     assert m[("nodeagent_vmstat_pgpromote_success_total", ())] == 12345
     assert m[("nodeagent_vmstat_pgdemote_kswapd_total", ())] == 678
     assert m[("nodeagent_vmstat_numa_hint_faults_total", ())] == 9
@@ -61,7 +61,8 @@ def test_drift_metrics_carry_the_right_values(make_node, tmp_path: Path, capsys)
     assert m[("nodeagent_node_memory_total_bytes", cxl)] == 2048 * GiB
     assert m[("nodeagent_node_memory_used_bytes", cxl)] == 0
     dram = (("cpuless", "false"), ("node", "0"), ("tier", "4"))
-    assert m[("nodeagent_node_memory_used_bytes", dram)] == 24 * GiB
+    # its workload, plus the struct pages of the 2 TiB of CXL memory it hosts (1.56 %)
+    assert m[("nodeagent_node_memory_used_bytes", dram)] == (24 + 32) * GiB
     assert not any(name.endswith("_created") for name, _ in m)
     promtool_check(prom)
     assert [p.name for p in prom.parent.iterdir()] == ["nodeagent.prom"]  # no temporary file left behind

@@ -81,7 +81,7 @@ thunderx_cpuinfo_regex=CPU part\\s+:\\s+(0x0[aA]1)|(0x0[aA]2)|(0x0[aA]3)
 
 
 def test_tuned_include_chain_conditions_and_overrides(make_node) -> None:
-    root = make_node("h100-cxl")
+    root = make_node("workstation")  # no TuneD files of its own
     put(root, "/usr/lib/tuned/throughput-performance/tuned.conf", THROUGHPUT)
     put(root, "/usr/lib/tuned/hpc-compute/tuned.conf",
         "[main]\ninclude=throughput-performance\n[sysctl]\nvm.zone_reclaim_mode=1  # comment\n"
