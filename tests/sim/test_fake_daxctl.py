@@ -5,12 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from nodeagent.kfmt import parse_meminfo
 from nodeagent.sim import SimKernel
@@ -18,17 +13,6 @@ from nodeagent.sim import dax as simdax
 from nodeagent.sim.fake_daxctl import commands, run
 
 GiB = 1024**3
-
-
-@pytest.fixture
-def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Simulated roots on tmpfs where there is one: hot-adding terabytes creates thousands of inodes."""
-    if os.access("/dev/shm", os.W_OK):
-        d = Path(tempfile.mkdtemp(prefix="nodeagent-test-", dir="/dev/shm"))
-        yield d
-        shutil.rmtree(d, ignore_errors=True)
-    else:
-        yield tmp_path_factory.mktemp("node")
 
 
 def daxctl(root: Path, *argv: str) -> tuple[int, str, str]:
