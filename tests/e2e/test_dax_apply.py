@@ -4,10 +4,6 @@ that runs the real binary). Every preset, both zones, partial and wrong-zone sta
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,14 +23,9 @@ MEM = "/sys/devices/system/memory"
 
 
 @pytest.fixture
-def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def tmp_path(scratch_dir: Path) -> Path:
     """Simulated roots on tmpfs where there is one: hot-adding terabytes creates thousands of inodes."""
-    if os.access("/dev/shm", os.W_OK):
-        d = Path(tempfile.mkdtemp(prefix="nodeagent-test-", dir="/dev/shm"))
-        yield d
-        shutil.rmtree(d, ignore_errors=True)
-    else:
-        yield tmp_path_factory.mktemp("node")
+    return scratch_dir
 
 
 def cli(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

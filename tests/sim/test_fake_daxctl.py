@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +18,9 @@ GiB = 1024**3
 
 
 @pytest.fixture
-def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def tmp_path(scratch_dir: Path) -> Path:
     """Simulated roots on tmpfs where there is one: hot-adding terabytes creates thousands of inodes."""
-    if os.access("/dev/shm", os.W_OK):
-        d = Path(tempfile.mkdtemp(prefix="nodeagent-test-", dir="/dev/shm"))
-        yield d
-        shutil.rmtree(d, ignore_errors=True)
-    else:
-        yield tmp_path_factory.mktemp("node")
+    return scratch_dir
 
 
 def daxctl(root: Path, *argv: str) -> tuple[int, str, str]:
