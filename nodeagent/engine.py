@@ -110,7 +110,7 @@ class Engine:
             if confirm is not None and not confirm(plan):
                 return Result(plan, dry_run=True, checks=report)
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
-            outcomes = self._execute(loaded, plan, actx, scope)
+            outcomes = self._execute(loaded, plan, actx, facts, scope)
             verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive)
             result = Result(plan, tuple(outcomes), tuple(verify_errors), checks=report)
             self._record(loaded, plan, outcomes, result.status, verify_errors, scope=scope)
@@ -124,10 +124,14 @@ class Engine:
             raise NeedsRootError("apply changes kernel settings and needs root", hint="run it with sudo")
 
     # -- the steps ------------------------------------------------------------------------------------
-    def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext,
+    def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext, facts: Facts,
                  scope: Collection[str] | None = None) -> list[Outcome]:
-        self.state.remember_originals({c.target: {"kind": c.kind, "path": c.path, "value": c.before}
-                                       for c in plan.changes if c.kind == "knob"})
+        originals: dict[str, dict] = {}
+        for c in plan.changes:  # what revert needs to put each change back (the first record of a target wins)
+            rec = BY_KIND[c.kind].original(c, facts)
+            if rec is not None and rec[0] not in originals:
+                originals[rec[0]] = rec[1]
+        self.state.remember_originals(originals)
         outcomes: list[Outcome] = []
         for change in plan.changes:
             if change.disruptive and not actx.allow_disruptive:

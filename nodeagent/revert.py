@@ -1,23 +1,33 @@
 """Revert: put back what the node had before nodeagent changed it, then forget that nodeagent managed it.
 
-``originals.json`` holds, per target, the value it had before nodeagent first changed it (``{target: {kind,
-path, value, recorded}}``). ``plan_revert`` turns it into an ordinary :class:`~nodeagent.plan.Plan` — one
-change per target whose current value differs, planned by the revert planner of its kind — so ``revert
---dry-run`` prints exactly what ``revert`` does, and disruptive changes are flagged and refused without
-``--allow-disruptive`` like in apply. ``execute_revert`` applies it through the resource kind's own ``apply``,
-re-reads the node, then for every target that is back (or already was) drops its original, its open drift
-item and any ownership record naming it, and journals a ``revert`` event. When everything was reverted the
-last-applied record is closed (``status: reverted``): the node no longer drifts from a profile.
+``originals.json`` holds, per target, what it was before nodeagent first changed it (``{target: {kind, path,
+value, recorded}}``; each resource kind says what to record, see ``Resource.original``): a knob's value, a DAX
+device's mode and zone, the number of kdamond slots before nodeagent's first DAMON change. ``plan_revert``
+turns it into an ordinary :class:`~nodeagent.plan.Plan` — the changes that put each target back, planned by
+the revert planner of its kind, last-applied kind first (kdamonds stop before the memory they migrate to goes
+offline; ``auto_online_blocks`` goes back last) — so ``revert --dry-run`` prints exactly what ``revert`` does,
+and disruptive changes (taking memory offline) are flagged and refused without ``--allow-disruptive`` like in
+apply. ``execute_revert`` applies it through the resource kind's own ``apply``, re-reads the node, then for
+every target that is back (or already was) drops its original, its open drift items and its ownership records,
+and journals a ``revert`` event. When everything was reverted the last-applied record is closed (``status:
+reverted``): the node no longer drifts from a profile.
 
-A kind that cannot be reverted yet shows as a non-blocking problem. Kinds register a :class:`RevertKind` in
-:data:`KINDS`: ``plan(host, facts, target, record) -> Change | None`` (None: already at the original) and,
-optionally, their own ``apply``.
+- ``knob``: the value before;
+- ``dax``: the device's mode and zone before (devdax, or system-ram fully online in one zone); offlining its
+  memory is disruptive;
+- ``damon``: every kdamond nodeagent owns is stopped and emptied (a kdamond that is not nodeagent's is never
+  touched), and when every slot is nodeagent's, ``nr_kdamonds`` goes back to its old count.
+
+A kind that cannot be reverted shows as a non-blocking problem. Kinds register a :class:`RevertKind` in
+:data:`KINDS`: ``plan(host, facts, target, record) -> changes`` (none: already at the original),
+optionally their own ``apply`` and ``forget`` (drop the ownership records of a reverted target).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import HostError
@@ -33,10 +43,17 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 
+def _prune(ownership: dict[str, Any], target: str) -> None:
+    for records in ownership.values():
+        if isinstance(records, dict):
+            records.pop(target, None)
+
+
 @dataclass(frozen=True)
 class RevertKind:
-    plan: Callable[[Host, Facts, str, dict[str, Any]], Change | None]
+    plan: Callable[[Host, Facts, str, dict[str, Any]], Change | list[Change] | None]
     apply: Callable[[Host, Change, ApplyContext], str] | None = None  # default: the resource kind's apply
+    forget: Callable[[dict[str, Any], str], None] = _prune  # drop ownership records of a reverted target
 
 
 def _plan_knob(host: Host, facts: Facts, target: str, rec: dict[str, Any]) -> Change | None:
@@ -54,7 +71,34 @@ def _plan_knob(host: Host, facts: Facts, target: str, rec: dict[str, Any]) -> Ch
                   after_label=knob.label(original), disruptive=knob.disruptive)
 
 
-KINDS: dict[str, RevertKind] = {"knob": RevertKind(_plan_knob)}
+def _plan_dax(host: Host, facts: Facts, target: str, rec: dict[str, Any]) -> Change | None:
+    from .facts.dax import from_facts
+    from .resources.dax import revert_change
+
+    dev = from_facts(facts).device(target)
+    if dev is None:
+        raise ValueError(f"{target}: the DAX device no longer exists (hot-unplugged, or its region was torn down)")
+    return revert_change(dev, rec)
+
+
+def _plan_damon(host: Host, facts: Facts, target: str, rec: dict[str, Any]) -> list[Change]:
+    from .facts.damon import from_facts
+    from .resources.damon import revert_kdamonds
+    from .state import StateStore
+
+    ownership = StateStore(host).load("ownership.json")
+    return revert_kdamonds(from_facts(facts), ownership, int((rec.get("value") or {}).get("nr_kdamonds", 0)))
+
+
+def _forget_damon(ownership: dict[str, Any], target: str) -> None:
+    ownership.pop("damon", None)
+
+
+KINDS: dict[str, RevertKind] = {"knob": RevertKind(_plan_knob), "dax": RevertKind(_plan_dax),
+                                "damon": RevertKind(_plan_damon, forget=_forget_damon)}
+#: Revert runs the kinds in the reverse of their apply order.
+_ORDER = {kind: -i for i, kind in enumerate(BY_KIND)}
+_OF = "revert_of"  # the originals target a revert change belongs to (in its data)
 
 
 def plan_revert(engine: Engine, targets: Collection[str] | None = None, facts: Facts | None = None) -> Plan:
@@ -79,16 +123,21 @@ def plan_revert(engine: Engine, targets: Collection[str] | None = None, facts: F
                                     hint="undo it by hand", blocking=False))
             continue
         try:
-            change = planner.plan(engine.host, facts, target, rec)
+            planned = planner.plan(engine.host, facts, target, rec)
         except ValueError as exc:
             problems.append(Problem(kind, target, str(exc), blocking=False))
             continue
-        if change is None:
+        mine = [planned] if isinstance(planned, Change) else list(planned or [])
+        if not mine:
             unchanged.append(target)
-        else:
-            changes.append(change)
+        changes += [replace(c, data=(*c.data, (_OF, target))) for c in mine]
+    changes.sort(key=lambda c: _ORDER.get(c.kind, 1))
     node = (facts.hostname or "node") + (f" (simulated {facts.simulated})" if facts.simulated else "")
     return Plan("revert", "", tuple(changes), tuple(problems), (), tuple(unchanged), node=node)
+
+
+def _of(change: Change) -> str:
+    return str(change.detail(_OF, change.target))
 
 
 def execute_revert(engine: Engine, *, targets: Collection[str] | None = None, dry_run: bool = False,
@@ -114,12 +163,12 @@ def execute_revert(engine: Engine, *, targets: Collection[str] | None = None, dr
                 outcomes.append(Outcome(change, "applied", msg))
             except HostError as exc:
                 outcomes.append(Outcome(change, "failed", exc.render()))
-        after = plan_revert(engine, [c.target for c in plan.changes]) if plan.changes else None
+        after = plan_revert(engine, sorted({_of(c) for c in plan.changes})) if plan.changes else None
         still = {c.target: c for c in after.changes} if after else {}
         errors = [f"{t}: wrote {c.before_label or c.before} back, but the node now reads {c.after_label or c.after}"
                   for t, c in still.items() if any(o.change.target == t and o.status == "applied" for o in outcomes)]
-        done = set(plan.unchanged) | {o.change.target for o in outcomes
-                                      if o.status == "applied" and o.change.target not in still}
+        left = {_of(c) for c in still.values()} | {_of(o.change) for o in outcomes if o.status != "applied"}
+        done = set(plan.unchanged) | {_of(o.change) for o in outcomes if _of(o.change) not in left}
         result = Result(plan, tuple(outcomes), tuple(errors))
         _forget(engine, done, complete=targets is None and result.ok)
         Journal(engine.host).append([{"event": "revert", "status": result.status,
@@ -132,16 +181,20 @@ def _forget(engine: Engine, done: set[str], *, complete: bool) -> None:
     """Drop the originals, open drift items and ownership records of the reverted targets."""
     st = engine.state
     originals = st.load("originals.json")
+    kinds = {t: str(originals.get(t, {}).get("kind", "knob")) for t in done}
     if done & set(originals):
         st.save("originals.json", {k: v for k, v in originals.items() if k not in done})
     drift = st.load("drift.json")
     items = drift.get("items", {})
-    kept = {k: v for k, v in items.items() if v.get("target") not in done}
+    gone_kinds = {"damon"} & set(kinds.values())  # its one target stands for all of nodeagent's kdamonds
+    kept = {k: v for k, v in items.items() if v.get("target") not in done and v.get("resource") not in gone_kinds}
     if kept != items:
         st.save("drift.json", {**drift, "items": kept})
     ownership = st.load("ownership.json")
-    pruned = {section: ({k: v for k, v in records.items() if k not in done} if isinstance(records, dict)
-                        else records) for section, records in ownership.items()}
+    pruned = json.loads(json.dumps(ownership))
+    for target, kind in kinds.items():
+        KINDS.get(kind, RevertKind(_plan_knob)).forget(pruned, target)
+    pruned = {k: v for k, v in pruned.items() if v or k not in ownership or ownership[k] == v}
     if pruned != ownership:
         st.save("ownership.json", pruned)
     if complete:

@@ -1,19 +1,21 @@
 """Statistics of the DAMON schemes of kdamonds nodeagent owns — for ``status`` and the metrics textfile.
 
-Reading them is the DAMON resource's business (fresh numbers need an ``update_schemes_stats`` command to the
-kdamond first), so this module only defines the record and a registry. A provider is
-``fn(host, ownership_records) -> list[SchemeStats]``; it is found either in :data:`PROVIDERS` (register with
-:func:`register`) or as ``scheme_stats`` in ``nodeagent.resources.damon.stats``. Without one, the callers say
-"not available" — never a made-up number.
+:func:`collect` reads ``ownership.json``'s DAMON records (as the DAMON resource writes them: ``{"damon":
+{"kdamonds": {"<index>": {"name", "pid", "config", ...}}}}``), checks each against the node (a kdamond is
+nodeagent's only while it runs with the recorded pid, or holds the configuration nodeagent wrote), and reads
+the statistics of the owned ones through :mod:`nodeagent.resources.damon.stats`. With ``refresh`` it first asks
+the kernel to refresh them (``update_schemes_stats``, a write to nodeagent's own running kdamonds only): the
+commands that may write — ``apply``, ``status``, ``drift --metrics`` — refresh; ``facts`` and ``plan`` never do.
+A refresh that fails (no root, the kdamond stopped meanwhile) leaves the numbers as the kernel last
+refreshed them and says so — never a made-up number.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .errors import HostError
 from .host import Host
 
 #: The counters of ``.../schemes/<M>/stats/``; a kernel without one (``sz_ops_filter_passed`` < 6.14) gives None.
@@ -26,7 +28,7 @@ class SchemeStats:
     context: int
     scheme: int
     action: str | None
-    name: str | None = None  # the profile's name for the kdamond, when ownership records one
+    name: str | None = None  # the profile's name for the kdamond, as ownership records it
     nr_tried: int | None = None
     sz_tried: int | None = None
     nr_applied: int | None = None
@@ -38,28 +40,29 @@ class SchemeStats:
         return asdict(self)
 
 
-Provider = Callable[[Host, Any], list[SchemeStats]]
-PROVIDERS: list[Provider] = []
+@dataclass
+class OwnedStats:
+    kdamonds: dict[str, dict[str, Any]] = field(default_factory=dict)  # index → name, pid, state
+    schemes: list[SchemeStats] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # records not (any more) nodeagent's, refresh problems
 
 
-def register(fn: Provider) -> Provider:
-    PROVIDERS.append(fn)
-    return fn
+def collect(host: Host, ownership: dict[str, Any], *, refresh: bool) -> OwnedStats:
+    """The kdamonds nodeagent owns and their schemes' statistics (refreshed first when ``refresh``)."""
+    from .resources.damon.stats import damon_facts, refresh_stats, scheme_rows
 
-
-def _provider() -> Provider | None:
-    if PROVIDERS:
-        return PROVIDERS[0]
-    try:
-        mod = importlib.import_module("nodeagent.resources.damon.stats")
-    except ImportError:
-        return None
-    fn = getattr(mod, "scheme_stats", None)
-    return fn if callable(fn) else None
-
-
-def collect(host: Host, owned: Any) -> list[SchemeStats] | None:
-    """Scheme statistics of the owned kdamonds ``owned`` (``ownership.json``'s ``kdamonds``); ``None`` when
-    this build has no provider."""
-    fn = _provider()
-    return None if fn is None else list(fn(host, owned))
+    out = OwnedStats()
+    if not (ownership.get("damon") or {}).get("kdamonds"):
+        return out
+    if refresh:
+        try:
+            refresh_stats(host, ownership)
+        except HostError as exc:
+            out.notes.append(f"statistics are as the kernel last refreshed them: asking for a refresh failed: "
+                             f"{exc.message}")
+    rows = scheme_rows(damon_facts(host), ownership)
+    out.kdamonds = {str(i): kd for i, kd in rows.kdamonds.items()}
+    out.notes += rows.notes
+    out.schemes = [SchemeStats(str(r["kdamond"]), r["context"], r["scheme"], r.get("action"), r["name"],
+                               **{c: r.get(c) for c in COUNTERS}) for r in rows.schemes]
+    return out

@@ -1,9 +1,10 @@
-"""``nodeagent status``: the one screen an operator opens first. Read-only.
+"""``nodeagent status``: the one screen an operator opens first.
 
 It gathers, as plain data: the last apply (profile, time, result, scope), drift against it now (items by
 resource, with when each was first seen when ``drift --record`` saw it before), what nodeagent changed and can
-revert, the kdamonds nodeagent owns with their scheme statistics (when the DAMON support provides them), the
-memory tiers with how full each node is, and the latest journal events.
+revert, the kdamonds nodeagent owns with their scheme statistics, the memory tiers with how full each node is,
+and the latest journal events. Its one write: asking nodeagent's own running kdamonds to refresh their
+statistics (:mod:`nodeagent.schemestats`); everything else is read.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ def node_usage(facts: Facts) -> list[dict[str, Any]]:
         out.append({"node": n.id, "tier": n.tier, "cpuless": not n.has_cpu, "total_bytes": n.mem_total,
                     "used_bytes": used, "used_ratio": (used / n.mem_total) if n.mem_total else None})
     return out
+
+
+def _kdamonds(engine: Engine) -> dict[str, Any]:
+    """nodeagent's kdamonds (refreshed statistics per scheme) and notes; a failure never hides the screen."""
+    try:
+        owned = collect(engine.host, engine.state.load("ownership.json"), refresh=True)
+    except NodeagentError as exc:
+        return {"owned": {}, "schemes": [], "notes": [f"kdamonds could not be read: {exc.message}"]}
+    return {"owned": owned.kdamonds, "schemes": [s.to_dict() for s in owned.schemes], "notes": owned.notes}
 
 
 def gather_status(engine: Engine, *, events: int = 5) -> dict[str, Any]:
@@ -53,18 +63,7 @@ def gather_status(engine: Engine, *, events: int = 5) -> dict[str, Any]:
     out["drift"] = drift
     originals = st.load("originals.json")
     out["changed_by_nodeagent"] = sorted(originals)
-    ownership = st.load("ownership.json")
-    owned = ownership.get("kdamonds")
-    kd: dict[str, Any] = {"owned": owned or {}, "schemes": None, "stats_note": None}
-    if owned:
-        try:
-            stats = collect(engine.host, owned)
-        except Exception as exc:  # a provider's failure must not hide the rest of the screen
-            stats, kd["stats_note"] = None, f"scheme statistics could not be read: {exc}"
-        if stats is None and kd["stats_note"] is None:
-            kd["stats_note"] = "scheme statistics are not available in this build (no DAMON support)"
-        kd["schemes"] = [s.to_dict() for s in stats] if stats is not None else None
-    out["kdamonds"] = kd
+    out["kdamonds"] = _kdamonds(engine)
     out["tiers"] = [{"tier": t, "nodes": nodes} for t, nodes in facts.tiers.items()]
     out["nodes"] = node_usage(facts)
     journal = Journal(engine.host)
@@ -92,13 +91,10 @@ def metrics_input(engine: Engine, *, facts: Facts | None = None, drift: Any = No
     else:
         rows = [_CheckRow(**r) for r in st.load("last-checks.json").get("results", [])
                 if isinstance(r, dict) and {"name", "severity", "status"} <= set(r)]
-    owned = st.load("ownership.json").get("kdamonds")
-    schemes = None
-    if owned:
-        try:
-            schemes = collect(host, owned)
-        except Exception:  # statistics are best effort; the rest of the file still matters
-            schemes = None
+    try:
+        schemes = collect(host, st.load("ownership.json"), refresh=True).schemes
+    except NodeagentError:  # statistics are best effort; the rest of the file still matters
+        schemes = None
     return MetricsInput(facts=facts, vmstat=parse_vmstat(host.read_opt("/proc/vmstat") or ""),
                         last_apply=st.last_applied() or None,
                         drift_checked=drift.checked if drift is not None else None,

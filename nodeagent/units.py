@@ -18,40 +18,34 @@ _DURATION_US = {"us": 1, "µs": 1, "ms": 1000, "s": 1_000_000, "m": 60_000_000, 
 _NUM_UNIT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Zµ]*)\s*")
 
 
-def parse_size(value: object) -> int:
-    """Bytes from ``512MiB``/``2TiB``/``1GB``/an integer. Raises ValueError."""
+def _quantity(value: object, units: dict[str, int], fold_case: bool, what: str, examples: str, more: str,
+              whole: str) -> int:
+    """An integer count of the base unit from a number with an optional unit of ``units``. Raises ValueError."""
     if isinstance(value, bool):
-        raise ValueError(f"expected a size such as 512MiB or 2TiB, got {value!r}")
+        raise ValueError(f"expected {what} such as {examples}, got {value!r}")
     if isinstance(value, int):
         if value < 0:
-            raise ValueError(f"expected a size of 0 or more, got {value}")
+            raise ValueError(f"expected {what} of 0 or more, got {value}")
         return value
     if isinstance(value, str):
         m = _NUM_UNIT.fullmatch(value)
-        if m and m.group(2).lower() in _SIZE_UNITS:
-            n = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+        unit = (m.group(2).lower() if fold_case else m.group(2)) if m else None
+        if m and unit in units:
+            n = float(m.group(1)) * units[unit]
             if n != int(n):
-                raise ValueError(f"{value!r} is not a whole number of bytes")
+                raise ValueError(f"{value!r} is not a whole number of {whole}")
             return int(n)
-    raise ValueError(f"expected a size such as 512MiB, 2TiB or a byte count, got {value!r}")
+    raise ValueError(f"expected {what} such as {more}, got {value!r}")
+
+
+def parse_size(value: object) -> int:
+    """Bytes from ``512MiB``/``2TiB``/``1GB``/an integer. Raises ValueError."""
+    return _quantity(value, _SIZE_UNITS, True, "a size", "512MiB or 2TiB", "512MiB, 2TiB or a byte count", "bytes")
 
 
 def parse_duration_us(value: object) -> int:
     """Microseconds from ``5ms``/``2s``/``1min``/an integer (microseconds). Raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as 100ms or 2s, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"expected a duration of 0 or more, got {value}")
-        return value
-    if isinstance(value, str):
-        m = _NUM_UNIT.fullmatch(value)
-        if m and m.group(2) in _DURATION_US:
-            n = float(m.group(1)) * _DURATION_US[m.group(2)]
-            if n != int(n):
-                raise ValueError(f"{value!r} is not a whole number of microseconds")
-            return int(n)
-    raise ValueError(f"expected a duration such as 100ms, 2s or 1min, got {value!r}")
+    return _quantity(value, _DURATION_US, False, "a duration", "100ms or 2s", "100ms, 2s or 1min", "microseconds")
 
 
 def parse_percent(value: object) -> float:

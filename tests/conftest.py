@@ -106,6 +106,14 @@ def sim_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield tmp_path_factory.mktemp("sim")
 
 
+@pytest.fixture
+def scratch_dir(sim_base: Path) -> Iterator[Path]:
+    """A fresh directory beside the simulated nodes (tmpfs where there is one), removed after the test."""
+    d = Path(tempfile.mkdtemp(prefix="s-", dir=sim_base))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def _templates(sim_base: Path) -> dict[str, Path]:
     return {}

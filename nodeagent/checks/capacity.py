@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..facts import Facts
-from ..facts.hardware import read_dax_devices, read_gpu_memory
+from ..facts.dax import from_facts as dax_facts
+from ..facts.hardware import read_gpu_memory
 from ..host import Host
 from ..profile.checks import DTYPE_BYTES, CapacityCheck
 from ..units import format_size
@@ -154,7 +155,7 @@ class CapacityCheckImpl:
             hbm = mem.total_bytes
             src = f"{len(mem.per_gpu_mib)} × {mem.names[0]}, {gb(hbm)} (nvidia-smi)" if len(set(mem.names)) == 1 \
                 else f"{len(mem.per_gpu_mib)} GPUs, {gb(hbm)} (nvidia-smi)"
-        tiers, evidence = node_tiers(spec, facts, hbm, src, read_dax_devices(host))
+        tiers, evidence = node_tiers(spec, facts, hbm, src, dax_facts(facts).devices)
         return evaluate(spec, tiers), evidence | explain(spec, tiers)
 
 

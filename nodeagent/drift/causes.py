@@ -25,8 +25,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HostError
+from ..facts.dax import block_ids
+from ..facts.hardware import cmdline_params, read_cmdline
 from ..facts.knobs import BY_KEY
-from ..facts.setters import damon_modules, memory_udev_rules, setters_of
+from ..facts.setters import computed, damon_modules, memory_udev_rules, setters_of
 from ..host import Host
 from ..kfmt import format_list
 
@@ -84,15 +86,15 @@ def other_configuration(host: Host, item: DriftItem, last: dict[str, Any]) -> li
         return []
     hits: list[tuple[bool, Cause]] = []
     for s in setters_of(host, knob.path):
-        computed = "${" not in s.value
-        value = knob.parse(s.value) if computed else None
-        if computed and value == item.expected:
+        known = not computed(s.value)
+        value = knob.parse(s.value) if known else None
+        if known and value == item.expected:
             continue  # agrees with the profile: not a cause
         detail = s.detail or _BOOT_NOTE.get(s.source, "")
         msg = f"{s.where} sets {s.key} = {s.value}" + (f" ({detail})" if detail else "")
-        if not computed:
+        if not known:
             msg += "; its value is computed by TuneD"
-        now = computed and value == item.actual
+        now = known and value == item.actual
         if now:
             msg += " — the value now on the node"
         hits.append((now, Cause(s.source, msg, s.file, s.line)))
@@ -121,9 +123,9 @@ def rebooted_since_apply(host: Host, item: DriftItem, last: dict[str, Any]) -> l
     msg = (f"the node booted at {booted}, after the last apply ({last.get('time')}): kernel settings start "
            "from their boot defaults and nothing applied the profile since — is nodeagent-apply.service enabled?")
     if item.target == "memory.auto_online_blocks":
-        cmd = re.search(r"memhp_default_state=(\S+)", host.read_opt("/proc/cmdline") or "")
-        if cmd:
-            msg += f" (the kernel command line sets memhp_default_state={cmd.group(1)})"
+        state = cmdline_params(read_cmdline(host)).get("memhp_default_state")
+        if state is not None:
+            msg += f" (the kernel command line sets memhp_default_state={state})"
     return [Cause("reboot", msg)]
 
 
@@ -146,10 +148,8 @@ def offline_blocks(host: Host, device: str) -> list[int]:
     bs_text = host.read_opt("/sys/devices/system/memory/block_size_bytes")
     if not (start and size and bs_text):
         return []
-    bs, lo = int(bs_text, 16), int(start, 16)
-    first, last = -(-lo // bs), (lo + int(size)) // bs
     out = []
-    for n in range(first, last):
+    for n in block_ids(int(start, 16), int(size), int(bs_text, 16)):
         state = host.read_opt(f"/sys/devices/system/memory/memory{n}/state")
         if state is not None and state.strip() == "offline":
             out.append(n)

@@ -11,8 +11,6 @@ The section (``facts.sections["damon"]``) is plain JSON::
      "capabilities": {...see damon_caps.derive...},
      "modules": {"damon_reclaim": false, "damon_lru_sort": null, "damon_stat": null},
      "node_ranges": {"0": [[0, 549755813888]]},
-     "dax": [{"name": "dax0.0", "target_node": 2, "start": 1099511627776, "size": 2199023255552,
-              "mode": "devdax", "numa_node": 0}],
      "block_size": 2147483648}
 
 ``config`` holds every writable attribute (paths relative to ``kdamonds/<N>/``), ``status`` the read-only ones
@@ -22,7 +20,6 @@ listing per node, never a read per block), merged into contiguous ``[start, end)
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
@@ -34,11 +31,11 @@ from ..host import Host
 from ..kfmt import kernel_version, parse_list
 from . import SECTIONS, Facts
 from .damon_caps import MODULES, derive, normalize
+from .setters import read_damon_modules
 
 ADMIN = "/sys/kernel/mm/damon/admin"
 KDAMONDS = f"{ADMIN}/kdamonds"
 NODE = "/sys/devices/system/node"
-DAX = "/sys/bus/dax/devices"
 
 _STATUS_FILES = {"avail_operations", "pid", "state", "effective_bytes", "total_bytes"}
 _STATUS_DIRS = {"stats", "tried_regions"}
@@ -106,26 +103,6 @@ def _node_ranges(host: Host, block_size: int | None) -> dict[str, list[list[int]
     return out
 
 
-def _dax(host: Host) -> list[dict[str, Any]]:
-    out = []
-    for name in host.fs.listdir(DAX):
-        base = f"{DAX}/{name}"
-        start, size, node, near = (host.read_opt(f"{base}/{f}")
-                                   for f in ("resource", "size", "target_node", "numa_node"))
-        if start is None or size is None or node is None:
-            continue
-        driver = host.fs.readlink(f"{base}/driver")
-        mode = {"kmem": "system-ram", "device_dax": "devdax"}.get(os.path.basename(driver or ""), "unbound")
-        out.append({"name": name, "target_node": int(node), "start": int(start, 16), "size": int(size),
-                    "mode": mode, "numa_node": int(near) if near and near.strip().lstrip("-").isdigit() else -1})
-    return out
-
-
-def _module(host: Host, name: str) -> bool | None:
-    text = host.read_opt(f"/sys/module/{name}/parameters/enabled")
-    return None if text is None else text.strip() in ("Y", "1", "y")
-
-
 def gather(host: Host) -> dict[str, Any]:
     """The DAMON section of the facts (read-only)."""
     kernel = kernel_version(host.read_opt("/proc/sys/kernel/osrelease") or "")
@@ -149,9 +126,8 @@ def gather(host: Host) -> dict[str, Any]:
         "nr_kdamonds": int(nr_text) if nr_text and nr_text.strip().isdigit() else 0,
         "kdamonds": kdamonds,
         "capabilities": derive(kernel, seen, dirs, avail),
-        "modules": {name: _module(host, name) for name in MODULES},
+        "modules": {name: None for name in MODULES} | {m.module: m.enabled for m in read_damon_modules(host)},
         "node_ranges": _node_ranges(host, block_size),
-        "dax": _dax(host),
         "block_size": block_size,
     }
 
@@ -215,7 +191,16 @@ def from_facts(facts: Facts) -> DamonFacts:
                        for k in d.get("kdamonds", [])),
         capabilities=caps, modules=dict(d.get("modules", {})),
         node_ranges={int(n): [(a, b) for a, b in r] for n, r in d.get("node_ranges", {}).items()},
-        dax=tuple(d.get("dax", [])), block_size=d.get("block_size"))
+        dax=_dax(facts), block_size=d.get("block_size"))
+
+
+def _dax(facts: Facts) -> tuple[dict[str, Any], ...]:
+    """The DAX devices with a target node (from the ``dax`` section), as node classes need them."""
+    from .dax import from_facts as dax_facts
+
+    return tuple({"name": x.name, "target_node": x.target_node, "start": x.resource, "size": x.size,
+                  "mode": x.mode, "numa_node": -1 if x.numa_node is None else x.numa_node}
+                 for x in dax_facts(facts).devices if x.target_node is not None and x.resource is not None)
 
 
 def summary_lines(facts: Facts) -> list[str]:

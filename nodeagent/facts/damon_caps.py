@@ -106,8 +106,21 @@ WMARK_METRICS = ("none", "free_mem_rate")
 #: avail_operations is readable only inside a context; without one, what a kernel of that release offers.
 DEFAULT_OPERATIONS: dict[str, str] = {"vaddr": "5.18", "paddr": "5.18", "fvaddr": "5.19"}
 
+
+
+@dataclass(frozen=True)
+class DamonModuleInfo:
+    name: str  # as the kernel's documentation calls it
+    purpose: str
+    since: str
+
+
 #: The DAMON special-purpose modules: each runs its own exclusive context outside sysfs.
-MODULES: dict[str, str] = {"damon_reclaim": "5.16", "damon_lru_sort": "6.0", "damon_stat": "6.17"}
+MODULES: dict[str, DamonModuleInfo] = {
+    "damon_reclaim": DamonModuleInfo("DAMON_RECLAIM", "proactive reclaim of cold pages", "5.16"),
+    "damon_lru_sort": DamonModuleInfo("DAMON_LRU_SORT", "LRU sorting by access", "6.0"),
+    "damon_stat": DamonModuleInfo("DAMON_STAT", "access monitoring", "6.17"),
+}
 
 
 def normalize(relpath: str) -> str:

@@ -24,15 +24,13 @@ from typing import Any
 from ..host import Host
 from ..kfmt import parse_list, parse_meminfo
 from . import SECTIONS, Facts
+from .hardware import cmdline_params, read_cmdline
+from .setters import daxctl_sections, udev_rules
 
 DAX_DEVICES = "/sys/bus/dax/devices"
 MEM = "/sys/devices/system/memory"
 NODE = "/sys/devices/system/node"
 CXL_DEVICES = "/sys/bus/cxl/devices"
-#: Where the daxctl package's udev rule may be; a file of the same name in /etc overrides (or masks) it.
-UDEV_RULE_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d")
-UDEV_RULE = "90-daxctl-device.rules"
-DAXCTL_CONF_DIR = "/etc/daxctl.conf.d"
 #: Kernel command-line parameters that decide how hot-added memory comes online.
 HOTPLUG_CMDLINE = ("memhp_default_state", "memory_hotplug.online_policy", "memory_hotplug.auto_movable_ratio",
                    "memory_hotplug.memmap_on_memory", "movable_node", "movablecore", "kernelcore")
@@ -213,47 +211,18 @@ def _backing(host: Host, base: str) -> tuple[str, str | None, list[str]]:
 
 
 def _udev_rule(host: Host) -> str | None:
-    """The daxctl udev rule that udev would use (a same-named file earlier in the search order wins; a link to
-    /dev/null or an empty file masks it)."""
-    for d in UDEV_RULE_DIRS:
-        path = f"{d}/{UDEV_RULE}"
-        if not host.fs.exists(path) and host.fs.readlink(path) is None:
-            continue
-        if host.fs.readlink(path) == "/dev/null" or not (host.read_opt(path) or "").strip():
-            return None
-        return path
-    return None
+    """The file of the udev rule that hands added DAX devices to daxctl (the first, if several), None when none
+    is in effect (masked by a link to /dev/null or an empty file of the same name in /etc)."""
+    return next((r.file for r in udev_rules(host) if "daxctl" in r.what), None)
 
 
 def _daxctl_conf(host: Host) -> list[dict[str, Any]]:
     """Active ``[reconfigure-device NAME]`` sections (what daxctl --check-config would apply)."""
-    out: list[dict[str, Any]] = []
-    for name in host.fs.listdir(DAXCTL_CONF_DIR):
-        if not name.endswith(".conf"):
-            continue
-        path = f"{DAXCTL_CONF_DIR}/{name}"
-        section: dict[str, Any] | None = None
-        for line in (host.read_opt(path) or "").splitlines():
-            line = line.split("#", 1)[0].strip()
-            m = re.fullmatch(r"\[\s*reconfigure-device\s+(\S+)\s*\]", line)
-            if m:
-                section = {"file": path, "section": m.group(1), "settings": {}}
-                out.append(section)
-            elif line.startswith("["):
-                section = None
-            elif section is not None and "=" in line:
-                key, _, value = line.partition("=")
-                section["settings"][key.strip()] = value.strip()
-    return out
+    return [{"file": s.file, "section": s.name, "settings": dict(s.settings)} for s in daxctl_sections(host)]
 
 
 def _cmdline(host: Host) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for word in (host.read_opt("/proc/cmdline") or "").split():
-        key, _, value = word.partition("=")
-        if key in HOTPLUG_CMDLINE:
-            out[key] = value
-    return out
+    return {k: v for k, v in cmdline_params(read_cmdline(host)).items() if k in HOTPLUG_CMDLINE}
 
 
 def gather(host: Host) -> dict[str, Any]:

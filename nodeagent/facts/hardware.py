@@ -1,5 +1,5 @@
 """Read-only observations of the hardware the preflight checks judge: CPU, virtualization, PCI GPUs, GPU
-memory, mounts, DAX devices. Everything goes through the rooted host; nothing here writes.
+memory, mounts (DAX devices: :mod:`.dax`). Everything goes through the rooted host; nothing here writes.
 
 These are gathered on demand by the checks that need them (not by every ``facts`` run: ``nvidia-smi`` alone
 can take a second), and each returns plain data that serializes to JSON as a check's evidence.
@@ -15,7 +15,6 @@ from ..errors import CommandError
 from ..host import Host
 
 PCI = "/sys/bus/pci/devices"
-DAX = "/sys/bus/dax/devices"
 #: PCI class codes of GPUs: VGA-compatible (0x0300) and 3D controllers (0x0302, what datacenter GPUs report).
 GPU_CLASSES = {0x0300: "VGA compatible controller", 0x0302: "3D controller"}
 PCI_VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel", "0x1ae0": "Google", "0x1d0f": "Amazon"}
@@ -260,30 +259,6 @@ def read_gpu_memory(host: Host) -> GpuMemory | None:
     return GpuMemory(tuple(names), sum(mibs) * 1024**2, tuple(mibs), "nvidia-smi")
 
 
-# -- DAX devices ---------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class DaxDevice:
-    name: str
-    size: int
-    target_node: int | None
-    mode: str  # "devdax" | "system-ram" | "unbound"
-    memmap_on_memory: bool
-
-
-def read_dax_devices(host: Host) -> list[DaxDevice]:
-    """DAX devices and their sizes (read-only: ``/sys/bus/dax/devices/*``)."""
-    out = []
-    for name in host.fs.listdir(DAX):
-        base = f"{DAX}/{name}"
-        size = _int_opt(host.read_opt(f"{base}/size")) or 0
-        driver = os.path.basename(host.fs.readlink(f"{base}/driver") or "")
-        mode = {"kmem": "system-ram", "device_dax": "devdax"}.get(driver, "unbound")
-        out.append(DaxDevice(name, size, _int_opt(host.read_opt(f"{base}/target_node")), mode,
-                             (host.read_opt(f"{base}/memmap_on_memory") or "0").strip() in ("1", "Y", "y")))
-    return out
-
-
 # -- mounts --------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -326,7 +301,7 @@ def existing_ancestor(host: Host, path: str) -> str:
     return cur
 
 
-__all__ = ["CpuInfo", "DaxDevice", "GpuMemory", "Mount", "PciGpu", "PciLink", "Virtualization",
+__all__ = ["CpuInfo", "GpuMemory", "Mount", "PciGpu", "PciLink", "Virtualization",
            "arch", "cmdline_params", "existing_ancestor", "is_gpu_class", "mount_of", "pci_devices",
-           "read_cmdline", "read_cpuinfo", "read_dax_devices", "read_gpu_memory", "read_gpus", "read_mounts",
+           "read_cmdline", "read_cpuinfo", "read_gpu_memory", "read_gpus", "read_mounts",
            "read_virtualization", "udev_pci_devices"]

@@ -9,11 +9,10 @@ rename — a scrape never sees half a file.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from ..errors import HostError, UsageError
-from .fs import map_oserror
+from .fs import map_oserror, replace_file
 
 
 def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o644) -> Path:
@@ -27,18 +26,7 @@ def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o6
     if target.is_dir():
         raise UsageError(f"{path}: is a directory", hint="give a file name such as nodeagent.prom")
     try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        replace_file(parent / target.name, data, mode)
     except OSError as exc:
         err: HostError = map_oserror(exc, str(path), "write")
         raise err from None

@@ -62,6 +62,29 @@ _ERRNO_ERRORS: dict[int, type[HostError]] = {
 }
 
 
+def replace_file(local: Path, data: str, mode: int = 0o644) -> None:
+    """Atomically replace the on-disk file ``local`` with ``data``: a temporary file in the same directory,
+    fsync, rename, fsync of the directory — a reader sees the old file or the new one, never half of one, and
+    a crash keeps one of them. OSError is the caller's to map."""
+    fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, local)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(local.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def map_oserror(exc: OSError, path: str, action: str, value: str | None = None) -> HostError:
     """Turn an ``OSError`` from a kernel attribute into the domain error for its errno."""
     cls = _ERRNO_ERRORS.get(exc.errno or 0, HostError)
@@ -155,10 +178,20 @@ class RootedFS:
     def allowed(self, path: str) -> bool:
         return any(p.fullmatch(path) for p in WRITE_ALLOW)
 
+    def _require_allowed(self, path: str, verb: str = "write") -> None:
+        if not self.allowed(path):
+            raise NotAllowedError(f"refusing to {verb} {path}: not in nodeagent's write allow-list", path=path)
+
+    def _new_file_path(self, path: str) -> Path:
+        """The on-disk path for a regular file nodeagent writes, its directory created (OSError to the caller)."""
+        local = self.local(path)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        self._checked(path)
+        return local
+
     def write(self, path: str, value: str) -> None:
         """Write one kernel attribute. Raises a :class:`HostError` subclass named after the errno."""
-        if not self.allowed(path):
-            raise NotAllowedError(f"refusing to write {path}: not in nodeagent's write allow-list", path=path)
+        self._require_allowed(path, "write")
         local = self._checked(path)
         try:
             if self._writer is not None:
@@ -181,8 +214,7 @@ class RootedFS:
 
         The holder's pid is written into the file so that a waiter can name it.
         """
-        if not self.allowed(path):
-            raise NotAllowedError(f"refusing to lock {path}: not in nodeagent's write allow-list", path=path)
+        self._require_allowed(path, "lock")
         local = self.local(path)
         try:
             local.parent.mkdir(parents=True, exist_ok=True)
@@ -210,29 +242,9 @@ class RootedFS:
 
     def write_file_atomic(self, path: str, data: str, mode: int = 0o644) -> None:
         """Write a whole regular file (state, units): temp file in the same directory, fsync, rename."""
-        if not self.allowed(path):
-            raise NotAllowedError(f"refusing to write {path}: not in nodeagent's write allow-list", path=path)
-        local = self.local(path)
+        self._require_allowed(path, "write")
         try:
-            local.parent.mkdir(parents=True, exist_ok=True)
-            self._checked(path)
-            fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.chmod(tmp, mode)
-                os.replace(tmp, local)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
-            dfd = os.open(local.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            replace_file(self._new_file_path(path), data, mode)
         except OSError as exc:
             raise map_oserror(exc, path, "write") from None
         self.write_log.append(WriteRecord(path, f"<{len(data)} bytes>", True))
@@ -240,13 +252,9 @@ class RootedFS:
     def append(self, path: str, data: str) -> None:
         """Append ``data`` to a regular file (created if needed): one ``write`` on an ``O_APPEND`` descriptor,
         fsynced — how the state directory's journal grows."""
-        if not self.allowed(path):
-            raise NotAllowedError(f"refusing to write {path}: not in nodeagent's write allow-list", path=path)
-        local = self.local(path)
+        self._require_allowed(path, "write")
         try:
-            local.parent.mkdir(parents=True, exist_ok=True)
-            self._checked(path)
-            fd = os.open(local, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = os.open(self._new_file_path(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             try:
                 os.write(fd, data.encode())
                 os.fsync(fd)
@@ -259,8 +267,7 @@ class RootedFS:
     def rename(self, src: str, dst: str) -> None:
         """Rename a regular file within the allow-list (journal rotation)."""
         for p in (src, dst):
-            if not self.allowed(p):
-                raise NotAllowedError(f"refusing to rename {p}: not in nodeagent's write allow-list", path=p)
+            self._require_allowed(p, "rename")
         try:
             os.replace(self._checked(src), self._checked(dst))
         except OSError as exc:

@@ -114,19 +114,18 @@ def status_text(s: dict[str, Any]) -> str:
     kd = s.get("kdamonds", {})
     if kd.get("owned"):
         out.append("owned kdamonds:")
-        owned = kd["owned"]
-        for key, rec in (owned.items() if isinstance(owned, dict) else enumerate(owned)):
-            shown = ", ".join(f"{k}={v}" for k, v in rec.items()) if isinstance(rec, dict) else str(rec)
-            out.append(f"  kdamond {key}: {shown}")
-        for sc in kd.get("schemes") or []:
-            out.append(f"    scheme {sc['kdamond']}/{sc['context']}/{sc['scheme']} {sc.get('action') or ''}: "
-                       f"tried {sc.get('nr_tried')} regions ({_size(sc.get('sz_tried'))}), applied "
-                       f"{sc.get('nr_applied')} ({_size(sc.get('sz_applied'))}), quota exceeded "
-                       f"{sc.get('qt_exceeds')}")
-        if kd.get("stats_note"):
-            out.append(f"    {kd['stats_note']}")
+        for key, rec in kd["owned"].items():
+            out.append(f"  kdamond {key}: " + ", ".join(f"{k}={v}" for k, v in rec.items()))
+            for sc in kd.get("schemes") or []:
+                if str(sc["kdamond"]) != str(key):
+                    continue
+                out.append(f"    scheme {sc['kdamond']}/{sc['context']}/{sc['scheme']} {sc.get('action') or ''}: "
+                           f"tried {sc.get('nr_tried')} regions ({_size(sc.get('sz_tried'))}), applied "
+                           f"{sc.get('nr_applied')} ({_size(sc.get('sz_applied'))}), quota exceeded "
+                           f"{sc.get('qt_exceeds')}")
     else:
         out.append("owned kdamonds: none")
+    out += [f"    {n}" for n in kd.get("notes") or []]
     out.append("memory tiers (faster first): " + (", ".join(f"memory_tier{t['tier']}=[{','.join(map(str, t['nodes']))}]"
                                                            for t in s.get("tiers", [])) or "none"))
     for n in s.get("nodes", []):

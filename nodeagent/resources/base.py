@@ -50,3 +50,8 @@ class Resource(Protocol):
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         """Carry out one change of this kind; return a short description of what was done."""
         ...
+
+    def original(self, change: Change, facts: Facts) -> tuple[str, dict[str, Any]] | None:
+        """``(target, record)`` to remember before ``change`` is made, so that ``revert`` can put it back:
+        ``record`` holds ``kind``, ``path`` and ``value`` (JSON); the first record of a target is kept."""
+        ...

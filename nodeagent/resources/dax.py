@@ -21,7 +21,9 @@ it is, and a rule that matches nothing is reported. For each matched device the 
 - ``reconfigure`` (system-ram → devdax): offline every block, then ``--mode=devdax`` — disruptive when any
   block is online.
 
-Disruptive changes are refused without ``--allow-disruptive``. Which zone:
+Disruptive changes are refused without ``--allow-disruptive``. Before changing a device, nodeagent records its
+mode and zone; ``nodeagent revert`` puts it back (:func:`revert_change`: offlining memory is disruptive there
+too). Which zone:
 
 - ``movable``: pageable memory the kernel tiers (NUMA-balancing promotion, demotion, DAMON migration); it can
   be offlined again. Kernel allocations cannot use it, and pages pinned long-term (GPU-registered KV-cache
@@ -34,13 +36,14 @@ Disruptive changes are refused without ``--allow-disruptive``. Which zone:
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from ..facts import Facts
 from ..facts.dax import DaxDevice, DaxFacts, from_facts
 from ..host import Host
 from ..plan import Change, Problem
 from ..profile import LoadedProfile
-from ..profile.model import DaxRule
+from ..profile.model import DaxMatch, DaxRule
 from ..units import format_size
 from ..vocab import ZONE_KERNEL_NAME
 from .base import ApplyContext, PlanContext, ResourcePlan
@@ -251,8 +254,45 @@ def advisories(loaded: LoadedProfile, facts: Facts, dax: DaxFacts, chosen: dict[
     return out
 
 
+def original(change: Change) -> dict[str, Any]:
+    """What ``change``'s device was before it (for revert): mode, its online blocks and their zone(s)."""
+    zones = dict(change.detail("from_zones") or {})
+    return {"mode": change.detail("from_mode"), "zone": next(iter(zones)) if len(zones) == 1 else None,
+            "zones": zones, "online": change.detail("from_online"), "blocks": change.detail("blocks")}
+
+
+def revert_change(dev: DaxDevice, rec: dict[str, Any]) -> Change | None:
+    """Pure: the change that puts ``dev`` back as ``rec`` (a recorded :func:`original`) says it was; None when
+    it is. Raises ValueError for a state nodeagent cannot restore (a device that was disabled, or only partly
+    online)."""
+    was = rec.get("value") or {}
+    mode, zone = was.get("mode"), was.get("zone")
+    profile_zone = {v: k for k, v in ZONE_KERNEL_NAME.items()}.get(zone or "")
+    if mode == "devdax":
+        rule = DaxRule(name="original", match=DaxMatch(all=True), mode="devdax")
+    elif mode == "system-ram" and profile_zone and was.get("online") == was.get("blocks"):
+        rule = DaxRule(name="original", match=DaxMatch(all=True), mode="system-ram", zone=profile_zone)
+    else:
+        how = f"system-ram with {was.get('online')} of {was.get('blocks')} blocks online ({was.get('zones')})" \
+            if mode == "system-ram" else str(mode)
+        raise ValueError(f"{dev.name} was {how} before nodeagent changed it; nodeagent restores only devdax or "
+                         "system-ram fully online in one zone: put it back with daxctl by hand")
+    result = diff_device(rule, dev)
+    if result is None:
+        return None
+    if isinstance(result, Problem):
+        raise ValueError(result.message)
+    why = f"as it was before nodeagent changed it (recorded {rec.get('recorded', '?')})"
+    if result.disruptive:
+        why += f"; its {dev.blocks_online} online blocks must go offline first"
+    return replace(result, op="revert", reason=why)
+
+
 class DaxResource:
     kind = KIND
+
+    def original(self, change: Change, facts: Facts) -> tuple[str, dict[str, Any]]:
+        return change.target, {"kind": KIND, "path": change.path, "value": original(change)}
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         return plan(loaded, facts, ctx)

@@ -77,6 +77,9 @@ class KnobResource:
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         return diff(desired(loaded), observe(facts), facts)
 
+    def original(self, change: Change, facts: Facts) -> tuple[str, dict[str, Any]]:
+        return change.target, {"kind": KIND, "path": change.path, "value": change.before}
+
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         knob = BY_KEY[change.target]
         host.write(knob.path, knob.format(change.after))

@@ -137,11 +137,14 @@ def test_status_is_the_first_screen(applied: Path, capsys) -> None:
 
 def test_status_lists_owned_kdamonds_without_inventing_statistics(applied: Path, capsys) -> None:
     state = applied / "var/lib/nodeagent/ownership.json"
-    state.write_text(json.dumps({"kdamonds": {"0": {"name": "cxl-cold", "pid": 321}}}))
+    config = {"contexts/nr_contexts": "1", "contexts/0/operations": "paddr"}
+    state.write_text(json.dumps({"damon": {"kdamonds": {"0": {"name": "cxl-cold", "pid": 321, "config": config}}}}))
     code, out, _ = run(["--root", str(applied), "status"], capsys)
     assert code == 0
-    assert "kdamond 0: name=cxl-cold, pid=321" in out
-    assert "scheme statistics are not available in this build" in out
+    # The record names a kdamond this node does not have (any more): said so, and no statistics shown.
+    assert "owned kdamonds: none" in out
+    assert "cxl-cold: kdamond 0, recorded by nodeagent, no longer exists" in out
+    assert "scheme " not in out
 
 
 def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> None:

@@ -91,3 +91,15 @@ def test_daxctl_rule_is_inert_without_config_and_active_with_it(make_node) -> No
     r = one(root, "coexistence", {}, **{"kernel": {"numa_balancing": "memory-tiering"}})
     assert r.status == "warn"
     assert "daxctl reconfigures DAX devices at every boot as /etc/daxctl.conf.d/cxl.conf:1 says" in messages(r)
+
+
+def test_a_unit_whose_condition_tuned_computes_is_a_warning(make_node) -> None:
+    root = make_node("h100-cxl")
+    set_file(root, "/etc/tuned/profiles/gpu-inference/tuned.conf",
+             "[main]\ninclude=throughput-performance\n[sysctl.guest]\ntype=sysctl\n"
+             "cpuinfo_regex=${f:virt_check:hypervisor:nothing}\nkernel.numa_balancing=0\n")
+    r = one(root, "coexistence", {}, **MANAGED)
+    assert r.status == "warn", messages(r)
+    assert ("warn: TuneD profile gpu-inference: [sysctl.guest] kernel.numa_balancing=0 "
+            "(/etc/tuned/profiles/gpu-inference/tuned.conf) sets kernel.numa_balancing to 0; the profile wants "
+            "2 (memory-tiering) (may apply: cpuinfo_regex") in messages(r)

@@ -237,3 +237,24 @@ def test_memmap_cost_is_in_the_reason() -> None:
 def test_device_smaller_than_a_block_cannot_become_system_ram() -> None:
     problem = diff_device(rule_of(), dev(size=64 * 1024**2, total=0))
     assert problem is not None and "does not span one whole memory block" in problem.message
+
+
+# -- revert: back to the recorded original ----------------------------------------------------------------
+
+def test_revert_change_puts_a_device_back_as_recorded() -> None:
+    from nodeagent.resources.dax import revert_change
+
+    online = dev(mode="system-ram", online=1024, zones={"Movable": 1024})
+    rec = {"value": {"mode": "devdax", "zone": None, "zones": {}, "online": 0, "blocks": 1024}, "recorded": "t"}
+    ch = revert_change(online, rec)
+    assert (ch.op, ch.detail("steps"), ch.disruptive, ch.after_label) == ("revert", ("offline", "to-devdax"), True,
+                                                                          "devdax")
+    assert revert_change(dev(), rec) is None  # already devdax
+    normal = {"value": {"mode": "system-ram", "zone": "Normal", "zones": {"Normal": 1024}, "online": 1024,
+                        "blocks": 1024}}
+    ch = revert_change(online, normal)
+    assert (ch.detail("steps"), ch.detail("zone"), ch.disruptive) == (("offline", "online"), "Normal", True)
+    partly = {"value": {"mode": "system-ram", "zone": "Normal", "zones": {"Normal": 10}, "online": 10,
+                        "blocks": 1024}}
+    with pytest.raises(ValueError, match="restores only devdax or system-ram fully online in one zone"):
+        revert_change(online, partly)

@@ -163,3 +163,53 @@ def test_enabled_damon_modules(make_node) -> None:
     put(root, "/sys/module/damon_lru_sort/parameters/enabled", "N\n")
     mods = damon_modules(open_host(root))
     assert [(m.name, m.kdamond_pid) for m in mods] == [("DAMON_RECLAIM", 4242)]
+
+
+def test_tuned_2_23_layout_searches_etc_then_usr_lib_profiles(make_node) -> None:
+    """TuneD >= 2.23 keeps profiles in .../tuned/profiles/<name>; a profile left in the old place is not found."""
+    root = make_node("workstation")
+    put(root, "/usr/lib/tuned/profiles/balanced/tuned.conf", "[sysctl]\nkernel.numa_balancing=1\n")
+    put(root, "/etc/tuned/profiles/balanced/tuned.conf", "[main]\ninclude=balanced\n[sysctl]\nvm.swappiness=5\n")
+    put(root, "/etc/tuned/old-place/tuned.conf", "[sysctl]\nkernel.numa_balancing=0\n")
+    put(root, "/etc/tuned/active_profile", "balanced old-place\n")
+    prof = tuned_profile(open_host(root))
+    assert prof.dirs == ("/etc/tuned/profiles", "/usr/lib/tuned/profiles")
+    # The customised copy first; it includes its own name, which finds the shipped one next.
+    assert prof.files == ["/etc/tuned/profiles/balanced/tuned.conf", "/usr/lib/tuned/profiles/balanced/tuned.conf"]
+    assert prof.merged == list(reversed(prof.files))
+    assert {(s.key, s.value) for s in prof.settings} == {("kernel.numa_balancing", "1"), ("vm.swappiness", "5")}
+    assert prof.problems == ["TuneD profile 'old-place' not found in /etc/tuned/profiles, /usr/lib/tuned/profiles"]
+
+
+def test_tuned_profile_dirs_from_tuned_main_conf_and_optional_includes(make_node) -> None:
+    root = make_node("workstation")
+    put(root, "/etc/tuned/tuned-main.conf", "daemon = 1\nprofile_dirs = /usr/lib/tuned/profiles,/opt/site/tuned\n")
+    put(root, "/usr/lib/tuned/profiles/site/tuned.conf", "[sysctl]\nkernel.numa_balancing=1\n")
+    put(root, "/opt/site/tuned/site/tuned.conf", "[main]\ninclude=-not-installed\n[sysctl]\nkernel.numa_balancing=3\n")
+    put(root, "/etc/tuned/active_profile", "site")
+    host = open_host(root)
+    prof = tuned_profile(host)
+    assert prof.dirs == ("/opt/site/tuned", "/usr/lib/tuned/profiles")
+    assert prof.files == ["/opt/site/tuned/site/tuned.conf"] and prof.problems == []  # "-name": only if it exists
+    assert [s.value for s in setters_of(host, "/proc/sys/kernel/numa_balancing")] == ["3"]
+
+
+def test_tuned_condition_that_calls_a_function_may_apply(make_node) -> None:
+    root = make_node("workstation")
+    put(root, "/usr/lib/tuned/virt/tuned.conf",
+        "[sysctl]\ncpuinfo_regex=${f:virt_check:guest:host}\nkernel.numa_balancing=0\n")
+    put(root, "/etc/tuned/active_profile", "virt")
+    host = open_host(root)
+    (unit,) = tuned_profile(host).units
+    assert unit.applies is None and unit.unmet[0].key == "cpuinfo_regex"
+    (s,) = setters_of(host, "/proc/sys/kernel/numa_balancing")
+    assert "may not apply here: cpuinfo_regex '${f:virt_check:guest:host}' cannot be evaluated" in s.detail
+
+
+def test_udev_rule_that_runs_a_command_to_online_memory(make_node) -> None:
+    root = make_node("workstation")
+    put(root, "/etc/udev/rules.d/99-hotplug.rules", '# online new memory\nSUBSYSTEM=="memory", ACTION=="add", '
+        'RUN+="/bin/sh -c \'echo online > /sys$devpath/state\'"\n')
+    (rule,) = memory_udev_rules(open_host(root))
+    assert (rule.file, rule.line, rule.what) == ("/etc/udev/rules.d/99-hotplug.rules", 2,
+                                                 "onlines hot-added memory blocks")

@@ -14,19 +14,20 @@ A kdamond whose classes resolve to no node here (no CXL node, say) is skipped wi
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from ...facts import Facts
-from ...facts.damon import from_facts
+from ...facts.damon import KDAMONDS, from_facts
 from ...host import Host
 from ...plan import Change, Problem
 from ...profile import LoadedProfile
 from ..base import ApplyContext, PlanContext, ResourcePlan
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
-from .plan import KIND, plan_kdamonds
+from .plan import ALL, KIND, plan_kdamonds, revert_kdamonds
 from .spec import Checker, Spec, kdamond_spec
 
-__all__ = ["DamonResource", "KIND", "build_specs"]
+__all__ = ["DamonResource", "KIND", "build_specs", "revert_kdamonds"]
 
 
 def _resolve(ref: int | str, nc: NodeClasses, facts: Facts, chk: Checker, path: tuple) -> tuple[int, ...] | None:
@@ -127,6 +128,12 @@ class DamonResource:
         rp.changes = [_with_profile(c, loaded.name) for c in rp.changes]
         rp.warnings = notes + chk.warnings + rp.warnings
         return rp
+
+    def original(self, change: Change, facts: Facts) -> tuple[str, dict[str, Any]]:
+        """What revert needs: how many kdamond slots there were before nodeagent's first DAMON change (the
+        kdamonds themselves are in the ownership records)."""
+        return ALL, {"kind": KIND, "path": f"{KDAMONDS}/nr_kdamonds",
+                     "value": {"nr_kdamonds": from_facts(facts).nr_kdamonds}}
 
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         return apply_change(host, change, actx, str(change.detail("profile", "")))

@@ -23,7 +23,7 @@ renumbered (except by an explicit ``take-over``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...facts.damon import DamonFacts, Kdamond
@@ -252,3 +252,20 @@ def _growth(specs: list[Spec], homeless: list[Spec], damon: DamonFacts, owned: d
                   before_label=f"{damon.nr_kdamonds} kdamond(s) ({before})",
                   after_label=f"{len(specs)} kdamond(s): {', '.join(s.name for s in specs)}",
                   data=(("stop", stops), ("count", len(specs)), ("kdamonds", kds))), None
+
+
+def revert_kdamonds(damon: DamonFacts, ownership: dict[str, Any], nr_kdamonds: int) -> list[Change]:
+    """Pure: stop and remove every kdamond nodeagent owns (never another's) and, when every slot is
+    nodeagent's, set ``nr_kdamonds`` back to ``nr_kdamonds`` (what it was before nodeagent's first DAMON change).
+    Empty when nothing of nodeagent's is left."""
+    rp = plan_kdamonds([], damon, ownership, "refuse", allow_disruptive=False)
+    changes = [replace(c, reason=f"nodeagent created it: {'stop it, ' if c.detail('running') else ''}empty slot "
+                       f"{c.detail('index')} (nr_contexts 0)") for c in rp.changes if c.target != ALL]
+    owned, _ = owned_kdamonds(damon, ownership)
+    if damon.nr_kdamonds != nr_kdamonds and damon.kdamonds and all(k.index in owned for k in damon.kdamonds):
+        changes.append(Change(KIND, ALL, "revert", damon.nr_kdamonds, nr_kdamonds,
+                              reason="every slot is nodeagent's: nr_kdamonds back to what it was before nodeagent",
+                              path="/sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds",
+                              before_label=f"{damon.nr_kdamonds} slot(s)", after_label=f"{nr_kdamonds} slot(s)",
+                              data=(("stop", []), ("count", nr_kdamonds), ("kdamonds", []))))
+    return changes
