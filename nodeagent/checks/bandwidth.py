@@ -41,8 +41,14 @@ def cpus_for(node: NumaNode, nodes: list[NumaNode]) -> tuple[list[int], int]:
     if not with_cpus:
         return [], node.id
 
+    # nodeN/distance has one entry per ONLINE node, in node order: with node2 offline, node3's third entry is
+    # its distance to node3, not to node2
+    ids = [n.id for n in nodes]
+    same = len(node.distances) == len(ids)
+    row = dict(zip(ids, node.distances, strict=True)) if same else dict(enumerate(node.distances))
+
     def dist(n: NumaNode) -> int:
-        return node.distances[n.id] if n.id < len(node.distances) else 255
+        return row.get(n.id, 255)
 
     near = min(with_cpus, key=lambda n: (dist(n), n.id))
     return near.cpus, near.id

@@ -158,7 +158,7 @@ def _yes_no(k: SimKernel, path: str, value: str) -> None:
 @damon_rule(A + r"/\d+/contexts/0/schemes/\d+/((filters|core_filters|ops_filters)/\d+/memcg_path"
       r"|quotas/goals/\d+/path)")
 def _text(k: SimKernel, path: str, value: str) -> None:
-    k.tree.set(path, value.rstrip("\n"))
+    k.tree.set(path, value.rstrip("\n") + "\n")  # shown with a newline, also when empty
 
 
 # -- the running configuration --------------------------------------------------------------------------

@@ -110,7 +110,8 @@ def scheme(k: SimKernel, base: str) -> None:
 
 def filter_(k: SimKernel, base: str) -> None:
     files: list[tuple[str, str | int, int]] = [
-        ("type", "anon", W), ("matching", "N", W), ("memcg_path", "", W), ("addr_start", 0, W),
+        # memcg_path reads "\n" while unset (sysfs_emit "%s\n"), as the 6.12 guest's `grep -r` shows: not empty
+        ("type", "anon", W), ("matching", "N", W), ("memcg_path", "\n", W), ("addr_start", 0, W),
         ("addr_end", 0, W), ("damon_target_idx", 0, W)]
     if k.at_least(6, 14):
         files.append(("allow", "N", W))

@@ -3,7 +3,8 @@
 ``h100-cxl-foreign-kdamond`` is h100-cxl booted with a running kdamond nodeagent does not own, configured like
 the one the hosting environment runs on the machine these tools were written on (``damon-sysfs-tree-6.18.txt``:
 paddr, pageout of pages idle for 12 aggregation intervals, 128 MiB / 50 ms per second, anon pages excluded).
-:func:`start_foreign` does the same on any simulated node, the way another agent would: through the kernel.
+:func:`start_foreign` does the same on any simulated node, the way another agent would: through the kernel;
+:func:`foreign_writes` lists those writes, so the real-kernel tier replays the very same ones in its guest.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from .kernel import SimKernel
 FOREIGN = {"h100-cxl-foreign-kdamond": "h100-cxl"}
 
 
-def start_foreign(k: SimKernel, pid: int = 77) -> int:
-    """Create kdamond 0 and start it as another agent would (requires that no kdamond exists). Its pid."""
-    if k.tree.read(f"{KDAMONDS}/nr_kdamonds") != "0":
-        raise ValueError("start_foreign needs a node without kdamonds")
+#: The physical range the foreign kdamond monitors by default (start, end): 4 GiB .. 8.375 GiB.
+FOREIGN_REGION = (4294967296, 8992587776)
+
+
+def foreign_writes(k: SimKernel, region: tuple[int, int] = FOREIGN_REGION) -> list[tuple[str, str]]:
+    """The DAMON sysfs writes (path, value) that configure kdamond 0 as the foreign agent does, ``state=on``
+    excluded. Shared with the real-kernel tier, which replays them through the guest's sysfs."""
     base = f"{KDAMONDS}/0"
     ctx = f"{base}/contexts/0"
     sch = f"{ctx}/schemes/0"
@@ -30,7 +34,8 @@ def start_foreign(k: SimKernel, pid: int = 77) -> int:
               (f"{ctx}/monitoring_attrs/intervals/aggr_us", "5000000"),
               (f"{ctx}/monitoring_attrs/nr_regions/min", "1024"), (f"{ctx}/monitoring_attrs/nr_regions/max", "8192"),
               (f"{ctx}/targets/nr_targets", "1"), (f"{ctx}/targets/0/regions/nr_regions", "1"),
-              (f"{ctx}/targets/0/regions/0/start", "4294967296"), (f"{ctx}/targets/0/regions/0/end", "8992587776"),
+              (f"{ctx}/targets/0/regions/0/start", str(region[0])),
+              (f"{ctx}/targets/0/regions/0/end", str(region[1])),
               (f"{ctx}/schemes/nr_schemes", "1"), (f"{sch}/action", "pageout"),
               (f"{sch}/access_pattern/sz/max", str(2**64 - 1)), (f"{sch}/access_pattern/nr_accesses/max", "1"),
               (f"{sch}/access_pattern/age/min", "12"), (f"{sch}/access_pattern/age/max", str(2**32 - 1)),
@@ -43,6 +48,15 @@ def start_foreign(k: SimKernel, pid: int = 77) -> int:
     elif k.at_least(6, 3):
         writes += [(f"{sch}/filters/nr_filters", "1"), (f"{sch}/filters/0/type", "anon"),
                    (f"{sch}/filters/0/matching", "Y")]
+    return writes
+
+
+def start_foreign(k: SimKernel, pid: int = 77, region: tuple[int, int] = FOREIGN_REGION) -> int:
+    """Create kdamond 0 and start it as another agent would (requires that no kdamond exists). Its pid."""
+    if k.tree.read(f"{KDAMONDS}/nr_kdamonds") != "0":
+        raise ValueError("start_foreign needs a node without kdamonds")
+    base = f"{KDAMONDS}/0"
+    writes = foreign_writes(k, region)
     for path, value in writes:
         k.write(path, value)
     with k.locked():

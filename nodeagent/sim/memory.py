@@ -60,10 +60,14 @@ def _node_state(state: dict, node: int) -> dict:
 def add_node(k: SimKernel, node: int, cpus: list[int], distances: list[int], used_kb: int = 0) -> None:
     """Register NUMA node ``node`` (it comes online, CPU-less when ``cpus`` is empty).
 
-    ``used_kb`` is what the node's workload already uses once it has memory (kept by the simulator).
+    ``distances`` is the node's row of the SLIT for every possible node (kept by the simulator); its
+    ``distance`` file shows the online nodes only (see :func:`refresh_distances`). ``used_kb`` is what the
+    node's workload already uses once it has memory (kept by the simulator).
     """
     state = k.state()
-    _node_state(state, node)["used_kb"] = used_kb
+    ns = _node_state(state, node)
+    ns["used_kb"] = used_kb
+    ns["distances"] = list(distances)
     k.save_state(state)
     t = k.tree
     base = f"{NODE}/node{node}"
@@ -71,7 +75,7 @@ def add_node(k: SimKernel, node: int, cpus: list[int], distances: list[int], use
     t.file(f"{base}/cpulist", format_list(cpus), RO)
     mask = sum(1 << c for c in cpus)
     t.file(f"{base}/cpumap", f"{mask:08x}", RO)
-    t.file(f"{base}/distance", " ".join(map(str, distances)), RO)
+    t.file(f"{base}/distance", "", RO)
     t.file(f"{base}/meminfo", node_meminfo(node, 0, 0), RO)
     t.file(f"{base}/numastat", "numa_hit 0\nnuma_miss 0\nnuma_foreign 0\ninterleave_hit 0\nlocal_node 0\n"
            "other_node 0", RO)
@@ -86,6 +90,24 @@ def add_node(k: SimKernel, node: int, cpus: list[int], distances: list[int], use
     _set_list(k, "online", node, True)
     if cpus:
         _set_list(k, "has_cpu", node, True)
+    refresh_distances(k)
+
+
+def refresh_distances(k: SimKernel) -> None:
+    """Rewrite every online node's ``distance``: one entry per ONLINE node, in node order.
+
+    The real kernel prints ``node_distance(nid, i)`` for_each_online_node (drivers/base/node.c). Seen in the
+    6.12 guest (tests/realkernel): at boot node0/distance is ``10 20`` while node2 is only possible; once kmem
+    onlines dax0.0 as node2 it is ``10 20 20`` and node2/distance appears (``20 20 10``).
+    """
+    state = k.state()
+    online = parse_list(k.tree.read(f"{NODE}/online"))
+    for node in online:
+        path = f"{NODE}/node{node}/distance"
+        if not k.tree.exists(path):
+            continue
+        row = _node_state(state, node).get("distances") or []
+        k.tree.set(path, " ".join(str(row[i]) if i < len(row) else str(10 if i == node else 20) for i in online))
 
 
 def add_blocks(k: SimKernel, node: int, start: int, size: int, zone: str | None) -> list[int]:
@@ -97,11 +119,12 @@ def add_blocks(k: SimKernel, node: int, start: int, size: int, zone: str | None)
     ids = list(range(first, first + size // bs))
     t = k.tree
     node_dir = t.local(f"{NODE}/node{node}")
+    zones = zone or offline_valid_zones(k, node)
     for n in ids:
         t.new_dir(f"{MEM}/memory{n}", {
             "state": ("online" if zone else "offline", RW), "online": (1 if zone else 0, RW),
             "phys_index": (f"{n:08x}", RO), "phys_device": (0, RO), "removable": (1, RO),
-            "valid_zones": (zone or "Normal Movable", RO), "uevent": ("", RW),
+            "valid_zones": (zones, RO), "uevent": ("", RW),
         }, {f"node{node}": f"../../node/node{node}"},
             shared=("state", "online", "phys_device", "removable", "valid_zones", "uevent"))
         os.symlink(f"../../memory/memory{n}", node_dir / f"memory{n}")
@@ -193,6 +216,7 @@ def remove_node(k: SimKernel, node: int) -> None:
     state = k.state()
     state.get("nodes", {}).pop(str(node), None)
     k.save_state(state)
+    refresh_distances(k)
 
 
 def online_zones(k: SimKernel, node: int) -> dict[str, int]:
@@ -257,14 +281,29 @@ def _offline(k: SimKernel, n: int) -> None:
     k.tree.set(f"{b}/state", "offline")
     k.tree.set(f"{b}/online", 0)
     zone = k.tree.read(f"{b}/valid_zones")
-    k.tree.set(f"{b}/valid_zones", "Normal Movable")
-    _account(k, block_node(k, n), zone, -1)
+    node = block_node(k, n)
+    _account(k, node, zone, -1)
+    k.tree.set(f"{b}/valid_zones", offline_valid_zones(k, node))
+
+
+def _node_default_zone(k: SimKernel, node: int) -> str:
+    # The kernel's default for plain "online": ZONE_NORMAL unless the node already has only movable memory.
+    zones = online_zones(k, node)
+    return "Movable" if zones and all(z == "Movable" for z in zones) else "Normal"
 
 
 def _default_zone(k: SimKernel, n: int) -> str:
-    # The kernel's default for plain "online": ZONE_NORMAL unless the node already has only movable memory.
-    zones = online_zones(k, block_node(k, n))
-    return "Movable" if zones and all(z == "Movable" for z in zones) else "Normal"
+    return _node_default_zone(k, block_node(k, n))
+
+
+def offline_valid_zones(k: SimKernel, node: int) -> str:
+    """``valid_zones`` of an offline block: the zone a plain ``online`` would choose first, then the other.
+
+    The kernel prints the default zone and then each other zone the block may go to (valid_zones_show). Seen
+    in the 6.12 guest: a block offlined out of node2's all-Movable memory reads ``Movable Normal``.
+    """
+    first = _node_default_zone(k, node)
+    return f"{first} {'Normal' if first == 'Movable' else 'Movable'}"
 
 
 @rule(r"/sys/devices/system/memory/memory\d+/state")

@@ -215,7 +215,10 @@ def _qemu_3node() -> Preset:
         dmi_vendor="QEMU", dmi_product="Standard PC (Q35 + ICH9, 2009)", hostname="qemu-3node",
         cmdline="console=ttyS0 memmap=1G!6G", distances={0: (10, 20, 20), 1: (20, 10, 20), 2: (20, 20, 10)},
         node_tier={2: memory.KMEM_TIER},
-        knobs={"/proc/sys/kernel/numa_balancing": "1"},
+        # As the 6.12 guest boots (tests/realkernel): numa_balancing auto-enabled (more than one node), and
+        # Debian's kernel is built with CONFIG_TRANSPARENT_HUGEPAGE_ALWAYS (enabled reads `[always] madvise never`).
+        knobs={"/proc/sys/kernel/numa_balancing": "1",
+               "/sys/kernel/mm/transparent_hugepage/enabled": format_bracket(THP_ENABLED, "always")},
     )
 
 

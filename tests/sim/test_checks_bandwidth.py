@@ -54,3 +54,14 @@ def test_another_root_refuses_to_measure(tmp_path) -> None:
     (tmp_path / "sys").mkdir()
     with pytest.raises(HostError, match="it would measure this machine"):
         open_host(tmp_path).copy_bandwidth(0, [0], size=1024**2, iterations=1)
+
+
+def test_nearest_cpus_read_distance_by_online_node_not_by_id() -> None:
+    """nodeN/distance has one entry per online node: with nodes 0, 2, 3 online, node2's row is (to 0, to 2, to 3)."""
+    from nodeagent.checks.bandwidth import cpus_for
+    from nodeagent.facts.numa import NumaNode
+
+    n0 = NumaNode(0, "0-3", True, True, 1, 1, 4, [10, 30, 40])
+    n2 = NumaNode(2, "", True, False, 1, 1, 22, [30, 10, 12])
+    n3 = NumaNode(3, "4-7", True, True, 1, 1, 4, [40, 12, 10])
+    assert cpus_for(n2, [n0, n2, n3]) == ([4, 5, 6, 7], 3)

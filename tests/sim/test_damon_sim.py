@@ -8,7 +8,7 @@ import pytest
 
 from nodeagent.sim import SimKernel
 from nodeagent.sim.damon import contend, tick
-from nodeagent.sim.damon_presets import start_foreign
+from nodeagent.sim.damon_presets import foreign_writes, start_foreign
 
 K = "/sys/kernel/mm/damon/admin/kdamonds"
 C = f"{K}/0/contexts/0"
@@ -185,3 +185,22 @@ def test_a_foreign_kdamond_like_this_machines(make_node, kernel: str, layer: str
 def test_foreign_preset(make_node) -> None:
     k = SimKernel(make_node("h100-cxl-foreign-kdamond"))
     assert k.tree.read(f"{K}/0/state") == "on" and k.tree.read(f"{K}/0/pid") == "77"
+
+
+def test_memcg_path_reads_a_newline_even_when_unset(make_node) -> None:
+    """sysfs_emit("%s\\n"): `grep -r` over the guest's tree shows memcg_path with an empty value, not nothing."""
+    k = SimKernel(make_node("qemu-3node"))
+    _paddr_kdamond(k)
+    k.write(f"{S}/filters/nr_filters", "1")
+    memcg = k.tree.local(f"{S}/filters/0/memcg_path")
+    assert memcg.read_text() == "\n"
+    k.write(f"{S}/filters/0/memcg_path", "/workload\n")
+    assert memcg.read_text() == "/workload\n"
+
+
+def test_foreign_writes_monitor_the_region_given(make_node) -> None:
+    k = SimKernel(make_node("qemu-3node"))
+    writes = dict(foreign_writes(k, (4 << 30, 6 << 30)))
+    assert writes[f"{C}/targets/0/regions/0/end"] == str(6 << 30)
+    assert start_foreign(k, region=(4 << 30, 6 << 30)) == 77
+    assert k.tree.read(f"{C}/targets/0/regions/0/start") == str(4 << 30)

@@ -172,3 +172,64 @@ def test_host_commands_resolve_inside_a_simulated_root_only(make_node, tmp_path:
     with pytest.raises(CommandError) as exc:
         host.run(["no-such-tool"])
     assert "command not found" in str(exc.value)
+
+
+# -- what the real-kernel scenarios (tests/realkernel/test_scenarios.py) showed the 6.12 guest doing ------------
+
+NODE = "/sys/devices/system/node"
+MEMB = "/sys/devices/system/memory"
+
+
+def test_qemu_3node_boots_with_the_guest_knobs(make_node) -> None:
+    k = SimKernel(make_node("qemu-3node"))
+    assert k.tree.read("/proc/sys/kernel/numa_balancing") == "1"
+    assert k.tree.read("/sys/kernel/mm/transparent_hugepage/enabled") == "[always] madvise never"  # Debian's build
+    assert k.tree.read("/sys/kernel/mm/transparent_hugepage/defrag") == "always defer defer+madvise [madvise] never"
+
+
+def test_distance_has_one_entry_per_online_node(make_node) -> None:
+    k = SimKernel(make_node("qemu-3node"))
+    assert k.tree.read(f"{NODE}/node0/distance") == "10 20" and not k.tree.exists(f"{NODE}/node2")
+    with k.locked():
+        ids = simdax.to_system_ram(k, "dax0.0", "Movable")
+    assert [k.tree.read(f"{NODE}/node{n}/distance") for n in range(3)] == ["10 20 20", "20 10 20", "20 20 10"]
+    for n in ids:
+        k.write(f"{MEMB}/memory{n}/state", "offline")
+    k.write("/sys/bus/dax/drivers/kmem/unbind", "dax0.0")  # hot-remove: node2 goes offline again
+    assert k.tree.read(f"{NODE}/node0/distance") == "10 20" and not k.tree.exists(f"{NODE}/node2")
+
+
+def test_distance_skips_offline_nodes_in_the_middle(make_node) -> None:
+    root = make_node("h100-cxl")
+    k = SimKernel(root)
+    with k.locked():
+        simdax.to_system_ram(k, "dax1.0", "Movable")  # node3 online, node2 not
+    assert k.tree.read(f"{NODE}/node3/distance") == "24 14 10"  # to nodes 0, 1, 3
+    assert k.tree.read(f"{NODE}/node0/distance") == "10 21 24"
+    f = gather(open_host(root))
+    assert [n.id for n in f.nodes] == [0, 1, 3] and f.node(3).distances == [24, 14, 10]
+
+
+def test_an_offline_block_lists_the_default_zone_first(make_node) -> None:
+    k = SimKernel(make_node("qemu-3node"))
+    with k.locked():
+        ids = simdax.to_system_ram(k, "dax0.0", "Movable")
+    k.write(f"{MEMB}/memory{ids[3]}/state", "offline")  # the rest of node2 is Movable: plain online goes there
+    assert k.tree.read(f"{MEMB}/memory{ids[3]}/valid_zones") == "Movable Normal"
+    for n in ids[:3] + ids[4:]:
+        k.write(f"{MEMB}/memory{n}/state", "offline")
+    k.write(f"{MEMB}/memory{ids[0]}/state", "online_kernel")
+    k.write(f"{MEMB}/memory{ids[1]}/state", "online_kernel")
+    k.write(f"{MEMB}/memory{ids[1]}/state", "offline")
+    assert k.tree.read(f"{MEMB}/memory{ids[1]}/valid_zones") == "Normal Movable"
+
+
+def test_kmem_takes_a_devdax_device_and_the_kernel_onlines_it(make_node) -> None:
+    """unbind from device_dax + kmem/new_id, with auto_online_blocks=online: hot-added AND onlined in ZONE_NORMAL
+    at once; the bind that follows is EBUSY (the guest's bash: `write error: Device or resource busy`)."""
+    k = SimKernel(make_node("qemu-3node"))
+    k.write("/sys/bus/dax/drivers/device_dax/unbind", "dax0.0")
+    k.write("/sys/bus/dax/drivers/kmem/new_id", "dax0.0")
+    assert oserr(k, "/sys/bus/dax/drivers/kmem/bind", "dax0.0") == errno.EBUSY
+    assert {k.tree.read(f"{NODE}/node2/memory{n}/valid_zones") for n in range(49, 56)} == {"Normal"}
+    assert k.tree.read(f"{NODE}/has_normal_memory") == "0-2"
