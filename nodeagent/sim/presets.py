@@ -160,8 +160,7 @@ def _h100(autoonline: bool) -> Preset:
         description=("2-socket H100 server with two 2 TiB CXL.mem expanders "
                      + ("auto-onlined at boot in ZONE_NORMAL" if autoonline else "as devdax, not yet onlined")),
         kernel="6.12.0-nodeagent-sim", block_size=2 * GiB, nodes=_two_sockets(1 * TiB, 48),
-        # Nodes 4 and 5: CXL windows the firmware reserves a proximity domain for (ACPI CEDT CFMWS), empty at
-        # boot — where a hot-added expander's memory goes (the kernel fixes the possible nodes at boot).
+        # possible 4-5: empty CXL windows the firmware reserves nodes for, where hot-added expanders go
         possible_nodes=6, dax=cxl, dax_online_zone="Normal" if autoonline else None, daxctl_udev_rule=autoonline,
         cpu_flags=HOST_FLAGS, sockets=2, gpus=gpus, hostname="h100-cxl",
         mounts=(MountDef("/", "/dev/nvme0n1p2", "ext4", 960 * GiB, 120 * GiB),

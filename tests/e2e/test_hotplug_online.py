@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from nodeagent.host import open_host
 from nodeagent.sim import SimKernel
 from nodeagent.sim.dax import DaxDef
 from nodeagent.sim.hotplug import hot_add_dax
+from tests.e2e.test_units_hotplug import _wait
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")
@@ -124,15 +124,6 @@ def test_hot_add_to_a_node_that_is_not_possible_is_refused_by_the_simulator(make
     k = SimKernel(make_node("h100-cxl"))
     with pytest.raises(ValueError, match="node 7 is not a possible node here"):
         hot_add_dax(k, DaxDef("dax2.0", 2, 7, 5 * TiB, 2 * TiB))
-
-
-def _wait(cond, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_watch_onlines_a_hot_added_expander_then_stops_on_sigterm(converged: Path) -> None:
