@@ -11,8 +11,14 @@ resolves to on the node:
 A change is in scope when one of those names appears as a whole word in its target, its kernel path, or any
 string (or list of strings) in its ``data`` — ``memory.dax[expanders].dax1.0`` and a change whose data says
 ``{"device": "dax1.0"}`` are both in the scope of ``dax1.0``; ``dax1.01`` and ``memory420`` are not in the
-scope of ``dax1.0`` and ``memory42``. Node-wide settings (kernel knobs) name no device and are never in a
-device's scope: a hot-plug event does not re-apply them (``nodeagent-apply.service`` and ``apply`` do).
+scope of ``dax1.0`` and ``memory42``. A DAMON change names the DAX devices behind the nodes its kdamond
+monitors or migrates to, so a kdamond that pairs with a hot-added node is in that device's scope — unless it
+also ``needs`` a device whose own change is not in the scope (its node would not be online when it starts).
+
+Node-wide settings (kernel knobs) name no device and are not in a device's scope — a hot-plug event does not
+re-apply them (``nodeagent-apply.service`` and ``apply`` do) — except the ones an in-scope change
+``requires`` (in its data): onlining a DAX device needs ``memory.auto_online_blocks`` offline first, so when
+that knob drifted its change comes along. The changes left out are listed in a warning of the scoped plan.
 """
 
 from __future__ import annotations
@@ -51,12 +57,31 @@ def in_scope(change: Change, names: Collection[str]) -> bool:
 
 
 def restrict(plan: Plan, names: Collection[str]) -> Plan:
-    """The part of ``plan`` in scope: its changes and problems that name one of ``names``. Pure."""
+    """The part of ``plan`` in scope: its changes and problems that name one of ``names``, and the changes
+    those require (in plan order). Pure."""
     names = set(names)
-    changes = tuple(c for c in plan.changes if in_scope(c, names))
+    chosen = {i for i, c in enumerate(plan.changes) if in_scope(c, names)}
+    while True:
+        required = {t for i in chosen for t in plan.changes[i].detail("requires", ())}
+        more = {i for i, c in enumerate(plan.changes) if c.target in required} - chosen
+        if not more:
+            break
+        chosen |= more
+    while True:  # a change that needs a change left out (a kdamond migrating to a device not onlined here) goes
+        out = {c.target for i, c in enumerate(plan.changes) if i not in chosen}
+        drop = {i for i in chosen if out & set(plan.changes[i].detail("needs", ()))}
+        if not drop:
+            break
+        chosen -= drop
+    changes = tuple(c for i, c in enumerate(plan.changes) if i in chosen)
     problems = tuple(p for p in plan.problems if any(_pattern(n).search(p.target) for n in names))
     unchanged = tuple(u for u in plan.unchanged if any(_pattern(n).search(u) for n in names))
-    return replace(plan, changes=changes, problems=problems, unchanged=unchanged)
+    left = [c.target for i, c in enumerate(plan.changes) if i not in chosen]
+    warnings = plan.warnings
+    if left:
+        warnings += (f"not in the scope of {', '.join(sorted(names))}, left for a full `nodeagent apply`: "
+                     f"{', '.join(left)}",)
+    return replace(plan, changes=changes, problems=problems, unchanged=unchanged, warnings=warnings)
 
 
 # -- resolving device names on the node (read-only) -----------------------------------------------------------

@@ -129,6 +129,8 @@ def diff_device(rule: DaxRule, dev: DaxDevice) -> Change | Problem | None:
     data = (("rule", rule.name), ("steps", steps), ("zone", zone), ("from_mode", dev.mode),
             ("from_zones", dict(dev.zones)), ("from_online", dev.blocks_online), ("blocks", dev.blocks_total),
             ("node", dev.target_node))
+    if "to-system-ram" in steps:  # daxctl races the kernel's auto-online policy: it must be offline first
+        data += (("requires", ("memory.auto_online_blocks",)),)
     return Change(KIND, dev.name, op, dev.mode if dev.mode != "system-ram" else state_label(dev),
                   rule.mode if rule.mode == "devdax" else f"system-ram/{rule.zone}", reason=reason,
                   disruptive=disruptive, path=f"/sys/bus/dax/devices/{dev.name}",

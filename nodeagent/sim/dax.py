@@ -183,6 +183,10 @@ def hot_add(k: SimKernel, name: str, zone: str | None) -> list[int]:
     node = info["node"]
     if not k.tree.exists(f"{memory.NODE}/node{node}"):
         memory.add_node(k, node, [], _distances(k, node))
+        # kmem registers its memory type for a node that has none: the node joins the default DAX tier.
+        state = k.state()
+        state.setdefault("node_tier", {}).setdefault(str(node), memory.KMEM_TIER)
+        k.save_state(state)
     ids = block_range(k, name)
     bs = memory.block_size(k)
     on_device = k.tree.read(f"{_device_rel(k, name)}/memmap_on_memory").strip() == "1"

@@ -12,6 +12,7 @@ the order the kernel sends them. ``emit`` sends any other event (an unrelated ``
 from __future__ import annotations
 
 from ..host.udev import UEvent, broadcast
+from ..kfmt import format_list
 from . import dax as simdax
 from . import memory
 from .kernel import SimKernel
@@ -27,7 +28,11 @@ def emit(k: SimKernel, action: str, subsystem: str, sysname: str, devpath: str =
 
 
 def hot_add_dax(k: SimKernel, d: simdax.DaxDef, *, system_ram: bool = False) -> list[UEvent]:
-    """Hot-add DAX device ``d``; returns the events emitted, in order."""
+    """Hot-add DAX device ``d``; returns the events emitted, in order. Its target node must be possible: the
+    kernel fixes the possible nodes at boot (firmware reserves one per CXL window)."""
+    possible = memory.parse_list(k.tree.read(f"{memory.NODE}/possible"))
+    if d.target_node not in possible:
+        raise ValueError(f"{d.name}: node {d.target_node} is not a possible node here ({format_list(possible)})")
     with k.locked():
         simdax.lay_out(k, d)
     events = [emit(k, "add", "dax", d.name, simdax.device_dir(d).removeprefix("/sys"))]

@@ -176,7 +176,7 @@ def derive(k: SimKernel, nodes: set) -> None:
             k.tree.set(f"{NODE}/node{node}/meminfo", node_meminfo(node, sum(online.values()) * bs_kb, ns["used_kb"]))
         _set_list(k, "has_memory", node, bool(online))
         _set_list(k, "has_normal_memory", node, any(z != "Movable" for z in online))
-        tier = int(k.meta.get("node_tier", {}).get(str(node), DRAM_TIER))
+        tier = int(k.meta.get("node_tier", {}).get(str(node), state.get("node_tier", {}).get(str(node), DRAM_TIER)))
         set_tier(k, node, tier if online else None)
     total = free = 0
     for ns in state.get("nodes", {}).values():

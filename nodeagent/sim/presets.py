@@ -160,11 +160,13 @@ def _h100(autoonline: bool) -> Preset:
         description=("2-socket H100 server with two 2 TiB CXL.mem expanders "
                      + ("auto-onlined at boot in ZONE_NORMAL" if autoonline else "as devdax, not yet onlined")),
         kernel="6.12.0-nodeagent-sim", block_size=2 * GiB, nodes=_two_sockets(1 * TiB, 48),
-        possible_nodes=4, dax=cxl, dax_online_zone="Normal" if autoonline else None, daxctl_udev_rule=autoonline,
+        # possible 4-5: empty CXL windows the firmware reserves nodes for, where hot-added expanders go
+        possible_nodes=6, dax=cxl, dax_online_zone="Normal" if autoonline else None, daxctl_udev_rule=autoonline,
         cpu_flags=HOST_FLAGS, sockets=2, gpus=gpus, hostname="h100-cxl",
         mounts=(MountDef("/", "/dev/nvme0n1p2", "ext4", 960 * GiB, 120 * GiB),
                 MountDef("/models", "/dev/nvme1n1", "xfs", 7680 * GiB, 2900 * GiB)),
-        distances={0: (10, 21, 14, 24), 1: (21, 10, 24, 14), 2: (14, 24, 10, 26), 3: (24, 14, 26, 10)},
+        distances={0: (10, 21, 14, 24, 14, 24), 1: (21, 10, 24, 14, 24, 14), 2: (14, 24, 10, 26, 26, 26),
+                   3: (24, 14, 26, 10, 26, 26), 4: (14, 24, 26, 26, 10, 26), 5: (24, 14, 26, 26, 26, 10)},
         node_tier={2: memory.KMEM_TIER, 3: memory.KMEM_TIER},
         cmdline=Preset.cmdline + (" memhp_default_state=online" if autoonline else ""),
         files=H100_FILES,

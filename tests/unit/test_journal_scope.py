@@ -85,6 +85,26 @@ def test_in_scope_matches_whole_device_names() -> None:
     assert [p.target for p in scoped.problems] == ["dax0.0"]
 
 
+def test_restrict_brings_required_changes_and_drops_those_needing_what_is_left_out() -> None:
+    knob = Change("knob", "memory.auto_online_blocks", "set", "online", "offline")
+    other = Change("knob", "kernel.numa_balancing", "set", 1, 2)
+    add2 = _c("dax2.0", requires=("memory.auto_online_blocks",))
+    add1 = _c("dax1.0", requires=("memory.auto_online_blocks",))
+    to2 = Change("damon", "damon.demote-cold-node0", "update", "", "", data=(("devices", ["dax2.0"]),
+                                                                             ("needs", ["dax2.0"])))
+    both = Change("damon", "damon.kdamonds", "reconfigure", 2, 3, data=(("devices", ["dax1.0", "dax2.0"]),
+                                                                       ("needs", ["dax1.0", "dax2.0"])))
+    plan = Plan("p", "d", (knob, other, add1, add2, to2, both))
+    scoped = restrict(plan, {"dax2.0"})
+    # The knob comes along because onlining dax2.0 requires it; the kdamond that also migrates to dax1.0
+    # (not onlined in this scope) would not start, so it waits, and the plan says what was left out.
+    assert [c.target for c in scoped.changes] == ["memory.auto_online_blocks", "dax2.0", "damon.demote-cold-node0"]
+    assert scoped.warnings[-1] == ("not in the scope of dax2.0, left for a full `nodeagent apply`: "
+                                   "kernel.numa_balancing, dax1.0, damon.kdamonds")
+    assert [c.target for c in restrict(plan, {"dax1.0", "dax2.0"}).changes] == [
+        "memory.auto_online_blocks", "dax1.0", "dax2.0", "damon.demote-cold-node0", "damon.kdamonds"]
+
+
 def test_expand_resolves_blocks_regions_and_memory_to_dax_devices(make_node) -> None:
     root = make_node("qemu-3node")
     host = open_host(root)

@@ -125,7 +125,8 @@ class DamonResource:
             return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
                                 warnings=notes + chk.warnings)
         rp = plan_kdamonds(specs, damon, ctx.state.get("ownership") or {}, model.coexist, ctx.allow_disruptive)
-        rp.changes = [_with_profile(c, loaded.name) for c in rp.changes]
+        devices = _devices_by_spec(specs, facts)
+        rp.changes = [_with_profile(c, loaded.name, devices) for c in rp.changes]
         rp.warnings = notes + chk.warnings + rp.warnings
         return rp
 
@@ -139,5 +140,22 @@ class DamonResource:
         return apply_change(host, change, actx, str(change.detail("profile", "")))
 
 
-def _with_profile(change: Change, profile: str) -> Change:
-    return replace(change, data=change.data + (("profile", profile),))
+def _devices_by_spec(specs: list[Spec], facts: Facts) -> dict[str, list[str]]:
+    """Per kdamond to build: the DAX devices behind the nodes it monitors or migrates to."""
+    from ...facts.dax import from_facts as dax_facts
+
+    by_node: dict[int, list[str]] = {}
+    for dev in dax_facts(facts).devices:
+        if dev.target_node is not None:
+            by_node.setdefault(dev.target_node, []).append(dev.name)
+    return {s.name: sorted({d for n in (*s.sources, *s.dest_nodes) for d in by_node.get(n, ())}) for s in specs}
+
+
+def _with_profile(change: Change, profile: str, devices: dict[str, list[str]]) -> Change:
+    """The change with the profile's name and the DAX devices behind the nodes of the kdamonds it builds: a
+    hot-plugged device's scoped apply finds the kdamonds it affects, and leaves out one that needs another
+    device the scope does not online (:mod:`nodeagent.scope`)."""
+    names = [str(kd["name"]) for kd in change.detail("kdamonds", ())] or [change.target.removeprefix("damon.")]
+    devs = sorted({d for n in names for d in devices.get(n, ())})
+    extra = (("devices", devs), ("needs", devs)) if devs else ()
+    return replace(change, data=change.data + (("profile", profile),) + extra)
