@@ -40,10 +40,18 @@ class NodeClasses:
         if (a, b) in self.distances:
             return self.distances[(a, b)]
         if b in self.near:
-            return 0 if self.near[b] == a else FAR
+            return self._pending_distance(a) if self.near[b] == a else FAR
         if a in self.near:
-            return 0 if self.near[a] == b else FAR
+            return self._pending_distance(b) if self.near[a] == b else FAR
         return FAR
+
+    def _pending_distance(self, socket: int) -> int:
+        """The distance a not-yet-online node will have from the socket its device hangs off: unknown until the
+        kernel registers the node, so take that of the nearest lower-tier node already online there (an expander
+        beside it), else 0. Guessing closer than the online ones would pair a kdamond with the new node now and
+        back with the old one once real distances (often equal) are known: the next apply would flip it."""
+        known = [d for (x, y), d in self.distances.items() if x == socket and y != socket and y in self.slow]
+        return min(known) if known else 0
 
     def nearest(self, source: int, candidates: tuple[int, ...]) -> int | None:
         """The candidate closest to ``source`` (ties: faster tier, then lower id); never ``source`` itself."""
