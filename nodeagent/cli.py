@@ -368,3 +368,16 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return int(ExitCode.ERROR)
+    except OSError as exc:  # a file the user named or the node could not be read: say which, no traceback
+        if os.environ.get("NODEAGENT_DEBUG"):
+            raise
+        where = f" {exc.filename}" if exc.filename else ""
+        click.echo(f"nodeagent:{where}: {exc.strerror or exc}", err=True)
+        return int(ExitCode.ERROR)
+    except Exception as exc:  # a bug: one line, and the way to the traceback
+        if os.environ.get("NODEAGENT_DEBUG"):
+            raise
+        click.echo(f"nodeagent: internal error: {type(exc).__name__}: {exc}\n"
+                   "  hint: this is a bug in nodeagent; rerun with NODEAGENT_DEBUG=1 for the traceback and report it",
+                   err=True)
+        return int(ExitCode.ERROR)

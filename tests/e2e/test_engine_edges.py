@@ -109,3 +109,16 @@ def test_interactive_apply_asks_and_declining_writes_nothing(make_node, monkeypa
     # Nothing left to change: no question at all.
     res = CliRunner().invoke(cli, ["--root", str(root), "apply", PROFILE], input="")
     assert "Apply these changes?" not in res.output and "No changes" in res.output
+
+
+def test_an_unexpected_error_is_one_line_not_a_traceback(monkeypatch, capsys) -> None:
+    def boom(*a, **k):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr("nodeagent.cli._load", boom)
+    assert main(["validate", PROFILE]) == 1
+    err = capsys.readouterr().err
+    assert "internal error: RuntimeError: simulated bug" in err and "Traceback" not in err
+    monkeypatch.setenv("NODEAGENT_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        main(["validate", PROFILE])
