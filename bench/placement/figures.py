@@ -7,7 +7,9 @@ or, applied to a running node, when the configuration has been applied):
 
 - ``hot_on_fast`` / ``cold_on_cxl``: % of the hot pages on the fast node / of the cold pages on the CXL node, the
   mean over the samples of the last third of the run (t >= 2/3 of the duration);
-- ``other``: % of pages on any other node (the worse of the hot and the cold set), same mean;
+- ``other``: % of pages on any other node (the worse of the hot and the cold set), same mean; pages whose node
+  the query could not tell (being migrated at that moment: ``move_pages`` gives a negative status) are counted in
+  the denominators but on no node (``in_flight``: the largest share seen in the last third);
 - ``t_hot90`` / ``t_cold90``: the time of the first sample at which the figure reached 90 % (None: never);
 - ``migrated_mib`` / ``promoted_mib`` / ``demoted_mib``: /proc/vmstat deltas since t = 0 at the last sample
   (``pgmigrate_success``, ``pgpromote_success``, ``pgdemote_*``: every page any mechanism moved, what NUMA
@@ -111,7 +113,7 @@ def _first(samples: list[Sample], which: str, nodes: tuple[int, ...]) -> float |
 def figures(run: Run, duration: float) -> dict[str, Any]:
     """The run's figures (see the module docstring); ``ok`` is False when the run did not produce them."""
     tail = [s for s in run.samples if s.t >= duration * 2 / 3 - 0.5]
-    others = tuple(n for n in range(MAXNODE + 1) if n not in (FAST, CXL))
+    others = tuple(n for n in range(MAXNODE) if n not in (FAST, CXL))  # index MAXNODE: no node known
     last = run.samples[-1].vm if run.samples else {}
 
     def mib(*keys: str) -> float:
@@ -126,6 +128,8 @@ def figures(run: Run, duration: float) -> dict[str, Any]:
         "cold_on_cxl": _round(_mean([s.share("cold", (CXL,)) for s in tail])),
         "other": _round(max(hot_other, cold_other) if hot_other is not None and cold_other is not None else None),
         "hot_other": _round(hot_other),
+        "in_flight": _round(max([max(s.share("hot", (MAXNODE,)), s.share("cold", (MAXNODE,))) for s in tail],
+                                default=None)),
         "t_hot90": _first(run.samples, "hot", (FAST,)),
         "t_cold90": _first(run.samples, "cold", (CXL,)),
         "migrated_mib": mib("pgmigrate_success"),
@@ -143,7 +147,8 @@ def _round(value: float | None) -> float | None:
 
 
 #: For each figure: which way is worse ("low": a smaller value is worse; "high": a larger one; None = never).
-WORSE = {"hot_on_fast": "low", "cold_on_cxl": "low", "other": "high", "hot_other": "high", "t_hot90": "high",
+WORSE = {"hot_on_fast": "low", "cold_on_cxl": "low", "other": "high", "hot_other": "high", "in_flight": "high",
+         "t_hot90": "high",
          "t_cold90": "high", "migrated_mib": "high", "promoted_mib": "high", "demoted_mib": "high",
          "hint_faults": "high", "apply_seconds": "high"}
 

@@ -15,6 +15,7 @@ boot, before the workload) and ``after`` (applied to the running node once the w
     python bench/placement/run.py                         # the full comparison: 4 configs x 2 modes x 2 runs
     python bench/placement/run.py --configs nodeagent --starts after --runs 1 --duration 30
     python bench/placement/run.py --smoke                 # CI: nodeagent's profile, before, one 20 s run
+    python bench/placement/run.py --from-dir RESULTS      # recompute the table from a saved run's raw outputs
 
 t = 0 is the moment the placement to judge exists: at boot, when the workload has written both sets (the
 configuration was applied before it started); on a running node, when the configuration has been applied
@@ -103,6 +104,46 @@ def one_run(config: str, start: str, index: int, args: argparse.Namespace, workl
     return figs
 
 
+def recompute(args: argparse.Namespace) -> int:
+    """The table and results.json again, from the ``placement-<config>-<start>-<n>.txt`` files of a saved run."""
+    meta = json.loads((args.from_dir / "results.json").read_text()) if (args.from_dir / "results.json").exists() \
+        else {}
+    duration = float(meta.get("duration", args.duration))
+    old = {(r["config"], r["start"], r["run"]): r for r in meta.get("runs", [])}
+    per_run: list[dict[str, Any]] = []
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for path in sorted(args.from_dir.glob("placement-*-*-*.txt")):
+        config, start, index = path.stem[len("placement-"):].rsplit("-", 2)
+        run = figures.parse(path.read_text())
+        figs = {**old.get((config, start, int(index)), {}), **figures.figures(run, duration),
+                "config": config, "start": start, "run": int(index)}
+        per_run.append(figs)
+        grouped.setdefault((start, config), []).append(figs)
+    results = {key: figures.worst(runs) for key, runs in grouped.items()}
+    starts = [s for s in STARTS if any(k[0] == s for k in results)]
+    configs = [c for c in CONFIGS if any(k[1] == c for k in results)]
+    write_results(args.from_dir, meta, per_run, results, starts, configs,
+                  int(meta.get("cold_mib", args.cold)) + int(meta.get("hot_mib", args.hot)))
+    return 0
+
+
+def write_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, Any]],
+                  results: dict[tuple[str, str], dict[str, Any]], starts: list[str], configs: list[str],
+                  workload_mib: float) -> None:
+    md = figures.table(results, starts, configs)
+    verdicts = {start: figures.judge(start, results[(start, "nodeagent")], workload_mib)
+                for start in starts if (start, "nodeagent") in results}
+    text = [md, ""]
+    for start, items in verdicts.items():
+        text.append(f"nodeagent, {start}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
+                                                          for label, ok in items))
+    print("\n" + "\n".join(text), flush=True)
+    (out / "table.md").write_text("\n".join(text) + "\n")
+    meta = {**meta, "runs": per_run, "results": [{"start": s, "config": c, **f} for (s, c), f in results.items()],
+            "verdicts": {s: [{"target": label, "met": ok} for label, ok in v] for s, v in verdicts.items()}}
+    (out / "results.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+
 def _line(figs: dict[str, Any]) -> str:
     keys = ("hot_on_fast", "cold_on_cxl", "other", "t_hot90", "t_cold90", "migrated_mib", "promoted_mib",
             "demoted_mib", "apply_seconds")
@@ -124,7 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="results directory (default: the cache)")
     p.add_argument("--hook", default="", help="exploration: shell run in the guest right after the configuration")
     p.add_argument("--smoke", action="store_true", help="CI: nodeagent, before, one run of 20 s")
+    p.add_argument("--from-dir", type=Path, default=None, metavar="DIR",
+                   help="no guest: recompute the figures and the table from the raw outputs a run saved in DIR")
     args = p.parse_args(argv)
+    if args.from_dir is not None:
+        return recompute(args)
     if args.smoke:
         args.configs, args.starts, args.runs, args.duration = "nodeagent", "before", 1, 20
     configs = [c for c in args.configs.split(",") if c]
@@ -155,24 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(figs)
                 per_run.append(figs)
             results[(start, config)] = figures.worst(runs)
-    md = figures.table(results, starts, configs)
-    workload_mib = args.cold + args.hot
-    verdicts = {}
-    if "nodeagent" in configs:
-        for start in starts:
-            if (start, "nodeagent") in results:
-                verdicts[start] = figures.judge(start, results[(start, "nodeagent")], workload_mib)
-    text = [md, ""]
-    for start, items in verdicts.items():
-        text.append(f"nodeagent, {start}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
-                                                          for label, ok in items))
-    print("\n" + "\n".join(text), flush=True)
-    (out / "table.md").write_text("\n".join(text) + "\n")
     meta = {"kernel": assets.kernel_version, "duration": args.duration, "interval": args.interval,
-            "cold_mib": args.cold, "hot_mib": args.hot, "settle": args.settle, "profile": args.profile,
-            "runs": per_run, "results": [{"start": s, "config": c, **f} for (s, c), f in results.items()],
-            "verdicts": {s: [{"target": label, "met": ok} for label, ok in v] for s, v in verdicts.items()}}
-    (out / "results.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+            "cold_mib": args.cold, "hot_mib": args.hot, "settle": args.settle, "profile": args.profile}
+    write_results(out, meta, per_run, results, starts, configs, args.cold + args.hot)
     complete = all(f["ok"] for f in per_run)
     return 0 if complete else 1
 

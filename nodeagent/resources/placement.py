@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from ..errors import HostError
 from ..facts import Facts
@@ -111,14 +112,13 @@ def plan_pass(loaded: LoadedProfile, facts: Facts) -> ResourcePlan:
 
 
 def run_pass(host: Host, node: int, goal: int, timeout_us: int, path: str,
-             clock: object = time.monotonic) -> str:
+             now: Callable[[], float] = time.monotonic) -> str:
     """Demote from ``node`` through ``path`` in chunks until ``goal`` bytes are free or the time is up."""
-    now = clock  # type: ignore[assignment]
-    start = now()  # type: ignore[operator]
+    start = now()
     deadline = start + timeout_us / 1e6
     _, free0 = _free(host, node)
     free, writes, refused = free0, 0, None
-    while free < goal and now() < deadline:  # type: ignore[operator]
+    while free < goal and now() < deadline:
         ask = min(goal - free, CHUNK) if path == MEMCG_RECLAIM else goal - free
         try:
             host.write(path, str(max(ask, 4096)))
@@ -129,7 +129,7 @@ def run_pass(host: Host, node: int, goal: int, timeout_us: int, path: str,
         if after <= free and refused:
             break
         free = after
-    took = now() - start  # type: ignore[operator]
+    took = now() - start
     stuck = _stuck(host, node)
     summary = (f"node{node}: {format_size(free0)} → {format_size(free)} free in {took:.1f}s ({writes} write(s) to "
                f"{path}); kswapd {'still gave up on it' if stuck else 'works on it again'}")

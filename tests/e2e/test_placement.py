@@ -252,3 +252,16 @@ def test_placement_check_reports_what_plan_warns(make_node, tmp_path: Path,
     assert "memory.demotion_pass" in result["remedies"][0]
     prof.write_text(prof.read_text().replace("placement: {}", "placement: {severity: error}"))
     assert main(["--root", str(root), "check", str(prof)]) == 4
+
+
+def test_the_pass_stops_at_its_timeout(make_node) -> None:
+    from nodeagent.host import open_host
+    from nodeagent.resources.placement import run_pass
+
+    root = make_node("qemu-placement-full")
+    SimKernel(root).write("/sys/kernel/mm/numa/demotion_enabled", "true")
+    ticks = iter([0.0, 0.0, 31.0, 31.0])  # start, before the first write, then past the 30 s bound
+    msg = run_pass(open_host(str(root)), 0, 900 * 1024**2, 30_000_000, "/sys/fs/cgroup/memory.reclaim",
+                   now=lambda: next(ticks))
+    assert "1 write(s)" in msg and "stopped short of 900MiB (timeout)" in msg and "works on it again" in msg
+    assert free_kb(root, 0) == (41 + 64) * 1024

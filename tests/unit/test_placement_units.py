@@ -113,3 +113,24 @@ def test_worst_of_runs_figure_by_figure_and_the_targets() -> None:
     assert verdict == {"hot on fast >= 90 %": False, "cold on CXL >= 80 %": True}
     table = figures.table({("before", "nodeagent"): w}, ["before"], ["nodeagent"])
     assert "| before | nodeagent | 2 | 96 | 91 | 0.5 | 12.5 | never | 1200 |" in table
+
+
+def test_pages_being_migrated_are_on_no_node() -> None:
+    line = sample(40, (99, 0, 0), (0, 0, 98)).replace(" 0 0 0 0 0 0 cold", " 0 0 0 0 0 1 cold").replace(
+        " 0 0 0 0 0 0 vm", " 0 0 0 0 0 2 vm")
+    f = figures.figures(figures.parse(run_output([line])), 60)
+    assert f["other"] == 0.0 and f["in_flight"] == 2.0 and f["hot_on_fast"] == 99.0
+
+
+def test_a_saved_run_is_recomputed_without_a_guest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import run as placement_run
+
+    for i, hot in ((1, 97), (2, 92)):
+        (tmp_path / f"placement-nodeagent-after-{i}.txt").write_text(
+            run_output([sample(45, (hot, 0, 100 - hot), (10, 0, 90)), sample(60, (hot, 0, 100 - hot), (10, 0, 90))])
+            .replace("START before", "START after"))
+    assert placement_run.main(["--from-dir", str(tmp_path)]) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert "| after | nodeagent | 2 | 92 | 90 |" in table
+    assert "nodeagent, after: hot on fast >= 90 %: met; cold on CXL >= 80 %: met" in table
+    assert "| after | nodeagent | 2 |" in capsys.readouterr().out
