@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint bench bench-placement clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# What tiering configurations do to a workload's pages on a real kernel (QEMU/TCG guest, ~35 min; see bench/placement).
+bench-placement: $(STAMP)
+	$(BIN)/python bench/placement/run.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

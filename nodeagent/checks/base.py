@@ -118,3 +118,4 @@ class CheckContext:
     """What a check may know besides its own spec: the whole profile's managed settings."""
 
     desired_knobs: dict[str, Any] = field(default_factory=dict)  # knob key → value the profile sets
+    loaded: Any = None  # the whole LoadedProfile, for checks about how settings combine (placement)

@@ -17,9 +17,10 @@ from .coexist import CoexistenceCheckImpl
 from .cpu import CpuCheckImpl
 from .disk import DiskCheckImpl
 from .pcie import GpuPcieCheckImpl
+from .placement import PlacementCheckImpl
 
 CHECKS: tuple[Check, ...] = (CpuCheckImpl(), DiskCheckImpl(), GpuPcieCheckImpl(), CapacityCheckImpl(),
-                             CoexistenceCheckImpl(), MemoryBandwidthCheckImpl())
+                             CoexistenceCheckImpl(), MemoryBandwidthCheckImpl(), PlacementCheckImpl())
 BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
 assert set(BY_NAME) == set(CHECK_NAMES)
 
@@ -45,7 +46,7 @@ def run_checks(host: Host, loaded: LoadedProfile, facts: Facts, skip: frozenset[
     """Run every check the profile configures (read-only). A check that raises is reported, never a crash."""
     from ..resources.knobs import desired
 
-    ctx = CheckContext(desired_knobs=desired(loaded))
+    ctx = CheckContext(desired_knobs=desired(loaded), loaded=loaded)
     spec_all = loaded.profile.checks
     results: list[CheckResult] = []
     for check in CHECKS:

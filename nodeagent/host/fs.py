@@ -41,6 +41,11 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/sys/devices/system/memory/auto_online_blocks",
         r"/sys/devices/system/memory/memory[0-9]+/(state|online)",
         r"/sys/kernel/mm/damon/admin/kdamonds/.*",
+        # The placement demotion pass (resources/placement.py): one bounded proactive reclaim of a fast node that
+        # kswapd gave up on — the node's own file (6.17), else the root cgroup's memory.reclaim (5.19). Nothing
+        # else under /sys/fs/cgroup: nodeagent never configures cgroups.
+        r"/sys/devices/system/node/node[0-9]+/reclaim",
+        r"/sys/fs/cgroup/memory\.reclaim",
         r"/var/lib/nodeagent/.*",
         # `nodeagent units install`: only nodeagent's own unit files and udev rule, nothing else under /etc.
         r"/etc/systemd/system/nodeagent-[a-z-]+@?\.(service|timer)",

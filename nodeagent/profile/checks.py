@@ -20,6 +20,7 @@ before anything is written, and ``check`` exits 4) or ``warning`` (reported, nev
         context_length: 16384
         dram_offload: 80GiB                 # host DRAM the engine may use for offload (swap space)
       coexistence: {severity: warning}      # TuneD, sysctl.d, udev, memhp_default_state, DAMON modules
+      placement: {}                         # tiering settings measured to fail together (warning by default)
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ DTYPE_BYTES: dict[str, float] = {
 }
 _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 #: The check names, as ``--skip-checks`` and reports spell them.
-CHECK_NAMES = ("cpu", "disk", "gpu_pcie", "memory_bandwidth", "capacity", "coexistence")
+CHECK_NAMES = ("cpu", "disk", "gpu_pcie", "memory_bandwidth", "capacity", "coexistence", "placement")
 
 
 def _size(value: Any) -> int:
@@ -209,6 +210,12 @@ class CoexistenceCheck(_Strict):
     severity: Severity = "error"
 
 
+class PlacementCheck(_Strict):
+    """Tiering settings measured to fail together (nodeagent.resources._placement_advice); warnings by default."""
+
+    severity: Severity = "warning"
+
+
 class Checks(_Strict):
     cpu: CpuCheck | None = None
     disk: DiskCheck | None = None
@@ -216,6 +223,7 @@ class Checks(_Strict):
     memory_bandwidth: MemoryBandwidthCheck | None = None
     capacity: CapacityCheck | None = None
     coexistence: CoexistenceCheck | None = None
+    placement: PlacementCheck | None = None
 
     def configured(self) -> list[str]:
         return [name for name in CHECK_NAMES if getattr(self, name) is not None]

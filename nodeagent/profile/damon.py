@@ -8,6 +8,7 @@ Example (cold DRAM pages to CXL; the kernel side is DAMON's sysfs interface)::
         - name: demote-cold
           operations: paddr
           monitoring: {sample: 5ms, aggregate: 100ms, update: 1s, regions: {min: 10, max: 1000}}
+          optional: true              # left out (with a warning) on a kernel that cannot run it
           targets: [{node: fast}]     # monitored memory: the nodes of the top memory tier
           pairing: nearest            # one kdamond per source node, to its nearest destination
           schemes:
@@ -178,6 +179,7 @@ class Goal(Strict):
     current: Annotated[int, BeforeValidator(_uint(2**63 - 1))] | None = None
     node: NodeRef | None = None
     memcg: str | None = None
+    optional: Bool = False  # on a kernel without this metric the goal is left out (the fixed quota applies)
 
     @model_validator(mode="before")
     @classmethod
@@ -349,11 +351,16 @@ class Target(Strict):
 
 
 class Kdamond(Strict):
+    """One kdamond (expanded per source node by ``pairing``). ``optional: true``: on a kernel that lacks something
+    it needs (an action, a filter type, a file), the kdamond is left out with a warning naming what is missing,
+    instead of the whole profile being refused — for kdamonds that improve on what the kernel does anyway."""
+
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=48)
+    optional: Bool = False
     operations: Literal["paddr", "vaddr", "fvaddr"] = "paddr"
     monitoring: Monitoring = Monitoring()
     targets: list[Target] = Field(min_length=1)
-    pairing: Literal["nearest", "split"] = "nearest"
+    pairing: Literal["nearest", "gather", "split"] = "nearest"
     schemes: list[Scheme] = []
     stats_refresh: Duration | None = None
 

@@ -20,6 +20,7 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
           mode: system-ram                  # or devdax (left to applications as a character device)
           zone: movable                     # system-ram only: movable (tiered, pageable) | normal (pinned)
           use: tiered                       # optional: tiered | pinned-pool; the plan warns on a mismatch
+      demotion_pass: {until_free: 20%, timeout: 30s}   # unstick a full fast node kswapd gave up on (see below)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..units import parse_size
+from ..units import parse_duration_us, parse_percent, parse_size
 from ..vocab import (
     AUTO_ONLINE_BLOCKS,
     DAX_MODES,
@@ -182,9 +183,48 @@ class DaxRule(Strict):
         return self
 
 
+def _percent(value: Any) -> float:
+    try:
+        return parse_percent(value)
+    except ValueError as exc:
+        raise PydanticCustomError("percent", str(exc)) from None
+
+
+def _duration(value: Any) -> int:
+    try:
+        return parse_duration_us(value)
+    except ValueError as exc:
+        raise PydanticCustomError("duration", str(exc)) from None
+
+
+class DemotionPass(Strict):
+    """A one-off demotion pass for fast nodes that kswapd gave up on.
+
+    A fast node that filled up while demotion was off is given up by kswapd (``node_unreclaimable`` in
+    ``/proc/zoneinfo``) and nothing wakes kswapd for it again: switching demotion and NUMA balancing's
+    memory-tiering mode on afterwards demotes and promotes nothing. When the plan finds such a node, apply —
+    after enabling demotion and onlining the CXL nodes, before DAMON and NUMA balancing start — reclaims from it
+    by demotion until ``until_free`` of its memory is free or ``timeout`` passes, through the node's ``reclaim`` file
+    (6.17) or else the root cgroup's ``memory.reclaim`` (cgroup v2, 5.19). A successful pass makes kswapd
+    work on the node again.
+    """
+
+    until_free: Annotated[float, BeforeValidator(_percent)] = 20.0
+    timeout: Annotated[int, BeforeValidator(_duration)] = 30_000_000
+
+    @model_validator(mode="after")
+    def _bounds(self) -> DemotionPass:
+        if not 0 < self.until_free <= 90:
+            raise ValueError(f"until_free: expected a percentage above 0 and at most 90%, got {self.until_free:g}%")
+        if not 0 < self.timeout <= 600_000_000:
+            raise ValueError("timeout: expected a duration above 0 and at most 10min")
+        return self
+
+
 class Memory(Strict):
     auto_online_blocks: Annotated[str, BeforeValidator(_enum(AUTO_ONLINE_BLOCKS))] | None = None
     dax: tuple[DaxRule, ...] | None = None
+    demotion_pass: DemotionPass | None = None  # see DemotionPass; absent: stuck fast nodes are only reported
 
     @field_validator("dax")
     @classmethod

@@ -71,11 +71,25 @@ def _change(knob: Knob, before: Any, after: Any) -> Change:
                   disruptive=knob.disruptive)
 
 
+#: Knobs applied after every other resource (registry.py): NUMA balancing last, once demotion is on, the CXL nodes
+#: are online, DAMON runs and a stuck fast node has room again — promotions that fail on a full fast node make the
+#: kernel back off its NUMA scanning, which delays every later promotion.
+LATE: tuple[str, ...] = ("kernel.numa_balancing",)
+
+
 class KnobResource:
+    """The knobs of the profile; ``only``/``exclude`` split them into apply phases (see :data:`LATE`)."""
+
     kind = KIND
 
+    def __init__(self, only: tuple[str, ...] | None = None, exclude: tuple[str, ...] = ()) -> None:
+        self.only = only
+        self.exclude = exclude
+
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
-        return diff(desired(loaded), observe(facts), facts)
+        want = {k: v for k, v in desired(loaded).items()
+                if (self.only is None or k in self.only) and k not in self.exclude}
+        return diff(want, observe(facts), facts)
 
     def original(self, change: Change, facts: Facts) -> tuple[str, dict[str, Any]]:
         return change.target, {"kind": KIND, "path": change.path, "value": change.before}

@@ -5,9 +5,13 @@ from __future__ import annotations
 from .base import Resource
 from .damon import DamonResource
 from .dax import DaxResource
-from .knobs import KnobResource
+from .knobs import LATE, KnobResource
+from .placement import PlacementResource
 
-# Knobs first (auto_online_blocks must be off before daxctl runs), then DAX (the CXL nodes come online),
-# then DAMON (its slow-node targets need those nodes online).
-RESOURCES: tuple[Resource, ...] = (KnobResource(), DaxResource(), DamonResource())
+# Knobs first (auto_online_blocks must be off before daxctl runs, demotion on before anything demotes), then DAX
+# (the CXL nodes come online), then the placement pass (a fast node kswapd gave up on gets room, by demotion to
+# those nodes), then DAMON (its slow-node targets need those nodes online; its promotion must find room on the
+# fast node, or it lands on another node), and NUMA balancing last (see knobs.LATE).
+RESOURCES: tuple[Resource, ...] = (KnobResource(exclude=LATE), DaxResource(), PlacementResource(), DamonResource(),
+                                   KnobResource(only=LATE))
 BY_KIND: dict[str, Resource] = {r.kind: r for r in RESOURCES}

@@ -288,3 +288,4 @@ def _auto_online(k: SimKernel, path: str, value: str) -> None:
 from . import damon as _damon  # noqa: E402,F401  (registers the DAMON sysfs rules and layout step)
 from . import dax as _dax  # noqa: E402,F401  (registers the DAX bus driver rules)
 from . import memory as _memory  # noqa: E402,F401  (registers the memory-block rules)
+from . import reclaim as _reclaim  # noqa: E402,F401  (zoneinfo, proactive reclaim, the placement presets)

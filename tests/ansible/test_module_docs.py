@@ -83,10 +83,11 @@ def test_check_mode_report_diff_and_changed(mod: ModuleType, make_node) -> None:
     ret, failed = mod.report(engine.apply(loaded, dry_run=True), True, False, True)
     assert failed is None
     assert ret["status"] == "dry-run" and ret["msg"] == "check mode: 7 change(s) would be made"
-    assert ret["diff"][1] == {"before_header": "/proc/sys/kernel/numa_balancing",
-                              "after_header": "/proc/sys/kernel/numa_balancing",
-                              "before": "kernel.numa_balancing: 0 (disabled)\n",
-                              "after": "kernel.numa_balancing: 2 (memory-tiering)\n"}
+    # NUMA balancing is applied last (resources/knobs.py LATE): promotion starts once the rest is in place
+    assert ret["diff"][-1] == {"before_header": "/proc/sys/kernel/numa_balancing",
+                               "after_header": "/proc/sys/kernel/numa_balancing",
+                               "before": "kernel.numa_balancing: 0 (disabled)\n",
+                               "after": "kernel.numa_balancing: 2 (memory-tiering)\n"}
     assert ret["summary"][0] == "memory.auto_online_blocks: online -> offline"
     ret, _ = mod.report(engine.apply(loaded, dry_run=True), True, False, False)
     assert "diff" not in ret  # only in diff mode

@@ -103,8 +103,8 @@ def test_record_keeps_first_seen_and_history_across_runs(applied: Path, capsys) 
     assert events == [
         ("apply", None, None, None),
         ("drift", "kernel.numa_balancing", "1 (normal)", None),
-        ("drift", "kernel.numa_balancing", "0 (disabled)", None),
         ("drift", "kernel.demotion_enabled", "false", None),
+        ("drift", "kernel.numa_balancing", "0 (disabled)", None),
         ("resolved", "kernel.demotion_enabled", None, "outside nodeagent"),
         ("apply", None, None, None),
         ("resolved", "kernel.numa_balancing", None, "apply"),

@@ -65,27 +65,57 @@ def test_apply_device_onlines_a_hot_added_expander_and_touches_nothing_else(conv
     assert [(e.action, e.sysname) for e in events] == [("add", "dax2.0")]
     dev, facts = device(root, "dax2.0")
     assert dev.mode == "devdax" and facts.node(4) is None
+    owned = json.loads((root / "var/lib/nodeagent/ownership.json").read_text())["damon"]["kdamonds"]
+    promote = next(int(i) for i, r in owned.items() if r["name"] == "promote-hot-to-node0")
+    kd = f"/sys/kernel/mm/damon/admin/kdamonds/{promote}"
+    pid = k.tree.read(f"{kd}/pid")
     mark = len(k.journal())
     code, out, err = run(["--root", str(root), "--format", "json", "apply", "--yes", "--device", "dax2.0",
                           PROFILE], capsys)
     assert code == 0, out + err
     result = json.loads(out)
-    assert [(o["target"], o["status"]) for o in result["outcomes"]] == [("dax2.0", "applied")]
+    # Onlined, and its memory joins the kdamond that promotes from socket 0's expanders: one commit, same pid.
+    assert [(o["target"], o["status"]) for o in result["outcomes"]] == [("dax2.0", "applied"),
+                                                                         ("damon.promote-hot-to-node0", "applied")]
+    assert k.tree.read(f"{kd}/pid") == pid and k.tree.read(f"{kd}/state") == "on"
+    regions = f"{kd}/contexts/0/targets/0/regions"
+    assert (k.tree.read(f"{regions}/1/start"), k.tree.read(f"{regions}/1/end")) == (
+        str(THIRD.start), str(THIRD.start + THIRD.size))
     assert ("not in the scope of dax2.0, left for a full `nodeagent apply`: kernel.numa_balancing"
             in result["plan"]["warnings"])
     dev, facts = device(root, "dax2.0")
     assert dev.mode == "system-ram" and dev.fully_online and dev.zones == {"Movable": 1024}  # the profile's zone
     assert 4 in facts.tiers[max(facts.tiers)]  # a slow node, in the kmem tier with the other expanders
     blocks = block_ids(THIRD.start, THIRD.size, facts.block_size_bytes or 0)
-    others = [w for w in k.journal()[mark:] if not owned_by_the_device(w, blocks)]
+    others = [w for w in k.journal()[mark:] if not owned_by_the_device(w, blocks) and not
+              w["path"].startswith(f"{kd}/")]
     assert others == [], others
     assert k.tree.read("/proc/sys/kernel/numa_balancing") == "1"
-    # The kdamonds pair the DRAM nodes with the expander nearest to each; node 4 ties with node 2 behind
+    # The demotion kdamonds pair each DRAM node with the expander nearest to it; node 4 ties with node 2 behind
     # socket 0, so they stay as they are: a full plan has only the node-wide drift left.
     code, out, _ = run(["--root", str(root), "--format", "json", "plan", PROFILE], capsys)
     assert [c["target"] for c in json.loads(out)["changes"]] == ["kernel.numa_balancing"]
     journal = [json.loads(ln) for ln in (root / "var/lib/nodeagent/journal.jsonl").read_text().splitlines()]
     assert [(e["scope"], e["status"]) for e in journal if e.get("scope")] == [(["dax2.0"], "converged")]
+
+
+def test_a_second_expander_on_an_online_node_joins_its_promotion_kdamond(converged: Path, capsys) -> None:
+    """A device whose node is online already (node 3, dax1.0's) adds memory to that node: the scoped apply
+    onlines it and commits its range into the kdamond promoting from node 3, and verify agrees."""
+    root = converged
+    k = SimKernel(root)
+    extra = DaxDef("dax3.0", 3, 3, 7 * TiB, 2 * 1024**3, kind="cxl", numa_node=1)
+    hot_add_dax(k, extra)
+    code, out, err = run(["--root", str(root), "--format", "json", "apply", "--yes", "--device", "dax3.0",
+                          PROFILE], capsys)
+    assert code == 0, out + err
+    result = json.loads(out)
+    assert result["status"] == "converged" and [(o["target"], o["status"]) for o in result["outcomes"]] == [
+        ("dax3.0", "applied"), ("damon.promote-hot-to-node1", "applied")]
+    change = next(c for c in result["plan"]["changes"] if c["target"] == "damon.promote-hot-to-node1")
+    assert change["data"]["command"] == "commit" and "dax3.0" in change["data"]["devices"]
+    code, out, _ = run(["--root", str(root), "--format", "json", "plan", PROFILE], capsys)
+    assert json.loads(out)["changes"] == []
 
 
 def test_a_scoped_apply_brings_back_auto_online_blocks_the_onlining_needs(converged: Path, capsys) -> None:
@@ -112,7 +142,8 @@ def test_a_kdamond_that_needs_a_device_outside_the_scope_is_left_for_a_full_appl
                         "--device", "dax0.0", PROFILE], capsys)
     plan = json.loads(out)["plan"]
     assert [c["target"] for c in plan["changes"]] == ["memory.auto_online_blocks", "dax0.0"]
-    assert plan["warnings"][-1].endswith("dax1.0, damon.kdamonds")
+    left = plan["warnings"][-1].split("left for a full `nodeagent apply`: ")[1].split(", ")
+    assert {"dax1.0", "damon.kdamonds"} <= set(left)
     code, out, _ = run(["--root", str(root), "--format", "json", "apply", "--dry-run", "--skip-checks", "all",
                         "--device", "dax0.0", "--device", "dax1.0", PROFILE], capsys)
     changes = json.loads(out)["plan"]["changes"]
@@ -147,7 +178,7 @@ def test_watch_onlines_a_hot_added_expander_then_stops_on_sigterm(converged: Pat
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert "hot-plug: dax2.0: reconciling" in err and "hot-plug: converged (dax2.0)" in err
+    assert "hot-plug: dax2.0: reconciling" in err and "hot-plug: converged (dax2.0, damon.promote-hot-to-node0)" in err
     assert err.rstrip().endswith("watch stopped")
     hotplug = [e for e in map(json.loads, (root / "var/lib/nodeagent/journal.jsonl").read_text().splitlines())
                if e["event"] == "hotplug"]

@@ -116,7 +116,9 @@ def test_owned_kdamond_scheme_statistics_reach_status_and_metrics(make_node, tmp
     k = SimKernel(root)
     assert main(["--root", str(root), "apply", "--yes", PROFILE]) == 0
     owned = json.loads((root / "var/lib/nodeagent/ownership.json").read_text())["damon"]["kdamonds"]
-    assert {i: r["name"] for i, r in owned.items()} == {"0": "demote-cold-node0", "1": "demote-cold-node1"}
+    names = {"0": "demote-cold-node0", "1": "demote-cold-node1", "2": "promote-hot-to-node0",
+             "3": "promote-hot-to-node1"}
+    assert {i: r["name"] for i, r in owned.items()} == names
     stats = "/sys/kernel/mm/damon/admin/kdamonds/{}/contexts/0/schemes/0/stats/{}"
     tick(k)  # time passes; these kdamonds have no refresh_ms, so their files wait for a refresh request
     assert k.tree.read(stats.format(0, "nr_tried")) == "0"
@@ -128,9 +130,9 @@ def test_owned_kdamond_scheme_statistics_reach_status_and_metrics(make_node, tmp
     assert main(["--root", str(root), "status"]) == 0
     out = capsys.readouterr().out
     refreshes = [w["path"] for w in k.journal()[mark:] if w["value"] == "update_schemes_stats"]
-    assert sorted(refreshes) == [f"/sys/kernel/mm/damon/admin/kdamonds/{i}/state" for i in (0, 1)]
-    for i in (0, 1):
-        assert f"kdamond {i}: name=demote-cold-node{i}, pid={owned[str(i)]['pid']}, state=on" in out
+    assert sorted(refreshes) == [f"/sys/kernel/mm/damon/admin/kdamonds/{i}/state" for i in range(4)]
+    for i in range(4):
+        assert f"kdamond {i}: name={names[str(i)]}, pid={owned[str(i)]['pid']}, state=on" in out
         assert int(k.tree.read(stats.format(i, "nr_tried"))) > 0
     assert "scheme 0/0/0 migrate_cold: tried 10 regions (512GiB), applied 1 (256MiB), quota exceeded 1" in out
     prom = tmp_path / "textfiles" / "n.prom"

@@ -46,7 +46,7 @@ def test_apply_then_revert_puts_the_node_back(make_node, capsys) -> None:
     code, out, err = run(["--root", str(root), "apply", "--yes", "--skip-checks", "all", PROFILE], capsys)
     assert code == 0, out + err
     applied = snapshot(root)
-    assert applied["running"] == [0, 1] and applied["dax"]["dax0.0"][0] == "system-ram"
+    assert applied["running"] == [0, 1, 2, 3] and applied["dax"]["dax0.0"][0] == "system-ram"
     originals = state(root, "originals.json")
     assert originals["dax0.0"]["value"]["mode"] == "devdax"
     assert originals["damon.kdamonds"]["value"] == {"nr_kdamonds": 0}
@@ -96,7 +96,7 @@ def test_revert_restores_the_zone_a_device_was_online_in(make_node, capsys) -> N
 
 def test_revert_never_touches_a_foreign_kdamond(make_node, capsys) -> None:
     """Someone restarted nodeagent's kdamond 1 after the apply (a new pid): it is theirs now and keeps running;
-    only kdamond 0 is stopped, and nr_kdamonds stays (not every slot is nodeagent's)."""
+    nodeagent's others (0, 2, 3) are stopped, and nr_kdamonds stays (not every slot is nodeagent's)."""
     root = make_node("h100-cxl")
     k = SimKernel(root)
     assert run(["--root", str(root), "apply", "--yes", "--skip-checks", "all", PROFILE], capsys)[0] == 0
@@ -108,7 +108,8 @@ def test_revert_never_touches_a_foreign_kdamond(make_node, capsys) -> None:
     code, out, _ = run(["--root", str(root), "revert", "--yes"], capsys)
     assert code == 5, out  # the DAX part needs --allow-disruptive
     assert "✓ damon.demote-cold-node0" in out and "demote-cold-node1" not in out
+    assert "✓ damon.promote-hot-to-node0" in out and "✓ damon.promote-hot-to-node1" in out
     assert not [w for w in k.journal()[mark:] if w["path"].startswith(kd1) or w["path"].endswith("nr_kdamonds")]
     now = snapshot(root)
-    assert now["running"] == [1] and now["kdamonds"] == 2 and k.tree.read(f"{kd1}/pid") == pid
+    assert now["running"] == [1] and now["kdamonds"] == 4 and k.tree.read(f"{kd1}/pid") == pid
     assert "damon" not in state(root, "ownership.json")

@@ -134,6 +134,17 @@ LAYOUTS: dict[str, Layout] = {
     "1node": Layout(name="1node", memory="2G", qemu_args=(), kernel_args=()),
 }
 
+# Layout ``placement`` (bench/placement, ../shared/reference/placement/NOTES.md): a small fast node, so that a
+# workload fills it.  With more than 2.75G of RAM q35 puts 2G below 4G, so node0 = [0, 1G) (both CPUs),
+# node1 = [1G, 2G) (CPU-less DRAM) and node2 = [4G, 5.5G), fully covered by ``memmap=1536M!4G`` legacy pmem
+# (devdax -> kmem: 1408 MiB online in ZONE_MOVABLE, memory_tier22).
+LAYOUTS["placement"] = Layout(
+    name="placement",
+    memory="3584M",
+    qemu_args=_numa_node(0, "1G", "0-1") + _numa_node(1, "1G", None) + _numa_node(2, "1536M", None),
+    kernel_args=("memmap=1536M!4G",),
+)
+
 
 @dataclass
 class GuestResult:

@@ -220,7 +220,7 @@ def test_1_node_after_apply(converge: Worlds) -> None:
     assert after["/sys/devices/virtual/memory_tiering/memory_tier22/nodelist"] == "2"
     assert after["dax0.0.driver"] == "kmem"
     assert blocks(after, "/state") == {"online"} and blocks(after, "/valid_zones") == {"Movable"}
-    assert running(after) == {"0": "on", "1": "on"}
+    assert running(after) == {"0": "on", "1": "on", "2": "on"}  # demote-cold-node0, -node1, promote-hot
     assert after["damon/0/contexts/0/schemes/0/target_nid"] == "2"
 
 

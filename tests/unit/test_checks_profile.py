@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_shipped_profile_configures_the_checks() -> None:
     loaded = load_profile(REPO / "profiles" / "cxl-inference.yaml")
     c = loaded.profile.checks
-    assert c.configured() == ["cpu", "disk", "gpu_pcie", "capacity", "coexistence"]
+    assert c.configured() == ["cpu", "disk", "gpu_pcie", "capacity", "coexistence", "placement"]
+    assert c.placement.severity == "warning"
     assert c.cpu.require_flags == ("avx2", "fma") and c.cpu.severity == "error"
     assert c.disk.severity == "error" and c.disk.paths[0].min_free == 200 * 1024**3
     assert c.disk.paths[0].max_used_percent == 90.0

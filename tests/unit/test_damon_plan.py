@@ -15,7 +15,7 @@ from nodeagent.host import open_host
 from nodeagent.profile import LoadedProfile, load_profile
 from nodeagent.resources.base import PlanContext
 from nodeagent.resources.damon import DamonResource, build_specs
-from nodeagent.resources.damon.nodes import NodeClasses
+from nodeagent.resources.damon.nodes import NodeClasses, pair
 from nodeagent.resources.damon.plan import diff_writes, owned_kdamonds
 from nodeagent.resources.damon.stats import read_stats, refresh_stats
 from nodeagent.sim import SimKernel
@@ -124,6 +124,26 @@ def test_nearest_uses_the_device_locality_for_a_node_not_yet_online() -> None:
                      pending={2: "dax0.0", 3: "dax1.0"}, near={2: 0, 3: 1}, distances={(0, 1): 21, (1, 0): 21})
     assert nc.nearest(0, (2, 3)) == 2 and nc.nearest(1, (2, 3)) == 3
     assert nc.nearest(2, (0, 1)) == 0 and nc.nearest(0, (0,)) is None
+
+
+def test_gather_shares_one_kdamond_per_destination_where_nearest_makes_one_per_source() -> None:
+    # Two sockets; expanders node2 and node4 hang off socket 0, node3 off socket 1.
+    d = {(0, 1): 21, (0, 2): 14, (0, 3): 24, (0, 4): 14, (1, 0): 21, (1, 2): 24, (1, 3): 14, (1, 4): 24}
+    d |= {(b, a): v for (a, b), v in d.items()}
+    nc = NodeClasses(fast=(0, 1), slow=(2, 3, 4), tier={0: 1, 1: 1, 2: 2, 3: 2, 4: 2}, ranges={}, distances=d)
+    got, skipped = pair("p", "gather", (2, 3, 4), [(0, 1)], nc)
+    assert skipped == [] and [(p.name, p.sources, p.dests) for p in got] == [
+        ("p-to-node0", (2, 4), ((0,),)), ("p-to-node1", (3,), ((1,),))]
+    assert got[0].how == "gather: node2 → node0 (distance 14); node4 → node0 (distance 14)"
+    got, _ = pair("p", "nearest", (2, 3, 4), [(0, 1)], nc)
+    assert [(p.name, p.sources, p.dests) for p in got] == [
+        ("p-node2", (2,), ((0,),)), ("p-node3", (3,), ((1,),)), ("p-node4", (4,), ((0,),))]
+    # One destination for every source: one kdamond, named as the profile names it.
+    (one,), _ = pair("p", "gather", (2, 4), [(0, 1)], nc)
+    assert one.name == "p" and one.sources == (2, 4)
+    # A scheme without a destination (stat) does not split the group.
+    got, _ = pair("p", "gather", (2, 3, 4), [None, (0, 1)], nc)
+    assert [p.sources for p in got] == [(2, 4), (3,)] and got[0].dests == ((), (0,))
 
 
 def test_plan_time_problems_name_file_line_and_feature(make_node, tmp_path) -> None:

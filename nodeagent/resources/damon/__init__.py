@@ -94,10 +94,18 @@ def build_specs(loaded: LoadedProfile, facts: Facts) -> tuple[list[Spec], Checke
             continue
         pairings, skipped = pair(kd.name, kd.pairing, tuple(sources), scheme_dests, nc)
         notes += skipped
+        before, kept = len(chk.problems), []
         for p in pairings:
             spec = kdamond_spec(i, kd, p, nc, chk)
             if spec is not None:
-                specs.append(spec)
+                kept.append(spec)
+        new = chk.problems[before:]
+        if kd.optional and new and all(entry in chk.missing for entry in new):
+            del chk.problems[before:]
+            notes.append(f"{kd.name}: left out (optional) — this kernel ({facts.kernel_release or 'unknown'}) lacks "
+                         + "; ".join(m.split(": ", 2)[-1] for _, m, _ in new))
+            continue
+        specs += kept
     names = [s.name for s in specs]
     for dup in sorted({n for n in names if names.count(n) > 1}):
         chk.fail(("damon", "kdamonds"), f"two kdamonds would be named {dup} after pairing", "rename one")
@@ -114,7 +122,11 @@ class DamonResource:
         damon = from_facts(facts)
         if not damon.sysfs:
             rp = ResourcePlan()
-            if model.kdamonds:
+            if model.kdamonds and all(kd.optional for kd in model.kdamonds):
+                rp.warnings.append(f"damon: {', '.join(kd.name for kd in model.kdamonds)} left out (optional) — this "
+                                   f"kernel ({facts.kernel_release or 'unknown'}) has no DAMON sysfs interface "
+                                   "(kernel 5.18 with CONFIG_DAMON_SYSFS)")
+            elif model.kdamonds:
                 rp.problems.append(Problem(KIND, "damon", f"{loaded.where('damon')}: damon: this kernel "
                                            f"({facts.kernel_release or 'unknown'}) has no DAMON sysfs interface "
                                            "(/sys/kernel/mm/damon/admin: kernel 5.18 with CONFIG_DAMON_SYSFS)",

@@ -5,7 +5,8 @@ ranges a paddr target monitors. Pure functions of the facts.
   tier, ordered by tier then id. CPU presence plays no part (a CPU-less node can be DRAM).
 - A DAX device still in devdax mode becomes a ``slow`` node *only* when the profile also manages DAX (a
   ``dax:`` section, applied before DAMON): its node is then pending, and its ranges are the device's
-  ``resource``/``size`` rounded inwards to whole memory blocks — what kmem will hot-add.
+  ``resource``/``size`` rounded inwards to whole memory blocks — what kmem will hot-add. A device whose node
+  is online already (a second expander on the same node) adds its range to that node's.
 - Distances come from ``nodeN/distance`` (one entry per online node, in node order); a pending DAX node has
   none yet, so it counts as near the node its device hangs off (``numa_node``) and far from the others.
 """
@@ -90,14 +91,18 @@ def classes(facts: Facts, damon: DamonFacts, onlined: frozenset[str] = frozenset
     lowest = (tiers[-1][0] + 1) if tiers else 0
     for dev in damon.dax:
         node = int(dev["target_node"])
-        if dev["mode"] == "system-ram" or node in tier_of or node in pending or not bs:
+        if dev["mode"] == "system-ram" or not bs:
+            continue
+        first = -(-dev["start"] // bs)
+        last = (dev["start"] + dev["size"]) // bs
+        if node in tier_of or node in pending:
+            if dev["name"] in onlined and last > first:  # more memory for a node that is there already
+                ranges[node] = _merged((*ranges.get(node, ()), (first * bs, last * bs)))
             continue
         if dev["name"] not in onlined:
             notes.append(f"node{node} ({dev['name']}, {dev['mode']}) is not online and no memory.dax rule of this "
                          "profile brings it online: it is not used as a slow node")
             continue
-        first = -(-dev["start"] // bs)
-        last = (dev["start"] + dev["size"]) // bs
         if last <= first:
             continue
         pending[node] = dev["name"]
@@ -106,6 +111,17 @@ def classes(facts: Facts, damon: DamonFacts, onlined: frozenset[str] = frozenset
         tier_of[node] = lowest
         slow.append(node)
     return NodeClasses(fast, tuple(slow), tier_of, ranges, pending, near, _distances(facts), tuple(notes))
+
+
+def _merged(ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """Sorted, with touching or overlapping ranges joined: how the facts show a node's memory blocks."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -123,12 +139,17 @@ def pair(name: str, pairing: str, sources: tuple[int, ...], scheme_dests: list[t
     """Expand one profile kdamond into the kdamonds to build.
 
     ``nearest``: one kdamond per source node (named ``<name>-node<N>`` when there are several), each migrate
-    scheme going to the destination nearest that source. ``split``: one kdamond over all sources; a migrate
-    scheme with several destinations becomes one scheme per destination (``target_nid`` each).
+    scheme going to the destination nearest that source. ``gather``: the same destinations, but one kdamond per
+    destination (``<name>-to-node<D>`` when there are several), monitoring every source whose nearest
+    destination it is — for sources that come and go (hot-added expanders): a new one joins an existing kdamond
+    as one more region, a commit, where ``nearest`` needs a new kdamond slot, which rewrites ``nr_kdamonds`` and
+    so stops every kdamond. ``split``: one kdamond over all sources; a migrate scheme with several destinations
+    becomes one scheme per destination (``target_nid`` each).
     """
     skipped: list[str] = []
     out: list[Pairing] = []
-    if pairing == "nearest":
+    if pairing in ("nearest", "gather"):
+        groups: dict[tuple[tuple[int, ...], ...], tuple[list[tuple[int, ...]], list[int]]] = {}
         for src in sources:
             dests: list[tuple[int, ...]] = []
             for cand in scheme_dests:
@@ -140,12 +161,19 @@ def pair(name: str, pairing: str, sources: tuple[int, ...], scheme_dests: list[t
                     break
                 dests.append((best,))
             else:
-                kd = name if len(sources) == 1 else f"{name}-node{src}"
-                moves = [f"node{src} → {nc.label(d[0])} (distance {_dist(nc, src, d[0])})" for d in dests if d]
-                how = "nearest: " + ("; ".join(dict.fromkeys(moves)) if moves else f"monitors node{src}")
-                out.append(Pairing(kd, (src,), tuple(dests), how))
+                groups.setdefault(tuple(dests) if pairing == "gather" else ((src,),), (dests, []))[1].append(src)
                 continue
             skipped.append(f"{name}: no destination node for source node{src}: kdamond not created")
+        for dests, srcs in groups.values():
+            if pairing == "nearest":
+                kd = name if len(sources) == 1 else f"{name}-node{srcs[0]}"
+            else:
+                to = "-".join(f"node{d}" for d in dict.fromkeys(d[0] for d in dests if d))
+                kd = name if len(groups) == 1 else f"{name}-to-{to}"
+            moves = [f"node{s} → {nc.label(d[0])} ({_dist(nc, s, d[0])})" for s in srcs for d in dests if d]
+            how = f"{pairing}: " + ("; ".join(dict.fromkeys(moves)) if moves else
+                                    f"monitors {', '.join(f'node{s}' for s in srcs)}")
+            out.append(Pairing(kd, tuple(srcs), tuple(dests), how))
         return out, skipped
     dests = []
     for cand in scheme_dests:
@@ -163,7 +191,9 @@ def pair(name: str, pairing: str, sources: tuple[int, ...], scheme_dests: list[t
 
 
 def _dist(nc: NodeClasses, a: int, b: int) -> str:
-    d = nc.distance(a, b)
     if (a, b) in nc.distances:
-        return str(d)
-    return "device attached to this node" if d == 0 else "unknown"
+        return f"distance {nc.distances[(a, b)]}"
+    pend, other = (b, a) if b in nc.near else (a, b)
+    if nc.near.get(pend) == other:
+        return f"distance known once online; the device hangs off node{other}"
+    return "distance unknown"

@@ -63,6 +63,7 @@ class Checker:
         self.where = where
         self.kernel = kernel or "unknown"
         self.problems: list[tuple[str, str, str]] = []  # (target, message, hint)
+        self.missing: list[tuple[str, str, str]] = []  # the problems that are a feature this kernel lacks
         self.warnings: list[str] = []
 
     def fail(self, path: tuple, message: str, hint: str) -> None:
@@ -74,22 +75,41 @@ class Checker:
         if message not in self.warnings:
             self.warnings.append(message)
 
+    def lacks(self, path: tuple, message: str, hint: str) -> None:
+        """A problem that is a kernel feature missing here (an ``optional`` kdamond is left out for it)."""
+        self.fail(path, message, hint)
+        entry = (_dotted(path), f"{self.where(*path)}: {_dotted(path)}: {message}", hint)
+        if entry not in self.missing:
+            self.missing.append(entry)
+
     def need(self, path: tuple, feature: str, what: str) -> bool:
         if self.damon.has(feature):
             return True
         since = since_of(feature)
-        self.fail(path, f"{what} needs kernel {since}; this node runs {self.kernel}",
-                  f"remove it from the profile, or run a kernel >= {since}")
+        self.lacks(path, f"{what} needs kernel {since}; this node runs {self.kernel}",
+                   f"remove it from the profile, or run a kernel >= {since}")
         return False
 
     def vocab(self, path: tuple, kind: str, value: str, noun: str) -> bool:
         if value in self.caps[kind]:
             return True
         since = since_of(value)
-        self.fail(path, f"{noun} {value} needs kernel {since}; this node runs {self.kernel} "
-                  f"(available: {', '.join(self.caps[kind]) or 'none'})",
-                  f"use one of the available {noun}s, or run a kernel >= {since}")
+        self.lacks(path, f"{noun} {value} needs kernel {since}; this node runs {self.kernel} "
+                   f"(available: {', '.join(self.caps[kind]) or 'none'})",
+                   f"use one of the available {noun}s, or run a kernel >= {since}")
         return False
+
+    def supports_goal(self, g: Goal) -> bool:
+        """Whether this kernel can write goal ``g`` (its metric, and per-node or memcg goals)."""
+        if not self.damon.has("quota_goals"):
+            return False
+        if self.damon.has("goal_metric") and g.metric not in self.caps["goal_metrics"]:
+            return False
+        if not self.damon.has("goal_metric") and g.metric != "user_input":
+            return False
+        if g.metric.startswith("node_") and not self.damon.has("goal_nid"):
+            return False
+        return not ("memcg" in g.metric and not self.damon.has("goal_path"))
 
 
 def _dotted(path: tuple) -> str:
@@ -223,13 +243,21 @@ def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_no
             ("quotas/weights/sz_permil", str(w.size if w else 0)),
             ("quotas/weights/nr_accesses_permil", str(w.nr_accesses if w else 0)),
             ("quotas/weights/age_permil", str(w.age if w else 0))]
-    goals = q.goals if q is not None else []
+    goals = []
+    for i, g in enumerate(q.goals if q is not None else []):
+        if g.optional and not chk.supports_goal(g):
+            chk.warn(f"{_dotted(path + ('quota', 'goals', i))}: this kernel ({chk.kernel}) cannot run a "
+                     f"{g.metric} goal{' per node' if g.metric.startswith('node_') else ''} (needs "
+                     f"{since_of('goal_nid') if g.metric.startswith('node_') else since_of(g.metric)}): left out, "
+                     "the fixed quota applies")
+            continue
+        goals.append((i, g))
     if goals:
         chk.need(path + ("quota", "goals"), "quota_goals", "quota goals")
     if chk.damon.has("quota_goals"):
         out.append(("quotas/goals/nr_goals", str(len(goals))))
-        for i, g in enumerate(goals):
-            out += [(f"quotas/goals/{i}/{k}", v)
+        for n, (i, g) in enumerate(goals):
+            out += [(f"quotas/goals/{n}/{k}", v)
                     for k, v in _goal(path + ("quota", "goals", i), g, goal_nodes[i], chk)]
     wm = s.watermarks
     if wm is not None:

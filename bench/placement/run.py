@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Placement benchmark: what a tiering configuration does to a workload's pages on a real kernel.
+
+Each run boots a fresh QEMU guest (tests/realkernel/harness.py, layout ``placement``: node0 1 GiB with both CPUs,
+node1 1 GiB of CPU-less DRAM, node2 1.5 GiB of legacy pmem made devdax then kmem — the CXL stand-in) and runs
+bench/placement/guest.sh in it: a workload confined to node0's CPUs and to nodes {0, 2} (cgroup v2 cpuset) writes
+a cold set that fills node0 and then a small hot set that spills to node2, then keeps writing the hot set; every
+few seconds it asks the kernel where each page is (move_pages in query mode) and what was migrated (/proc/vmstat).
+
+Configurations: ``baseline`` (no tiering), ``tpp`` (numa_balancing=2 + demotion), ``damo-mem-tier`` (DAMON
+migrate_cold + migrate_hot with young filters, one kdamond per node, kernel tiering off) and ``nodeagent``
+(``nodeagent apply`` of a profile, profiles/cxl-inference.yaml by default). Start modes: ``before`` (applied at
+boot, before the workload) and ``after`` (applied to the running node once the workload filled node0).
+
+    python bench/placement/run.py                         # the full comparison: 4 configs x 2 modes x 2 runs
+    python bench/placement/run.py --configs nodeagent --starts after --runs 1 --duration 30
+    python bench/placement/run.py --smoke                 # CI: nodeagent's profile, before, one 20 s run
+    python bench/placement/run.py --from-dir RESULTS      # recompute the table from a saved run's raw outputs
+
+t = 0 is the moment the placement to judge exists: at boot, when the workload has written both sets (the
+configuration was applied before it started); on a running node, when the configuration has been applied
+(nodeagent's Python runs ~50x slower under TCG than on hardware: its apply takes 10-50 s there, during which the
+workload keeps running). MiB migrated count from the workload's start, resp. from the start of the apply. Each
+figure is the mean over the last third of the run; a configuration's result is the worst of its runs
+(figures.py). Results (raw guest output per run, results.json, table.md) go to --out.
+
+TCG runs both vCPUs on host threads: another guest or a test suite on the host slows the kernel's scans, DAMON
+and page migration in wall-clock terms. Run the full benchmark on an otherwise idle host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests/realkernel"))
+sys.path.insert(0, str(HERE))
+
+import figures  # noqa: E402
+import harness  # noqa: E402
+
+CONFIGS = ("baseline", "tpp", "damo-mem-tier", "nodeagent")
+STARTS = ("before", "after")
+LAYOUT = "placement"
+
+
+def build_workload(cache: Path) -> Path:
+    """Compile workload.c with the host's gcc into the cache (the guest runs host binaries through its chroot)."""
+    src = HERE / "workload.c"
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
+    out = cache / f"workload-{digest}"
+    if out.exists():
+        return out
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise harness.HarnessUnavailable("no C compiler (gcc) to build the workload")
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    proc = subprocess.run([gcc, "-O2", "-Wall", "-pthread", "-o", str(tmp), str(src)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise harness.HarnessUnavailable(f"cannot build the workload: {proc.stderr.strip()}")
+    tmp.rename(out)
+    return out
+
+
+def guest_env(config: str, start: str, args: argparse.Namespace, workload: Path) -> dict[str, str]:
+    return {
+        "PL_CONFIG": config, "PL_START": start, "PL_DURATION": str(args.duration), "PL_INTERVAL": str(args.interval),
+        "PL_COLD_MIB": str(args.cold), "PL_HOT_MIB": str(args.hot), "PL_SETTLE": str(args.settle),
+        "PL_WORKLOAD": str(workload), "PL_PYTHON": str(args.python), "PL_REPO": str(REPO),
+        "PL_PROFILE": str(Path(args.profile).resolve()), "PL_HOOK": args.hook,
+    }
+
+
+def one_run(config: str, start: str, index: int, args: argparse.Namespace, workload: Path, assets: harness.Assets,
+            out: Path) -> dict[str, Any]:
+    script = (HERE / "guest.sh").read_text()
+    label = f"placement-{config}-{start}-{index}"
+    timeout = args.duration + args.settle + 240
+    started = time.monotonic()
+    try:
+        res = harness.run_in_guest(script, timeout=timeout, layout=LAYOUT, env=guest_env(config, start, args, workload),
+                                   assets=assets, label=label)
+        stdout, wall, console = res.stdout, res.wall_seconds, res.console_path
+    except harness.GuestError as exc:
+        stdout, wall, console = "", time.monotonic() - started, exc.console_path
+        print(f"  {label}: guest error: {exc}", file=sys.stderr)
+    (out / f"{label}.txt").write_text(stdout)
+    run = figures.parse(stdout)
+    figs = figures.figures(run, args.duration)
+    figs.update({"config": config, "start": start, "run": index, "wall_seconds": round(wall, 1),
+                 "console": str(console) if console else None, "states": run.states, "damon": run.damon,
+                 "errors": run.errors, "apply_rc": run.apply_rc})
+    return figs
+
+
+def recompute(args: argparse.Namespace) -> int:
+    """The table and results.json again, from the ``placement-<config>-<start>-<n>.txt`` files of a saved run."""
+    meta = json.loads((args.from_dir / "results.json").read_text()) if (args.from_dir / "results.json").exists() \
+        else {}
+    duration = float(meta.get("duration", args.duration))
+    old = {(r["config"], r["start"], r["run"]): r for r in meta.get("runs", [])}
+    per_run: list[dict[str, Any]] = []
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for path in sorted(args.from_dir.glob("placement-*-*-*.txt")):
+        config, start, index = path.stem[len("placement-"):].rsplit("-", 2)
+        run = figures.parse(path.read_text())
+        figs = {**old.get((config, start, int(index)), {}), **figures.figures(run, duration),
+                "config": config, "start": start, "run": int(index)}
+        per_run.append(figs)
+        grouped.setdefault((start, config), []).append(figs)
+    results = {key: figures.worst(runs) for key, runs in grouped.items()}
+    starts = [s for s in STARTS if any(k[0] == s for k in results)]
+    configs = [c for c in CONFIGS if any(k[1] == c for k in results)]
+    write_results(args.from_dir, meta, per_run, results, starts, configs,
+                  int(meta.get("cold_mib", args.cold)) + int(meta.get("hot_mib", args.hot)))
+    return 0
+
+
+def write_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, Any]],
+                  results: dict[tuple[str, str], dict[str, Any]], starts: list[str], configs: list[str],
+                  workload_mib: float) -> None:
+    md = figures.table(results, starts, configs)
+    verdicts = {start: figures.judge(start, results[(start, "nodeagent")], workload_mib)
+                for start in starts if (start, "nodeagent") in results}
+    text = [md, ""]
+    for start, items in verdicts.items():
+        text.append(f"nodeagent, {start}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
+                                                          for label, ok in items))
+    print("\n" + "\n".join(text), flush=True)
+    (out / "table.md").write_text("\n".join(text) + "\n")
+    meta = {**meta, "runs": per_run, "results": [{"start": s, "config": c, **f} for (s, c), f in results.items()],
+            "verdicts": {s: [{"target": label, "met": ok} for label, ok in v] for s, v in verdicts.items()}}
+    (out / "results.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+
+def _line(figs: dict[str, Any]) -> str:
+    keys = ("hot_on_fast", "cold_on_cxl", "other", "t_hot90", "t_cold90", "migrated_mib", "promoted_mib",
+            "demoted_mib", "apply_seconds")
+    return " ".join(f"{k}={figs.get(k)}" for k in keys) + ("" if figs["ok"] else " INCOMPLETE")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated (default: all)")
+    p.add_argument("--starts", default=",".join(STARTS), help="before, after or both (default)")
+    p.add_argument("--runs", type=int, default=2, help="runs per configuration and mode (default 2)")
+    p.add_argument("--duration", type=float, default=60, help="seconds from t=0 (default 60)")
+    p.add_argument("--interval", type=float, default=2.5, help="seconds between samples (default 2.5)")
+    p.add_argument("--cold", type=int, default=896, help="cold set, MiB (default 896)")
+    p.add_argument("--hot", type=int, default=128, help="hot set, MiB (default 128)")
+    p.add_argument("--settle", type=float, default=5, help="seconds the full node runs before an after-apply")
+    p.add_argument("--profile", default=str(REPO / "profiles/cxl-inference.yaml"), help="nodeagent's profile")
+    p.add_argument("--python", default=str(REPO / ".venv/bin/python"), help="python with nodeagent installed")
+    p.add_argument("--out", type=Path, default=None, help="results directory (default: the cache)")
+    p.add_argument("--hook", default="", help="exploration: shell run in the guest right after the configuration")
+    p.add_argument("--smoke", action="store_true", help="CI: nodeagent, before, one run of 20 s")
+    p.add_argument("--from-dir", type=Path, default=None, metavar="DIR",
+                   help="no guest: recompute the figures and the table from the raw outputs a run saved in DIR")
+    args = p.parse_args(argv)
+    if args.from_dir is not None:
+        return recompute(args)
+    if args.smoke:
+        args.configs, args.starts, args.runs, args.duration = "nodeagent", "before", 1, 20
+    configs = [c for c in args.configs.split(",") if c]
+    starts = [s for s in args.starts.split(",") if s]
+    bad = [c for c in configs if c not in CONFIGS] + [s for s in starts if s not in STARTS]
+    if bad:
+        p.error(f"unknown configuration or start mode: {', '.join(bad)}")
+    try:
+        if harness.qemu_binary() is None:
+            raise harness.HarnessUnavailable("qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
+        assets = harness.ensure_assets()
+        workload = build_workload(assets.cache_dir / "placement")
+    except harness.HarnessUnavailable as exc:
+        print(f"placement benchmark unavailable: {exc}", file=sys.stderr)
+        return 2
+    out = args.out or assets.cache_dir / "placement" / time.strftime("results-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"placement benchmark: kernel {assets.kernel_version}, {len(configs)} configuration(s) x {len(starts)} "
+          f"mode(s) x {args.runs} run(s) of {args.duration:g} s; results in {out}", flush=True)
+    per_run: list[dict[str, Any]] = []
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    for start in starts:
+        for config in configs:
+            runs = []
+            for i in range(1, args.runs + 1):
+                figs = one_run(config, start, i, args, workload, assets, out)
+                print(f"  {start:6} {config:14} run {i}: {_line(figs)} ({figs['wall_seconds']}s)", flush=True)
+                runs.append(figs)
+                per_run.append(figs)
+            results[(start, config)] = figures.worst(runs)
+    meta = {"kernel": assets.kernel_version, "duration": args.duration, "interval": args.interval,
+            "cold_mib": args.cold, "hot_mib": args.hot, "settle": args.settle, "profile": args.profile}
+    write_results(out, meta, per_run, results, starts, configs, args.cold + args.hot)
+    complete = all(f["ok"] for f in per_run)
+    return 0 if complete else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""``placement``: tiering settings that were measured to fail together, before anything is applied.
+
+The same advisories ``plan`` prints (:mod:`nodeagent.resources._placement_advice`), as findings: a stuck fast node
+without a demotion pass, migrate_hot without a young filter or a strict destination, migrate_cold without a young
+filter, DAMON watermarks on system-wide free memory, demotion without promotion and the reverse, DAMON demotion
+with nothing to promote. Each finding carries what was measured and the fix. Severity ``warning`` by default:
+with ``error`` an advisory stops ``apply``.
+
+Example::
+
+    checks:
+      placement: {}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..facts import Facts
+from ..host import Host
+from ..profile.checks import PlacementCheck
+from ..resources._placement_advice import advisories
+from .base import CheckContext, Finding, Skip
+
+
+class PlacementCheckImpl:
+    name = "placement"
+
+    def run(self, host: Host, spec: PlacementCheck, facts: Facts,
+            ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
+        if ctx.loaded is None:
+            raise Skip("no profile to judge")
+        found = advisories(ctx.loaded, facts)
+        findings = [Finding("fail", f"{a.where}: {a.message} (measured: {a.evidence})", a.fix) for a in found]
+        if not findings:
+            findings = [Finding("pass", "no tiering settings known to fail together")]
+        return findings, {"advisories": [a.to_dict() for a in found]}

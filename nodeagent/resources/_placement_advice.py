@@ -1,0 +1,199 @@
+"""Placement advisories: settings that, combined, were measured to fail — said before anything is applied.
+
+Each :class:`Advisory` names the combination, the evidence (a measurement on a real 6.12 kernel: the placement
+benchmark ``bench/placement`` and ``shared/reference/placement/NOTES.md``) and the fix. ``plan`` shows them as
+warnings, ``nodeagent check`` as the ``placement`` check's findings. They never block: a profile may have reasons.
+
+The workload behind the figures: 896 MiB written once (cold), then 128 MiB written continuously (hot), on a guest
+whose fast node has 1 GiB; "hot on fast" is the share of the hot set on the fast node over the last 20 s of 60.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..facts import Facts
+from ..facts.damon import from_facts as damon_facts
+from ..facts.knobs import BY_KEY
+from ..facts.reclaim import from_facts as reclaim_facts
+from ..profile import LoadedProfile
+from ..profile.damon import Scheme
+from .knobs import desired as desired_knobs
+
+TIERING_MODES = (2, 3)  # numa_balancing values with NUMA_BALANCING_MEMORY_TIERING
+
+
+@dataclass(frozen=True)
+class Advisory:
+    id: str
+    where: str  # the profile field it is about
+    message: str
+    evidence: str
+    fix: str
+
+    def render(self) -> str:
+        return (f"advisory {self.id}: {self.where}: {self.message}\n      measured: {self.evidence}\n"
+                f"      fix: {self.fix}")
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "where": self.where, "message": self.message, "evidence": self.evidence,
+                "fix": self.fix}
+
+
+def fast_nodes(facts: Facts) -> list[int]:
+    """The nodes of the top memory tier that have memory."""
+    if not facts.tiers:
+        return []
+    top = next(iter(facts.tiers.values()))
+    return [n.id for n in facts.nodes if n.id in top and n.has_memory]
+
+
+def slow_nodes(loaded: LoadedProfile, facts: Facts) -> list[int]:
+    """Lower-tier nodes online now, and the nodes of DAX devices this profile brings online."""
+    from .damon import onlined_by_profile
+    from .damon.nodes import classes
+
+    return list(classes(facts, damon_facts(facts), onlined_by_profile(loaded, facts)).slow)
+
+
+def _setting(loaded: LoadedProfile, facts: Facts, key: str) -> Any:
+    """The value the profile sets, else what the node has now (parsed)."""
+    want = desired_knobs(loaded)
+    if key in want:
+        return want[key]
+    raw = facts.knobs.get(key)
+    return BY_KEY[key].parse(raw) if raw is not None else None
+
+
+def _young(s: Scheme, matching: bool) -> bool:
+    """The scheme excludes pages whose young test gives ``not matching``... i.e. keeps the wanted ones."""
+    for f in s.filters:
+        if f.type != "young":
+            continue
+        if not f.allow and f.matching == matching:
+            return True  # cold: exclude young (matching true); hot: exclude not-young (matching false)
+        if f.allow and f.matching != matching:
+            return True  # the same with an allow filter (6.14+)
+    return False
+
+
+def _schemes(loaded: LoadedProfile, facts: Facts) -> list[tuple[str, Scheme, bool]]:
+    """(where, scheme, whether its kdamond monitors a fast node) for every scheme of the profile."""
+    model = loaded.profile.damon
+    fast = set(fast_nodes(facts))
+    out = []
+    for i, kd in enumerate(model.kdamonds if model else []):
+        on_fast = any(t.node == "fast" or t.node in fast for t in kd.targets)
+        for j, s in enumerate(kd.schemes):
+            out.append((f"damon.kdamonds[{i}] ({kd.name}).schemes[{j}]", s, on_fast))
+    return out
+
+
+def _keeps_fast_nodes_from_filling(loaded: LoadedProfile, demotion: bool,
+                                   schemes: list[tuple[str, Scheme, bool]]) -> bool:
+    """What makes migrate_hot's missing strictness harmless: the fast node is never left full — the kernel demotes
+    under pressure, a migrate_cold scheme on the fast nodes demotes proactively (not gated by system-wide
+    watermarks), and a demotion pass unsticks a full node before DAMON starts (the benchmark's after-mode)."""
+    proactive = any(s.action == "migrate_cold" and on_fast and (s.watermarks is None or s.watermarks.metric == "none")
+                    for _, s, on_fast in schemes)
+    return demotion and proactive and loaded.profile.memory.demotion_pass is not None
+
+
+def _system_free_permil(facts: Facts) -> int | None:
+    total = sum(n.mem_total for n in facts.nodes if n.has_memory)
+    return round(1000 * sum(n.mem_free for n in facts.nodes if n.has_memory) / total) if total else None
+
+
+def advisories(loaded: LoadedProfile, facts: Facts) -> list[Advisory]:
+    """Every placement advisory that applies to this profile on this node. Pure."""
+    out: list[Advisory] = []
+    nb = _setting(loaded, facts, "kernel.numa_balancing")
+    demotion = _setting(loaded, facts, "kernel.demotion_enabled") is True
+    tiering = nb in TIERING_MODES
+    schemes = _schemes(loaded, facts)
+    hot = [(w, s) for w, s, _ in schemes if s.action == "migrate_hot"]
+    cold = [(w, s) for w, s, _ in schemes if s.action == "migrate_cold"]
+    kept_roomy = _keeps_fast_nodes_from_filling(loaded, demotion, schemes)
+    damon = damon_facts(facts)
+
+    stuck = [n for n in fast_nodes(facts) if reclaim_facts(facts).unreclaimable(n)]
+    if stuck and (tiering or demotion) and loaded.profile.memory.demotion_pass is None:
+        nodes = ", ".join(f"node{n}" for n in stuck)
+        out.append(Advisory(
+            "stuck-fast-node", "memory.demotion_pass",
+            f"{nodes} filled up while demotion was off and kswapd gave up on it (node_unreclaimable): enabling "
+            "demotion and NUMA balancing now demotes and promotes nothing there",
+            "numa_balancing=2 + demotion switched on after the fast node filled: 0-12 % of the hot set on the fast "
+            "node after 60 s, no demotion (3 runs, 6.12)",
+            "add memory.demotion_pass (a one-off, bounded demotion from the stuck node), or restart the workload"))
+    for where, s in hot:
+        if not _young(s, matching=False):
+            out.append(Advisory(
+                "migrate-hot-without-young", f"{where}.filters",
+                "migrate_hot decides per region, not per page: without a page-level young filter it keeps moving "
+                "the cold pages that share a region with hot ones",
+                "DAMON migrate_hot + migrate_cold without young filters: 0.9-2 GiB migrated per minute for a 1 GiB "
+                "workload, hot on fast swinging between 75 and 96 %",
+                "add filters: [{type: young, matching: false}] (skip pages not accessed since the last check)"))
+        strict = damon.has("goal_nid") and any(g.metric == "node_mem_used_bp" for g in (s.quota.goals if s.quota
+                                                                                         else []))
+        if not strict and not kept_roomy:
+            why = (f"this kernel ({facts.kernel_release or 'unknown'}) has no per-node quota goals (6.16)"
+                   if not damon.has("goal_nid") else "the scheme has no node_mem_used_bp quota goal")
+            out.append(Advisory(
+                "migrate-hot-not-strict", f"{where}.action",
+                f"migrate_hot's destination is not strict and {why}: when the destination node is full, pages land "
+                "on its fallback node (another DRAM node, ignoring the workload's cpuset), where nothing moves them "
+                "again",
+                "migrate_hot to a full fast node stranded 92-96 % of the hot set on the other DRAM node; at boot the "
+                "result varied by 25 points between runs",
+                "keep the fast node from filling (kernel.demotion_enabled, a migrate_cold scheme on the fast nodes "
+                "without watermarks, memory.demotion_pass), or leave promotion to kernel.numa_balancing: "
+                "memory-tiering (it allocates on the fast node only); on 6.16+ add a quota goal "
+                "{metric: node_mem_used_bp, node: fast, target: 97%}"))
+    for where, s in cold:
+        if not _young(s, matching=True):
+            out.append(Advisory(
+                "migrate-cold-without-young", f"{where}.filters",
+                "migrate_cold decides per region: without a page-level young filter it demotes the hot pages that "
+                "share a region with cold ones",
+                "without young filters TPP + DAMON churned 2 GiB in 60 s and kept 84 % of the hot set on the fast "
+                "node; with them 97-99 %",
+                "add filters: [{type: young, matching: true}] (skip pages accessed since the last check)"))
+    for where, s, _ in schemes:
+        wm = s.watermarks
+        if s.action.startswith("migrate_") and wm is not None and wm.metric == "free_mem_rate":
+            rate = _system_free_permil(facts)
+            active = rate is not None and wm.low <= rate <= wm.high
+            now = "" if rate is None else f"; here it is {rate}‰ now, so the scheme is {'' if active else 'in'}active"
+            out.append(Advisory(
+                "free-mem-rate-watermarks", f"{where}.watermarks",
+                f"free_mem_rate is the free memory of the whole system, not of the fast node: the scheme runs only "
+                f"between {wm.low}‰ and {wm.high}‰ of system-wide free memory, whatever the fast node holds{now}",
+                "on the benchmark guest (fast node 1 GiB of 3.4 GiB) system free memory stayed above 60 % with the "
+                "fast node full: a demote-cold scheme with high 500‰ never ran (0 bytes tried, 17-21 % of cold on CXL)",
+                "drop the watermarks (metric: none); on 6.16+ a node_mem_free_bp quota goal targets one node"))
+    if demotion and not tiering and not hot:
+        out.append(Advisory(
+            "demotion-without-promotion", "kernel.numa_balancing",
+            "demotion is on but nothing promotes: pages demoted once stay on the slow tier even when they turn hot",
+            "only NUMA balancing's memory-tiering mode (or DAMON migrate_hot) moves pages up; with it 100 % of the hot "
+            "set reached the fast node",
+            "set kernel.numa_balancing: memory-tiering"))
+    if tiering and not demotion:
+        out.append(Advisory(
+            "promotion-without-demotion", "kernel.demotion_enabled",
+            "NUMA balancing promotes, but nothing makes room: once the fast node is full, promotions fail and the "
+            "kernel backs off its scanning",
+            "TPP needs kswapd's demotion to make room (150-200 MiB demoted per run at boot); without it promotion "
+            "stops at the first full fast node",
+            "set kernel.demotion_enabled: true"))
+    if cold and not tiering and not hot:
+        out.append(Advisory(
+            "damon-demotion-only", "kernel.numa_balancing",
+            "DAMON demotes, and nothing brings back the hot pages it demotes by mistake",
+            "DAMON-only demotion leaked about 0.1 %/s of the hot set to the slow node (0.2 → 6.1 % in 55 s), never "
+            "promoted back",
+            "set kernel.numa_balancing: memory-tiering (it promotes exactly the pages that turn out hot)"))
+    return out

@@ -1,0 +1,93 @@
+"""Placement advisories: each combination measured to fail is named, with evidence and fix — and only then."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nodeagent.facts import gather
+from nodeagent.host import open_host
+from nodeagent.profile import load_profile
+from nodeagent.resources._placement_advice import advisories
+
+REPO = Path(__file__).resolve().parents[2]
+
+COLD = "{action: migrate_cold, target_node: slow, access: {nr_accesses: {max: 0}, age: {min: 2s}}%s}"
+HOT = "{action: migrate_hot, target_node: fast, access: {nr_accesses: {min: 10%%}}%s}"
+YOUNG_COLD = ", filters: [{type: young, matching: true}]"
+YOUNG_HOT = ", filters: [{type: young, matching: false}]"
+WMARK = ", watermarks: {metric: free_mem_rate, interval: 1s, high: 500, mid: 400, low: 50}"
+
+
+def ids(tmp_path: Path, root: Path, *, numa: str = "memory-tiering", demotion: bool = True,
+        cold: str | None = COLD % YOUNG_COLD, hot: str | None = None, pass_: bool = True) -> list[str]:
+    kdamonds = []
+    if cold:
+        kdamonds.append(f"{{name: demote, targets: [{{node: fast}}], schemes: [{cold}]}}")
+    if hot:
+        kdamonds.append(f"{{name: promote, targets: [{{node: slow}}], schemes: [{hot}]}}")
+    text = textwrap.dedent(f"""\
+        apiVersion: nodeagent/v1
+        kind: NodeProfile
+        metadata: {{name: advice}}
+        kernel: {{numa_balancing: {numa}, demotion_enabled: {str(demotion).lower()}}}
+        memory: {{{'demotion_pass: {}' if pass_ else ''}}}
+        damon: {{kdamonds: [{', '.join(kdamonds)}]}}
+        """)
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return [a.id for a in advisories(load_profile(path), gather(open_host(root)))]
+
+
+@pytest.fixture
+def node(make_node) -> Path:
+    return make_node("qemu-placement")
+
+
+def test_the_shipped_profile_draws_no_advisory(make_node) -> None:
+    for preset, kernel in (("qemu-placement", None), ("qemu-placement-full", None), ("h100-cxl", None),
+                           ("qemu-placement", "6.18.0-nodeagent-sim")):
+        root = make_node(preset, kernel=kernel)
+        assert advisories(load_profile(REPO / "profiles/cxl-inference.yaml"), gather(open_host(root))) == []
+
+
+def test_tpp_with_damon_demotion_and_young_filters_is_clean(tmp_path: Path, node: Path) -> None:
+    assert ids(tmp_path, node) == []
+
+
+def test_filters_missing_on_either_direction(tmp_path: Path, node: Path) -> None:
+    assert ids(tmp_path, node, cold=COLD % "") == ["migrate-cold-without-young"]
+    assert ids(tmp_path, node, hot=HOT % "") == ["migrate-hot-without-young"]
+    # the matching that excludes the wrong pages is no protection
+    assert ids(tmp_path, node, hot=HOT % YOUNG_COLD) == ["migrate-hot-without-young"]
+    assert ids(tmp_path, node, hot=HOT % YOUNG_HOT) == []
+
+
+def test_migrate_hot_is_only_safe_when_the_fast_node_is_kept_roomy(tmp_path: Path, node: Path) -> None:
+    assert ids(tmp_path, node, hot=HOT % YOUNG_HOT, pass_=False) == ["migrate-hot-not-strict"]
+    assert ids(tmp_path, node, hot=HOT % YOUNG_HOT, cold=None) == ["migrate-hot-not-strict"]
+    assert set(ids(tmp_path, node, hot=HOT % YOUNG_HOT, cold=COLD % (YOUNG_COLD + WMARK))) == \
+        {"migrate-hot-not-strict", "free-mem-rate-watermarks"}
+
+
+def test_system_wide_watermarks_say_whether_the_scheme_would_run_now(tmp_path: Path, node: Path) -> None:
+    path = tmp_path / "p.yaml"
+    ids(tmp_path, node, cold=COLD % (YOUNG_COLD + WMARK))
+    (advice,) = advisories(load_profile(path), gather(open_host(node)))
+    assert advice.id == "free-mem-rate-watermarks" and "so the scheme is inactive" in advice.message
+    assert "never ran" in advice.evidence and "metric: none" in advice.fix
+
+
+def test_one_direction_only(tmp_path: Path, node: Path) -> None:
+    assert ids(tmp_path, node, numa="disabled", cold=None) == ["demotion-without-promotion"]
+    assert ids(tmp_path, node, demotion=False, cold=None, pass_=False) == ["promotion-without-demotion"]
+    assert ids(tmp_path, node, numa="disabled", demotion=False, pass_=False) == ["damon-demotion-only"]
+    assert ids(tmp_path, node, numa="disabled", hot=HOT % YOUNG_HOT) == []  # DAMON promotes, TPP does not
+
+
+def test_a_stuck_node_without_a_pass(tmp_path: Path, make_node) -> None:
+    full = make_node("qemu-placement-full")
+    assert ids(tmp_path, full, pass_=False) == ["stuck-fast-node"]
+    assert ids(tmp_path, full) == []
