@@ -332,4 +332,4 @@ def test_5_allow_disruptive_moves_to_movable(autoonline: Worlds) -> None:
     moved = same_dump(autoonline, "moved")
     assert blocks(moved, "/valid_zones") == {"Movable"} and blocks(moved, "/state") == {"online"}
     assert moved["/sys/devices/system/node/has_normal_memory"] == "0-1"
-    assert running(moved) == {"0": "on", "1": "on"}
+    assert running(moved) == {"0": "on", "1": "on", "2": "on"}
