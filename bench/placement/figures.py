@@ -57,6 +57,9 @@ class Run:
     touched_at: float | None = None
     errors: list[str] = field(default_factory=list)
     apply_output: list[str] = field(default_factory=list)
+    tlb_reach: int | None = None  # pages between the hot loop's TLB flushes (0: none; None: an older workload)
+    passes: int | None = None  # full passes of the hot loop over the hot set
+    tlb_flushes: int | None = None
 
 
 _SAMPLE = re.compile(r"^PL:SAMPLE (\S+) hot((?: \d+){9}) cold((?: \d+){9}) vm(.*)$")
@@ -94,6 +97,12 @@ def parse(stdout: str) -> Run:
             run.touched_at = float(rest.split("=", 1)[1])
         elif word == "DAMON":
             run.damon.append(dict(kv.split("=", 1) for kv in rest.split() if "=" in kv))
+        elif word == "TLB":
+            run.tlb_reach = int(rest.split("=", 1)[1])
+        elif word == "END":
+            kv = dict(x.split("=", 1) for x in rest.split() if "=" in x)
+            run.passes = int(kv["passes"]) if "passes" in kv else None
+            run.tlb_flushes = int(kv["tlb_flushes"]) if "tlb_flushes" in kv else None
         elif word == "ERROR":
             run.errors.append(rest)
     return run
@@ -139,6 +148,8 @@ def figures(run: Run, duration: float) -> dict[str, Any]:
         "samples": len(run.samples),
         "tail_samples": len(tail),
         "apply_seconds": run.apply_seconds,
+        "tlb_reach": run.tlb_reach,
+        "hot_passes": run.passes,
     }
 
 

@@ -78,7 +78,7 @@ def guest_env(config: str, start: str, args: argparse.Namespace, workload: Path)
         "PL_CONFIG": config, "PL_START": start, "PL_DURATION": str(args.duration), "PL_INTERVAL": str(args.interval),
         "PL_COLD_MIB": str(args.cold), "PL_HOT_MIB": str(args.hot), "PL_SETTLE": str(args.settle),
         "PL_WORKLOAD": str(workload), "PL_PYTHON": str(args.python), "PL_REPO": str(REPO),
-        "PL_PROFILE": str(Path(args.profile).resolve()), "PL_HOOK": args.hook,
+        "PL_PROFILE": str(Path(args.profile).resolve()), "PL_HOOK": args.hook, "PL_TLB_REACH": str(args.tlb_reach),
     }
 
 
@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default=str(REPO / "profiles/cxl-inference.yaml"), help="nodeagent's profile")
     p.add_argument("--python", default=str(REPO / ".venv/bin/python"), help="python with nodeagent installed")
     p.add_argument("--out", type=Path, default=None, help="results directory (default: the cache)")
+    p.add_argument("--tlb-reach", type=int, default=1536, metavar="PAGES",
+                   help="the hot loop flushes its TLB every PAGES pages, as a hardware TLB of that reach would "
+                   "(default 1536; 0: never, TCG's unbounded software TLB; see workload.c)")
     p.add_argument("--hook", default="", help="exploration: shell run in the guest right after the configuration")
     p.add_argument("--smoke", action="store_true", help="CI: nodeagent, before, one run of 20 s")
     p.add_argument("--from-dir", type=Path, default=None, metavar="DIR",

@@ -16,6 +16,16 @@
  * (the configuration starts to be applied) and t = 0 is the moment GO_FILE appears (it has been applied). The
  * process stops by itself at t = DURATION_S.
  *
+ * TLB reach (PL_TLB_REACH, default 1536; 0 = off): x86 Linux clears a page's accessed bit without flushing the
+ * TLB, relying on the TLB's small reach (a core's second-level TLB holds 1536-2048 4 KiB translations) to make
+ * the next access walk the page table and set the bit again. QEMU's TCG software TLB grows to hold a whole
+ * 128 MiB hot set, so under TCG hot pages could stay "not accessed" for as long as nothing flushed that vCPU's TLB:
+ * DAMON and the young filters then see idle pages where the hardware would see hot ones, and the workload's speed
+ * varied 45-fold between runs. So the hot loop flushes its CPU's TLB after every PL_TLB_REACH pages it touches
+ * (an mprotect of a 64-page scratch mapping: above the kernel's 33-page ceiling for single-page flushes, the
+ * kernel flushes the whole local TLB by rewriting CR3, which QEMU honours by emptying its TLB): what a hardware
+ * TLB of that reach does to a loop over 32,768 pages.
+ *
  * Output (stdout, one line each): "PL:TOUCHED t=<s>", "PL:GO", then per sample
  * "PL:SAMPLE <t> hot <pages on node0..7> <absent> cold <node0..7> <absent> vm <key>=<delta pages> ...", "PL:END".
  */
@@ -139,6 +149,16 @@ static void *sampler(void *p) {
     return NULL;
 }
 
+#define SCRATCH_PAGES 64
+
+/* Flush this CPU's TLB: take write permission from (or give it back to) 64 present pages. */
+static void flush_tlb(char *scratch, uint64_t n) {
+    if (mprotect(scratch, SCRATCH_PAGES * PAGE, (n & 1) ? PROT_READ | PROT_WRITE : PROT_READ) != 0) {
+        perror("mprotect");
+        exit(2);
+    }
+}
+
 static char *map(size_t bytes) {
     char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
@@ -174,15 +194,28 @@ int main(int argc, char **argv) {
     fflush(stdout);
     if (!a.go)
         a.t0 = now();
+    const char *reach_env = getenv("PL_TLB_REACH");
+    size_t reach = reach_env ? strtoul(reach_env, NULL, 10) : 1536;
+    char *scratch = map(SCRATCH_PAGES * PAGE);
+    for (size_t i = 0; i < SCRATCH_PAGES; i++)
+        scratch[i * PAGE] = 1;
+    printf("PL:TLB reach=%zu\n", reach);
+    fflush(stdout);
     pthread_t th;
     pthread_create(&th, NULL, sampler, &a);
-    uint64_t passes = 0;
+    uint64_t passes = 0, flushes = 0;
+    size_t since_flush = 0;
     while (!stop) {
-        for (size_t i = 0; i < hot_pages; i++)
+        for (size_t i = 0; i < hot_pages; i++) {
             ((volatile uint64_t *)(hot + i * PAGE))[(passes + i) & 7] += 1;
+            if (reach && ++since_flush >= reach) {
+                flush_tlb(scratch, flushes++);
+                since_flush = 0;
+            }
+        }
         passes++;
     }
     pthread_join(th, NULL);
-    printf("PL:END passes=%llu\n", (unsigned long long)passes);
+    printf("PL:END passes=%llu tlb_flushes=%llu\n", (unsigned long long)passes, (unsigned long long)flushes);
     return 0;
 }

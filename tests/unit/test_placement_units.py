@@ -73,7 +73,7 @@ def run_output(samples: list[str], rc: int = 0) -> str:
     return "\n".join(["PL:CONFIG nodeagent START before kernel=6.12.95", "  apply| Result: converged.",
                       "PL:APPLY-RC 0", "PL:APPLIED seconds=8.5",
                       "PL:STATE full node0_free_kb=41952 node0_unreclaimable=1", "PL:TOUCHED t=5.80",
-                      *samples, "PL:END passes=10", f"PL:WORKLOAD-RC {rc}",
+                      "PL:TLB reach=1536", *samples, "PL:END passes=10 tlb_flushes=213", f"PL:WORKLOAD-RC {rc}",
                       "PL:DAMON kdamond=0 scheme=0 action=migrate_cold state=on sz_applied=4096"])
 
 
@@ -94,6 +94,7 @@ def test_a_run_reduces_to_the_mean_of_its_last_third() -> None:
     assert f["other"] == pytest.approx(4 / 3, abs=0.05) and f["hot_other"] == f["other"]
     assert (f["t_hot90"], f["t_cold90"]) == (20, 40)
     assert (f["migrated_mib"], f["promoted_mib"], f["demoted_mib"]) == (1024.0, 100.0, 2.0)
+    assert (f["tlb_reach"], f["hot_passes"], run.tlb_flushes) == (1536, 10, 213)
 
 
 def test_a_run_that_died_is_not_ok_and_never_reaches_90() -> None:
