@@ -124,8 +124,8 @@ def advisories(loaded: LoadedProfile, facts: Facts) -> list[Advisory]:
             "stuck-fast-node", "memory.demotion_pass",
             f"{nodes} filled up while demotion was off and kswapd gave up on it (node_unreclaimable): enabling "
             "demotion and NUMA balancing now demotes and promotes nothing there",
-            "numa_balancing=2 + demotion switched on after the fast node filled: 0-12 % of the hot set on the fast "
-            "node after 60 s, no demotion (3 runs, 6.12)",
+            "numa_balancing=2 + demotion switched on after the fast node filled: 0-26 % of the hot set on the fast "
+            "node after 60 s (no more than it held before), no demotion (7 runs, 6.12)",
             "add memory.demotion_pass (a one-off, bounded demotion from the stuck node), or restart the workload"))
     for where, s in hot:
         if not _young(s, matching=False):
@@ -146,8 +146,8 @@ def advisories(loaded: LoadedProfile, facts: Facts) -> list[Advisory]:
                 f"migrate_hot's destination is not strict and {why}: when the destination node is full, pages land "
                 "on its fallback node (another DRAM node, ignoring the workload's cpuset), where nothing moves them "
                 "again",
-                "migrate_hot to a full fast node stranded 92-96 % of the hot set on the other DRAM node; at boot the "
-                "result varied by 25 points between runs",
+                "migrate_hot to a full fast node stranded 68-96 % of the hot set on the other DRAM node (6.12); at "
+                "boot the result varied by 25 points between runs",
                 "keep the fast node from filling (kernel.demotion_enabled, a migrate_cold scheme on the fast nodes "
                 "without watermarks, memory.demotion_pass), or leave promotion to kernel.numa_balancing: "
                 "memory-tiering (it allocates on the fast node only); on 6.16+ add a quota goal "
@@ -193,7 +193,7 @@ def advisories(loaded: LoadedProfile, facts: Facts) -> list[Advisory]:
         out.append(Advisory(
             "damon-demotion-only", "kernel.numa_balancing",
             "DAMON demotes, and nothing brings back the hot pages it demotes by mistake",
-            "DAMON-only demotion leaked about 0.1 %/s of the hot set to the slow node (0.2 → 6.1 % in 55 s), never "
-            "promoted back",
+            "in a QEMU guest DAMON-only demotion leaked about 0.1 %/s of the hot set to the slow node (0.2 → 6.1 % "
+            "in 55 s; the emulator's accessed bits made part of it) and nothing promoted those pages back",
             "set kernel.numa_balancing: memory-tiering (it promotes exactly the pages that turn out hot)"))
     return out

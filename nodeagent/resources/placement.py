@@ -3,7 +3,7 @@
 Measured on a real 6.12 kernel (``bench/placement``, ``shared/reference/placement/NOTES.md``): when a workload
 fills a fast node while demotion is off, kswapd gives up on the node (``node_unreclaimable``) and nothing wakes it
 for that node again. Switching demotion and NUMA balancing's memory-tiering mode on afterwards then does nothing —
-no demotion, no promotion: 0-12 % of the hot set on the fast node after 60 s. Only a reclaim on the node that
+no demotion, no promotion: 0-26 % of the hot set on the fast node after 60 s. Only a reclaim on the node that
 succeeds brings it back. So, when the profile has ``memory.demotion_pass`` and the plan finds a fast node in that
 state, apply demotes from it once, in this order (see ``registry.py``)::
 

@@ -113,7 +113,7 @@ def test_without_a_pass_the_plan_says_why_tiering_would_do_nothing(make_node, tm
     assert not any(c["kind"] == "placement" for c in plan["changes"])
     advice = [w for w in plan["warnings"] if w.startswith("advisory stuck-fast-node")]
     assert len(advice) == 1
-    assert "node0" in advice[0] and "0-12 %" in advice[0] and "memory.demotion_pass" in advice[0]
+    assert "node0" in advice[0] and "0-26 %" in advice[0] and "memory.demotion_pass" in advice[0]
 
 
 def test_pass_without_demotion_is_a_problem_not_a_write(make_node, tmp_path: Path,
