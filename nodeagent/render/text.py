@@ -48,8 +48,9 @@ def result_text(result: Result) -> str:
     out = [f"Applied profile {result.plan.profile}" + (f" on {result.plan.node}" if result.plan.node else "") + ":"]
     for o in result.outcomes:
         mark = {"applied": "✓", "failed": "✗"}.get(o.status, "-")
-        out.append(f"  {mark} {o.change.target}: {o.status}" + (f" — {o.message}" if o.status != "applied"
-                                                                   else ""))
+        # A one-off action (the demotion pass) leaves no setting to read back: what it did is only in its message.
+        said = o.status != "applied" or o.change.kind == "placement"
+        out.append(f"  {mark} {o.change.target}: {o.status}" + (f" — {o.message}" if said and o.message else ""))
     for p in result.plan.problems:
         out.append(f"  ! {p.message}")
     for e in result.verify_errors:
