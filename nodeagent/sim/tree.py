@@ -9,6 +9,7 @@ Anything that writes into a simulated tree must therefore go through them (or th
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -24,6 +25,7 @@ class Tree:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._pooled_paths: dict[tuple[str, int | None], str] = {}
+        self._generation: dict[tuple[str, int | None], int] = {}  # copies that reached the link limit, per value
 
     def local(self, path: str) -> Path:
         return self.root / path.lstrip("/")
@@ -54,7 +56,7 @@ class Tree:
         for name, (content, mode) in files.items():
             text = _text(content)
             if name in shared:
-                os.link(self._pooled(text, mode), f"{d}/{name}")
+                self._link_pooled(text, mode, f"{d}/{name}")
                 continue
             fd = os.open(f"{d}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
@@ -64,7 +66,21 @@ class Tree:
             finally:
                 os.close(fd)
         for name, target in (links or {}).items():
-            os.link(self._pooled(target, None), f"{d}/{name}", follow_symlinks=False)
+            self._link_pooled(target, None, f"{d}/{name}")
+
+    def _link_pooled(self, text: str, mode: int | None, dest: str) -> None:
+        """Hard-link ``dest`` to the pool's copy; a copy that reached the filesystem's link limit (ext4: 65,000,
+        fewer than the blocks of one large device) is replaced by a fresh copy for the links that follow."""
+        for generation in range(1, 1 << 16):
+            try:
+                os.link(self._pooled(text, mode), dest, follow_symlinks=False)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EMLINK:
+                    raise
+                self._pooled_paths.pop((text, mode), None)
+                self._generation[(text, mode)] = generation
+        raise OSError(errno.EMLINK, "no pooled copy could take another link", dest)
 
     def _pooled(self, text: str, mode: int | None) -> str:
         """The pool's copy of a file (``mode``) or symlink (``None``) with this content, made on first use."""
@@ -74,7 +90,9 @@ class Tree:
             return cached
         pool = self.root / ".nodeagent-sim" / "pool"
         pool.mkdir(parents=True, exist_ok=True)
-        p = pool / f"{'l' if mode is None else f'{mode:o}'}-{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+        gen = self._generation.get(key, 0)
+        p = pool / (f"{'l' if mode is None else f'{mode:o}'}-{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+                    + (f"-{gen}" if gen else ""))
         if not os.path.lexists(p):
             tmp = p.with_name(p.name + f".{os.getpid()}")
             if mode is None:
@@ -105,7 +123,7 @@ class Tree:
         text = _text(content)
         if st.st_nlink > 1:  # a pooled value shared by many blocks: point this one at the new value's copy
             tmp = p.with_name(f".{p.name}.{os.getpid()}")
-            os.link(self._pooled(text, mode), tmp)
+            self._link_pooled(text, mode, str(tmp))
             os.replace(tmp, p)
             return
         if not mode & 0o200:
