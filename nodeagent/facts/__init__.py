@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..host import Host
-from ..kfmt import kernel_version
+from ..kfmt import kernel_version, parse_list
 from .knobs import KNOBS
-from .numa import NumaNode, read_nodes, read_tiers
+from .numa import _BLOCKS, NumaNode, read_nodes, read_tiers
 
 FORMAT = "nodeagent-facts/v1"
 
@@ -66,8 +66,14 @@ class Facts:
 
 def gather(host: Host) -> Facts:
     """Everything planning needs, read (never written) through the rooted host."""
-    from ..kfmt import parse_list
+    token = _BLOCKS.set({})  # node directories are listed once for every section
+    try:
+        return _gather(host)
+    finally:
+        _BLOCKS.reset(token)
 
+
+def _gather(host: Host) -> Facts:
     tiers = read_tiers(host)
     bs = host.read_opt("/sys/devices/system/memory/block_size_bytes")
     simulated = None

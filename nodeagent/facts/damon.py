@@ -31,6 +31,7 @@ from ..host import Host
 from ..kfmt import kernel_version, parse_list
 from . import SECTIONS, Facts
 from .damon_caps import MODULES, derive, normalize
+from .numa import node_blocks
 from .setters import read_damon_modules
 
 ADMIN = "/sys/kernel/mm/damon/admin"
@@ -91,7 +92,7 @@ def _node_ranges(host: Host, block_size: int | None) -> dict[str, list[list[int]
     if not block_size:
         return out
     for nid in parse_list(host.read_opt(f"{NODE}/online") or ""):
-        blocks = sorted(int(n[6:]) for n in host.fs.listdir(f"{NODE}/node{nid}") if re.fullmatch(r"memory\d+", n))
+        blocks = node_blocks(host, nid)
         ranges: list[list[int]] = []
         for b in blocks:
             start = b * block_size

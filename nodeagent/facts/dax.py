@@ -25,6 +25,7 @@ from ..host import Host
 from ..kfmt import parse_list, parse_meminfo
 from . import SECTIONS, Facts
 from .hardware import cmdline_params, read_cmdline
+from .numa import node_blocks
 from .setters import daxctl_sections, udev_rules
 
 DAX_DEVICES = "/sys/bus/dax/devices"
@@ -170,8 +171,7 @@ def _blocks(host: Host, ids: range, node: int | None, block_size: int,
 def _node_summary(host: Host, ids: range, node: int, block_size: int) -> tuple[int, int, dict[str, int]] | None:
     """The answer from the node's own summary when it is unambiguous: the node holds exactly these blocks and
     has no ZONE_NORMAL memory, so every online block is movable and MemTotal counts them."""
-    entries = host.fs.listdir(f"{NODE}/node{node}")
-    mine = {int(e[6:]) for e in entries if e.startswith("memory") and e[6:].isdigit()}
+    mine = set(node_blocks(host, node))
     if not mine:
         return (0, 0, {}) if not host.fs.exists(f"{MEM}/memory{ids[0]}") else None
     if mine != set(ids):

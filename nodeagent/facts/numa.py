@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from ..host import Host
@@ -30,6 +31,23 @@ class NumaNode:
     @property
     def has_cpu(self) -> bool:
         return bool(self.cpulist)
+
+
+#: Within one facts gather (:func:`nodeagent.facts.gather`), each node directory is listed once; outside it
+#: every call lists afresh (an apply must see blocks that came and went).
+_BLOCKS: ContextVar[dict[int, list[int]] | None] = ContextVar("node_blocks", default=None)
+
+
+def node_blocks(host: Host, nid: int) -> list[int]:
+    """The ids of the memory blocks under ``nodeN``, sorted (a node of 2 TiB in 128 MiB blocks has 16,384)."""
+    cache = _BLOCKS.get()
+    if cache is not None and nid in cache:
+        return cache[nid]
+    blocks = sorted(int(e[6:]) for e in host.fs.listdir(f"{NODE}/node{nid}")
+                    if e.startswith("memory") and e[6:].isdigit())
+    if cache is not None:
+        cache[nid] = blocks
+    return blocks
 
 
 def read_tiers(host: Host) -> dict[int, list[int]]:
