@@ -146,6 +146,24 @@ def test_gather_shares_one_kdamond_per_destination_where_nearest_makes_one_per_s
     assert [p.sources for p in got] == [(2, 4), (3,)] and got[0].dests == ((), (0,))
 
 
+def test_nearest_over_cxl_sources_warns_that_a_hot_add_will_be_disruptive(make_node, tmp_path) -> None:
+    facts = gather(open_host(make_node("h100-cxl")))
+    body = """\
+        kdamonds:
+          - name: p
+            targets: [{node: slow}]
+            pairing: PAIRING
+            schemes: [{action: migrate_hot, target_node: fast}]
+        """
+    _, chk, _ = build_specs(with_dax(load(tmp_path, body.replace("PAIRING", "nearest"))), facts)
+    (warning,) = [w for w in chk.warnings if "pairing" in w]
+    assert warning.startswith(f"{tmp_path / 'p-dax.yaml'}:8:16: damon.kdamonds[0].pairing: nearest makes one")
+    assert "pairing: gather" in warning
+    specs, chk, _ = build_specs(with_dax(load(tmp_path, body.replace("PAIRING", "gather"))), facts)
+    assert not [w for w in chk.warnings if "pairing" in w]
+    assert [s.name for s in specs] == ["p-to-node0", "p-to-node1"]
+
+
 def test_plan_time_problems_name_file_line_and_feature(make_node, tmp_path) -> None:
     root = make_node("qemu-3node", kernel="6.18.0")
     simdax.to_system_ram(SimKernel(root), "dax0.0", "Movable")

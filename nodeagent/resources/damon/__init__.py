@@ -92,6 +92,12 @@ def build_specs(loaded: LoadedProfile, facts: Facts) -> tuple[list[Spec], Checke
             notes.append(f"{kd.name}: destination {', '.join(dict.fromkeys(empty))} resolves to no node here "
                          "(no such memory tier): kdamond not created")
             continue
+        if kd.pairing == "nearest" and any(t.node == "slow" for t in kd.targets):
+            chk.warn_at(base + ("pairing",),
+                        "nearest makes one kdamond per source node, and these sources are the lower-tier (CXL) "
+                        "nodes: a hot-added expander will need a new kdamond slot, and adding one rewrites "
+                        "nr_kdamonds, which stops every kdamond (a disruptive change); pairing: gather makes one "
+                        "kdamond per destination, which a new expander joins by a commit")
         pairings, skipped = pair(kd.name, kd.pairing, tuple(sources), scheme_dests, nc)
         notes += skipped
         before, kept = len(chk.problems), []

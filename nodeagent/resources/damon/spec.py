@@ -75,6 +75,10 @@ class Checker:
         if message not in self.warnings:
             self.warnings.append(message)
 
+    def warn_at(self, path: tuple, message: str) -> None:
+        """A warning about one profile field, as ``file:line:col: field: message``."""
+        self.warn(f"{self.where(*path)}: {_dotted(path)}: {message}")
+
     def lacks(self, path: tuple, message: str, hint: str) -> None:
         """A problem that is a kernel feature missing here (an ``optional`` kdamond is left out for it)."""
         self.fail(path, message, hint)
