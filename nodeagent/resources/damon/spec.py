@@ -250,10 +250,10 @@ def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_no
     goals = []
     for i, g in enumerate(q.goals if q is not None else []):
         if g.optional and not chk.supports_goal(g):
-            chk.warn(f"{_dotted(path + ('quota', 'goals', i))}: this kernel ({chk.kernel}) cannot run a "
-                     f"{g.metric} goal{' per node' if g.metric.startswith('node_') else ''} (needs "
-                     f"{since_of('goal_nid') if g.metric.startswith('node_') else since_of(g.metric)}): left out, "
-                     "the fixed quota applies")
+            chk.warn_at(path + ("quota", "goals", i), f"this kernel ({chk.kernel}) cannot run a "
+                        f"{g.metric} goal{' per node' if g.metric.startswith('node_') else ''} (needs "
+                        f"{since_of('goal_nid') if g.metric.startswith('node_') else since_of(g.metric)}): left out, "
+                        "the fixed quota applies")
             continue
         goals.append((i, g))
     if goals:
