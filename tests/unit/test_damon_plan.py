@@ -157,7 +157,7 @@ def test_nearest_over_cxl_sources_warns_that_a_hot_add_will_be_disruptive(make_n
         """
     _, chk, _ = build_specs(with_dax(load(tmp_path, body.replace("PAIRING", "nearest"))), facts)
     (warning,) = [w for w in chk.warnings if "pairing" in w]
-    assert warning.startswith(f"{tmp_path / 'p-dax.yaml'}:8:16: damon.kdamonds[0].pairing: nearest makes one")
+    assert "p-dax.yaml:8:16: damon.kdamonds[0].pairing: nearest makes one" in warning
     assert "pairing: gather" in warning
     specs, chk, _ = build_specs(with_dax(load(tmp_path, body.replace("PAIRING", "gather"))), facts)
     assert not [w for w in chk.warnings if "pairing" in w]
