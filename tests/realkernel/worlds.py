@@ -202,6 +202,9 @@ def run_sim(root: Path, actions: Sequence[Action]) -> dict[str, Outcome]:
 _VOLATILE = [
     (re.compile(r"\bpid \d+"), "pid N"),
     (re.compile(r"\bin \d+(\.\d+)?s\b"), "in Ts"),
+    # a profile's path as the agent prints it, relative to its working directory: / in the guest, the
+    # repository for the simulator
+    (re.compile(r"[^\s'\"]*\bprofiles/([\w.-]+\.yaml)"), r"profiles/\1"),
 ]
 
 
