@@ -37,11 +37,13 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -935,15 +937,36 @@ def save_console(console: str, label: str, header: str = "") -> Path:
 
 
 def _boot(cmd: list[str], timeout: float) -> tuple[int | None, str]:
-    """Run QEMU with a hard bound; on expiry kill it by its own PID. (exit code or None, qemu stderr)"""
+    """Run QEMU with a hard bound; on expiry kill it by its own PID. (exit code or None, qemu stderr)
+
+    QEMU never outlives the call: a SIGTERM to this process (a CI job cancelled, a `kill` of pytest) becomes
+    SystemExit while QEMU runs, so that the ``finally`` kills QEMU by its PID; Ctrl-C does the same."""
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    restore = _sigterm_as_exit()
     try:
         out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, (out + err).decode(errors="replace")
     except subprocess.TimeoutExpired:
-        os.kill(proc.pid, 9)
+        os.kill(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         return None, (out + err).decode(errors="replace")
-    return proc.returncode, (out + err).decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.communicate()  # reaps it and closes its pipes
+        restore()
+
+
+def _sigterm_as_exit() -> Callable[[], None]:
+    """Until the returned function is called, SIGTERM raises SystemExit (only the main thread can set it)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_term(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def run_in_guest(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import harness
@@ -132,3 +135,29 @@ def test_committed_captures_match_the_scenario() -> None:
     expected = {s.capture_as for s in harness.topology_steps(include_venv=False) if s.capture_as}
     present = {p.name for p in harness.CAPTURED_DIR.iterdir()}
     assert expected | {"index.json"} <= present
+
+
+def test_a_sigterm_while_the_guest_runs_kills_it_before_the_process_ends() -> None:
+    """A cancelled CI job or a `kill` of pytest must not leave QEMU running (it would hold 5 GiB and a CPU)."""
+    before = signal.getsignal(signal.SIGTERM)
+    started: list[int] = []
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kw):  # type: ignore[no-untyped-def]
+        proc = real_popen(*args, **kw)
+        started.append(proc.pid)
+        return proc
+
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        subprocess.Popen = popen  # type: ignore[misc]
+        with pytest.raises(SystemExit):
+            harness._boot(["sleep", "30"], timeout=60)
+    finally:
+        subprocess.Popen = real_popen  # type: ignore[misc]
+        timer.cancel()
+    (pid,) = started
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped: not a zombie, not running
+    assert signal.getsignal(signal.SIGTERM) == before
