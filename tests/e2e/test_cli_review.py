@@ -8,18 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
 from nodeagent.sim import SimKernel
+from tests.e2e.cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")
 PRESETS = ["h100-cxl", "h100-cxl-autoonline", "l40-kvm64", "workstation", "qemu-3node"]
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def save_facts(root: Path, dest: Path, capsys: pytest.CaptureFixture[str]) -> Path:

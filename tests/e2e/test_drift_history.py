@@ -8,21 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
 from nodeagent.drift import DriftItem
 from nodeagent.drift.causes import find_causes
 from nodeagent.host import open_host
 from nodeagent.sim import SimKernel
 from nodeagent.sim.dax import to_system_ram
+from tests.e2e.cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def put(root: Path, path: str, text: str) -> None:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
 from nodeagent.facts import gather
 from nodeagent.facts.dax import block_ids
 from nodeagent.facts.dax import from_facts as dax_facts
@@ -20,6 +19,7 @@ from nodeagent.host import open_host
 from nodeagent.sim import SimKernel
 from nodeagent.sim.dax import DaxDef
 from nodeagent.sim.hotplug import hot_add_dax
+from tests.e2e.cli_helpers import run
 from tests.e2e.test_units_hotplug import _wait
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,12 +27,6 @@ PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")
 TiB = 1024**4
 #: A third 2 TiB expander behind socket 0, in the CXL window the firmware reserved as node 4.
 THIRD = DaxDef("dax2.0", 2, 4, 5 * TiB, 2 * TiB, kind="cxl", numa_node=0)
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture

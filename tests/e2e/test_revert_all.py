@@ -5,24 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from nodeagent.cli import main
 from nodeagent.facts import gather
 from nodeagent.facts.damon import from_facts as damon_facts
 from nodeagent.facts.dax import from_facts as dax_facts
 from nodeagent.host import open_host
 from nodeagent.sim import SimKernel
+from tests.e2e.cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")
 STATE = "var/lib/nodeagent"
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def snapshot(root: Path) -> dict:
