@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..units import parse_duration_us, parse_percent, parse_size
+from ..units import parse_size
 from ..vocab import (
     AUTO_ONLINE_BLOCKS,
     DAX_MODES,
@@ -42,8 +42,8 @@ from ..vocab import (
     THP_DEFRAG,
     THP_ENABLED,
 )
-from .checks import Checks
-from .damon import Damon
+from .checks import Checks, Percent
+from .damon import Damon, Duration
 
 
 def _choice_error(choices: tuple[str, ...] | list[str], value: Any, extra: str = "") -> PydanticCustomError:
@@ -183,20 +183,6 @@ class DaxRule(Strict):
         return self
 
 
-def _percent(value: Any) -> float:
-    try:
-        return parse_percent(value)
-    except ValueError as exc:
-        raise PydanticCustomError("percent", str(exc)) from None
-
-
-def _duration(value: Any) -> int:
-    try:
-        return parse_duration_us(value)
-    except ValueError as exc:
-        raise PydanticCustomError("duration", str(exc)) from None
-
-
 class DemotionPass(Strict):
     """A one-off demotion pass for fast nodes that kswapd gave up on.
 
@@ -209,8 +195,8 @@ class DemotionPass(Strict):
     work on the node again.
     """
 
-    until_free: Annotated[float, BeforeValidator(_percent)] = 20.0
-    timeout: Annotated[int, BeforeValidator(_duration)] = 30_000_000
+    until_free: Percent = 20.0
+    timeout: Duration = 30_000_000
 
     @model_validator(mode="after")
     def _bounds(self) -> DemotionPass:
