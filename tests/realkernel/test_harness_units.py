@@ -161,3 +161,12 @@ def test_a_sigterm_while_the_guest_runs_kills_it_before_the_process_ends() -> No
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reaped: not a zombie, not running
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_only_a_kernel_that_died_before_init_is_booted_again() -> None:
+    panic = "[    1.3] Oops: int3: 0000 [#2] PREEMPT SMP NOPTI\n[    1.3] Kernel panic - not syncing: Fatal exception\n"
+    assert harness.died_before_init(panic, 0)
+    ready = f"{harness.MARK}:READY uptime=5.1\n" + panic  # the command had started: its failure is reported
+    assert not harness.died_before_init(ready, 0)
+    assert not harness.died_before_init(panic, None)  # a timeout is reported as one
+    assert not harness.died_before_init("[    1.3] booting\n", 0)
