@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..host import Host
-from ..kfmt import parse_list
+from ..kfmt import parse_list, parse_meminfo
 from . import SECTIONS, Facts
 
 NODE = "/sys/devices/system/node"
@@ -74,10 +74,7 @@ def parse_zoneinfo(text: str) -> dict[int, dict[str, Any]]:
 def gather(host: Host) -> dict[str, Any]:
     zones = parse_zoneinfo(host.read_opt("/proc/zoneinfo") or "")
     online = parse_list(host.read_opt(f"{NODE}/online") or "")
-    swap = 0
-    for line in (host.read_opt("/proc/meminfo") or "").splitlines():
-        if line.startswith("SwapTotal:"):
-            swap = int(line.split()[1])
+    swap = parse_meminfo(host.read_opt("/proc/meminfo") or "").get("SwapTotal", 0)
     return {
         "nodes": {str(n): z for n, z in sorted(zones.items())},
         "memcg_reclaim": host.fs.exists(MEMCG_RECLAIM),

@@ -57,7 +57,7 @@ def slow_nodes(loaded: LoadedProfile, facts: Facts) -> list[int]:
     return list(classes(facts, damon_facts(facts), onlined_by_profile(loaded, facts)).slow)
 
 
-def _setting(loaded: LoadedProfile, facts: Facts, key: str) -> Any:
+def setting(loaded: LoadedProfile, facts: Facts, key: str) -> Any:
     """The value the profile sets, else what the node has now (parsed)."""
     want = desired_knobs(loaded)
     if key in want:
@@ -108,8 +108,8 @@ def _system_free_permil(facts: Facts) -> int | None:
 def advisories(loaded: LoadedProfile, facts: Facts) -> list[Advisory]:
     """Every placement advisory that applies to this profile on this node. Pure."""
     out: list[Advisory] = []
-    nb = _setting(loaded, facts, "kernel.numa_balancing")
-    demotion = _setting(loaded, facts, "kernel.demotion_enabled") is True
+    nb = setting(loaded, facts, "kernel.numa_balancing")
+    demotion = setting(loaded, facts, "kernel.demotion_enabled") is True
     tiering = nb in TIERING_MODES
     schemes = _schemes(loaded, facts)
     hot = [(w, s) for w, s, _ in schemes if s.action == "migrate_hot"]

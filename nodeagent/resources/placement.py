@@ -32,15 +32,14 @@ from collections.abc import Callable
 
 from ..errors import HostError
 from ..facts import Facts
-from ..facts.reclaim import MEMCG_RECLAIM, NODE, from_facts
+from ..facts.reclaim import MEMCG_RECLAIM, NODE, from_facts, parse_zoneinfo
 from ..host import Host
 from ..kfmt import parse_meminfo
 from ..plan import Change, Problem
 from ..profile import LoadedProfile
 from ..units import format_size
-from ._placement_advice import advisories, fast_nodes, slow_nodes
+from ._placement_advice import advisories, fast_nodes, setting, slow_nodes
 from .base import ApplyContext, PlanContext, ResourcePlan
-from .knobs import desired as desired_knobs
 
 KIND = "placement"
 CHUNK = 64 * 1024**2  # one memory.reclaim write: root reclaim spreads over every node, so it goes in steps
@@ -54,8 +53,6 @@ def _free(host: Host, node: int) -> tuple[int, int]:
 
 
 def _stuck(host: Host, node: int) -> bool:
-    from ..facts.reclaim import parse_zoneinfo
-
     return bool(parse_zoneinfo(host.read_opt("/proc/zoneinfo") or "").get(node, {}).get("unreclaimable"))
 
 
@@ -70,8 +67,7 @@ def plan_pass(loaded: LoadedProfile, facts: Facts) -> ResourcePlan:
     if not stuck:
         rp.unchanged.append("placement.demotion_pass")
         return rp
-    want = desired_knobs(loaded)
-    demotion = want.get("kernel.demotion_enabled", facts.knobs.get("kernel.demotion_enabled") in ("true", "1"))
+    demotion = setting(loaded, facts, "kernel.demotion_enabled")
     targets = slow_nodes(loaded, facts)
     for node in stuck:
         target = f"placement.node{node}"
