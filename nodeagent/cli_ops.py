@@ -21,17 +21,18 @@ def write_metrics(eng: Engine, path: str, *, loaded: LoadedProfile | None = None
     """Measure what the metrics need and write the textfile at ``path`` (an operator's path, not under --root)."""
     from .drift import detect
     from .errors import NodeagentError
-    from .host.files import write_operator_file
-    from .render.metrics import render
-    from .status import metrics_input
+    from .render.metrics import textfile, write_textfile
 
-    facts = eng.facts()
     if drift is None:
         try:
             drift = detect(eng, loaded)
         except NodeagentError:
             drift = None  # nothing applied yet: the file simply has no drift metrics
-    write_operator_file(path, render(metrics_input(eng, facts=facts, drift=drift, checks=checks)))
+    if checks:  # kept, so that a later run without checks (drift) still exports the last results
+        with eng.state.locked(eng.lock_timeout):
+            eng.state.save("last-checks.json", {"results": [
+                {"name": c.name, "severity": c.severity, "status": c.status} for c in checks]})
+    write_textfile(path, textfile(eng, drift=drift, checks=checks))
 
 
 def register(cli: click.Group) -> None:

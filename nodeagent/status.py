@@ -70,38 +70,3 @@ def gather_status(engine: Engine, *, events: int = 5) -> dict[str, Any]:
     out["recent"] = journal.query(limit=events) if events else []
     out["warnings"] = list(st.warnings)
     return out
-
-
-def metrics_input(engine: Engine, *, facts: Facts | None = None, drift: Any = None, checks: Any = None) -> Any:
-    """Everything the metrics textfile shows, read from the node and the state directory.
-
-    ``drift`` is a :class:`nodeagent.drift.DriftReport` measured by the caller; ``checks`` the preflight check
-    results of this run (kept in ``last-checks.json`` so that a run without checks still exports the last
-    ones). Returns a :class:`nodeagent.render.metrics.MetricsInput`."""
-    from .render.metrics import MetricsInput, parse_vmstat
-    from .resources.registry import BY_KIND
-
-    host, st = engine.host, engine.state
-    facts = facts or engine.facts()
-    if checks:
-        with st.locked(engine.lock_timeout):
-            st.save("last-checks.json", {"results": [{"name": c.name, "severity": c.severity, "status": c.status}
-                                                     for c in checks]})
-        rows = list(checks)
-    else:
-        rows = [_CheckRow(**r) for r in st.load("last-checks.json").get("results", [])
-                if isinstance(r, dict) and {"name", "severity", "status"} <= set(r)]
-    try:
-        schemes = collect(host, st.load("ownership.json"), refresh=True).schemes
-    except NodeagentError:  # statistics are best effort; the rest of the file still matters
-        schemes = None
-    return MetricsInput(facts=facts, vmstat=parse_vmstat(host.read_opt("/proc/vmstat") or ""),
-                        last_apply=st.last_applied() or None,
-                        drift_checked=drift.checked if drift is not None else None,
-                        drift_by_resource=drift.by_resource() if drift is not None else None,
-                        resource_kinds=tuple(BY_KIND), checks=rows, schemes=schemes)
-
-
-class _CheckRow:
-    def __init__(self, name: str, severity: str, status: str) -> None:
-        self.name, self.severity, self.status = name, severity, status

@@ -26,6 +26,7 @@ import re
 from typing import Any
 
 from . import damon_layout as lay
+from . import kthreads
 from .kernel import SimKernel, ebusy, einval, kstrtobool, rule
 
 A = re.escape(lay.KDAMONDS)
@@ -222,7 +223,10 @@ def _cgroup(k: SimKernel, path: str) -> bool:
 
 def _set_running(k: SimKernel, base: str, kd: dict[str, Any], on: bool) -> None:
     kd["running"] = on
-    if not on:
+    if on:
+        kthreads.start(k, kd["pid"], f"kdamond.{base.rsplit('/', 1)[1]}")
+    else:
+        kthreads.stop(k, kd["pid"])
         kd["pid"] = -1
     k.tree.set(f"{base}/state", "on" if on else "off")
     k.tree.set(f"{base}/pid", kd["pid"])
@@ -282,6 +286,7 @@ def _refresh_stats(k: SimKernel, base: str, kd: dict[str, Any]) -> None:
     so effective quotas follow the committed ones): nothing is tried or applied without regions."""
     snap = kd["snapshot"]
     kd["effective"] = [sc["bytes"] for sc in snap["schemes"]]
+    kthreads.burn(k, kd["pid"], 25)  # the kdamond's CPU time over the interval (a quarter of a second)
     total = sum(e - s for s, e in snap["regions"])
     for i, s in enumerate(snap["schemes"]):
         st = kd["stats"].setdefault(str(i), dict.fromkeys(("nr_tried", "sz_tried", "nr_applied", "sz_applied",

@@ -16,6 +16,7 @@ import re
 from ..kfmt import format_list, parse_list
 from .kernel import SimKernel, ebusy, einval, flusher, rule
 from .tree import RO, RW, WO
+from .vmstat import node_vmstat
 
 MEM = "/sys/devices/system/memory"
 NODE = "/sys/devices/system/node"
@@ -79,7 +80,7 @@ def add_node(k: SimKernel, node: int, cpus: list[int], distances: list[int], use
     t.file(f"{base}/meminfo", node_meminfo(node, 0, 0), RO)
     t.file(f"{base}/numastat", "numa_hit 0\nnuma_miss 0\nnuma_foreign 0\ninterleave_hit 0\nlocal_node 0\n"
            "other_node 0", RO)
-    t.file(f"{base}/vmstat", "nr_free_pages 0", RO)
+    t.file(f"{base}/vmstat", node_vmstat(k), RO)
     t.file(f"{base}/compact", "", WO)
     t.file(f"{base}/uevent", "", RW)
     t.dir(f"{base}/hugepages")

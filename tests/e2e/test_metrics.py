@@ -57,10 +57,10 @@ def test_drift_metrics_carry_the_right_values(make_node, tmp_path: Path, capsys)
     assert m[("nodeagent_vmstat_pgdemote_kswapd_total", ())] == 678
     assert m[("nodeagent_vmstat_numa_hint_faults_total", ())] == 9
     # The CXL expanders are CPU-less nodes in memory_tier22, each 2 TiB.
-    cxl = (("cpuless", "true"), ("node", "2"), ("tier", "22"))
+    cxl = (("cpuless", "true"), ("cxl_region", "region0"), ("dax_device", "dax0.0"), ("node", "2"), ("tier", "22"))
     assert m[("nodeagent_node_memory_total_bytes", cxl)] == 2048 * GiB
     assert m[("nodeagent_node_memory_used_bytes", cxl)] == 0
-    dram = (("cpuless", "false"), ("node", "0"), ("tier", "4"))
+    dram = (("cpuless", "false"), ("cxl_region", ""), ("dax_device", ""), ("node", "0"), ("tier", "4"))
     # its workload, plus the struct pages of the 2 TiB of CXL memory it hosts (1.56 %)
     assert m[("nodeagent_node_memory_used_bytes", dram)] == (24 + 32) * GiB
     assert not any(name.endswith("_created") for name, _ in m)
