@@ -336,6 +336,7 @@ def sim_presets() -> None:
 from . import cli_ops as _cli_ops  # noqa: E402  (drift, history, status, revert, units, watch)
 
 _cli_ops.register(cli)
+__import__("nodeagent.cli_metrics").cli_metrics.register(cli)  # the `metrics` group (exporter)
 
 
 def _error_exit(exc: NodeagentError, fmt: str) -> int:

@@ -297,7 +297,8 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
         if kd.stats_refresh % 1000:
             chk.fail(base + ("stats_refresh",), "expected whole milliseconds", "round it to milliseconds")
     if chk.damon.has("refresh_ms"):
-        out.append(("refresh_ms", str((kd.stats_refresh or 0) // 1000)))
+        # Unset in the profile: 5 s, so that the exporter reads fresh statistics without writing (6.17+).
+        out.append(("refresh_ms", str((5_000_000 if kd.stats_refresh is None else kd.stats_refresh) // 1000)))
     out += [("contexts/nr_contexts", "1"), ("contexts/0/operations", kd.operations)]
     if chk.damon.has("addr_unit"):
         out.append(("contexts/0/addr_unit", "1"))

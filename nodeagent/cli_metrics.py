@@ -1,0 +1,76 @@
+"""``nodeagent metrics``: the Prometheus exporter and a one-shot view of the same series.
+
+Registered on the main group by :mod:`nodeagent.cli`; imports are lazy like the rest of the CLI.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+import click
+
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .cli import Ctx
+
+
+@click.group()
+def metrics() -> None:
+    """Prometheus metrics: GPUs' HBM and PCIe, CXL use per tier and node, promotion/demotion by cause, DAMON."""
+
+
+@metrics.command("serve")
+@click.option("--listen", default=":10075", show_default=True, metavar="ADDR:PORT",
+              help="Where to serve /metrics (:PORT: every address; 127.0.0.1:PORT: this machine only).")
+@click.option("--gpu-interval", type=click.FloatRange(min=1), default=15.0, show_default=True, metavar="SECONDS",
+              help="How often GPUs are sampled (NVML, else nvidia-smi).")
+@click.option("--refresh-interval", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              metavar="SECONDS", help="At most this often, ask nodeagent's own kdamonds without refresh_ms to "
+              "refresh their statistics (the exporter's only write).")
+@click.option("--pingpong-window", type=click.FloatRange(min=30), default=300.0, show_default=True,
+              metavar="SECONDS", help="The window of the ping-pong estimator.")
+@click.pass_obj
+def serve(ctx: Ctx, listen: str, gpu_interval: float, refresh_interval: float, pingpong_window: float) -> None:
+    """Serve the metrics over HTTP until SIGTERM or SIGINT. Read-only but for the stated statistics refresh."""
+    from .metrics.collector import Collector
+    from .metrics.exporter import Exporter, Intervals, parse_listen
+
+    try:
+        addr, port = parse_listen(listen)
+    except ValueError as exc:
+        raise UsageError(f"--listen: {exc}") from None
+    exp = Exporter(Collector(ctx.host, refresh_interval=refresh_interval, pingpong_window=pingpong_window),
+                   Intervals(gpu=gpu_interval))
+    try:
+        host, bound = exp.start(addr, port)
+    except OSError as exc:
+        raise UsageError(f"--listen {listen}: cannot listen: {exc.strerror}",
+                         hint="choose another port, or stop what listens there") from None
+    click.echo(f"nodeagent metrics: serving http://{'[' + host + ']' if ':' in host else host}:{bound}/metrics",
+               err=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        stop.wait()
+    finally:
+        exp.shutdown()
+
+
+@metrics.command("show")
+@click.pass_obj
+def show(ctx: Ctx) -> None:
+    """Print the series once in the text format (what a scrape returns; no ping-pong without history)."""
+    from .metrics.collector import Collector
+    from .metrics.textfile import render
+
+    c = Collector(ctx.host)
+    c.sample(refresh=False, moves=False)
+    click.echo(render(c.collect()), nl=False)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(metrics)

@@ -1,0 +1,126 @@
+"""``nodeagent metrics serve``: the collector's families over HTTP, through prometheus_client.
+
+A scrape collects the cheap kernel files there and then; a sampler thread does the rest on intervals
+(GPUs every ``gpu_interval``, the DAMON statistics refresh at most every ``refresh_interval`` and only where
+``refresh_ms`` is not set, the ping-pong history every ``moves_interval``). Scrapes never write; the sampler
+writes ``update_schemes_stats`` to nodeagent's own kdamonds only, and nothing on kernels with ``refresh_ms``.
+``process_*`` series (CPU seconds, resident memory) show what the exporter itself costs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .collector import GPU_INTERVAL, MOVES_INTERVAL, Collector
+from .families import Family
+
+#: Above the 9100-9999 range of Prometheus' default port allocations, which is full (9400 is dcgm-exporter's).
+DEFAULT_PORT = 10075
+DEFAULT_LISTEN = f":{DEFAULT_PORT}"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``ADDR:PORT``, ``:PORT`` (every address), ``[v6]:PORT`` → (address, port). ValueError when malformed."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected ADDR:PORT such as 127.0.0.1:{DEFAULT_PORT} or :{DEFAULT_PORT}, got {text!r}")
+    host = host.strip("[]")
+    return host or "0.0.0.0", int(port)
+
+
+def _to_client(f: Family) -> Any:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    cls = CounterMetricFamily if f.kind == "counter" else GaugeMetricFamily
+    fam = cls(f.name, f.help, labels=list(f.labels))
+    for values, v in f.samples:
+        fam.add_metric(list(values), v)
+    return fam
+
+
+class _Adapter:
+    """A prometheus_client collector over :meth:`Collector.collect` (its lock keeps a scrape and the sampler
+    from reading half of each other's state)."""
+
+    def __init__(self, collector: Collector, lock: threading.Lock) -> None:
+        self.collector, self.lock = collector, lock
+
+    def collect(self) -> Iterator[Any]:
+        with self.lock:
+            fams = self.collector.collect()
+        for f in fams:
+            if f.samples:
+                yield _to_client(f)
+
+
+@dataclass
+class Intervals:
+    gpu: float = GPU_INTERVAL
+    moves: float = MOVES_INTERVAL
+
+
+class Exporter:
+    def __init__(self, collector: Collector, intervals: Intervals | None = None) -> None:
+        self.collector = collector
+        self.intervals = intervals or Intervals()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.server: Any = None
+
+    def registry(self) -> Any:
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.process_collector import ProcessCollector
+
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(_Adapter(self.collector, self.lock))  # type: ignore[arg-type]
+        ProcessCollector(registry=reg)
+        return reg
+
+    def _sampler(self) -> None:
+        next_gpu = next_moves = 0.0
+        while not self.stop.is_set():
+            now = time.monotonic()
+            gpus, moves = now >= next_gpu, now >= next_moves
+            try:
+                with self.lock:
+                    self.collector.sample(gpus=gpus, refresh=True, moves=moves)
+            except Exception as exc:  # a sampler that dies would freeze every series: say it, keep going
+                self.collector.refresh_error = f"sampling failed: {type(exc).__name__}: {exc}"
+            if gpus:
+                next_gpu = now + self.intervals.gpu
+            if moves:
+                next_moves = now + self.intervals.moves
+            self.stop.wait(max(min(next_gpu, next_moves) - time.monotonic(), 0.05))
+
+    def start(self, addr: str, port: int) -> tuple[str, int]:
+        """Listen on ``addr:port`` (port 0: an ephemeral one) and start sampling. Returns where it listens."""
+        import socket
+        from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+        from prometheus_client import make_wsgi_app
+        from prometheus_client.exposition import ThreadingWSGIServer
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        class Server(ThreadingWSGIServer):
+            address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+        with self.lock:
+            self.collector.sample()  # the first scrape has everything
+        self.server = make_server(addr, port, make_wsgi_app(self.registry()), Server, handler_class=Quiet)
+        threading.Thread(target=self._sampler, name="nodeagent-sampler", daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, name="nodeagent-http", daemon=True).start()
+        host, bound = self.server.server_address[:2]
+        return host, bound
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
