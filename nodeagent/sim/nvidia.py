@@ -18,6 +18,7 @@ The executable this module installs replaces the smaller one of :mod:`nodeagent.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,10 @@ def load(root: Path) -> dict[str, Any]:
 
 
 def _save(root: Path, data: dict[str, Any]) -> None:
-    _path(root).write_text(json.dumps(data, indent=1))
+    # A new file, never an edit in place: cloned nodes may share the inode with their template.
+    tmp = _path(root).with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, _path(root))
 
 
 def lay_out(k: SimKernel, p: Preset) -> None:
@@ -81,7 +85,7 @@ def lay_out(k: SimKernel, p: Preset) -> None:
     _save(k.root, data)
     exe = k.root / "usr/bin/nvidia-smi"
     exe.parent.mkdir(parents=True, exist_ok=True)
-    exe.write_text(_SCRIPT.replace("@PYTHON@", sys.executable).replace("@TABLE@", str(_path(k.root))))
+    exe.write_text(_SCRIPT.replace("@PYTHON@", sys.executable).replace("@TABLE@", f"{MARKER}/{GPUS}"))
     exe.chmod(0o755)
 
 
@@ -218,8 +222,9 @@ def nvml(root: Path) -> FakeNvml | None:
 
 _SCRIPT = r'''#!@PYTHON@
 # Simulated nvidia-smi: --query-gpu=...,--format=csv[,noheader][,nounits], -L, dmon -s t; like the real one.
-import json, sys
-data = json.load(open("@TABLE@"))
+import json, os, sys
+# The table of the node this executable belongs to: <root>/usr/bin/nvidia-smi → <root>/@TABLE@
+data = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "@TABLE@")))
 drv = data["driver"]
 args = sys.argv[1:]
 INVALID = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."

@@ -1,0 +1,162 @@
+"""`nodeagent metrics serve` on a simulated h100-cxl: every series, promtool, a real loopback scrape, and the
+write log shows nothing but the stated statistics refresh (none at all on a kernel with refresh_ms)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nodeagent.cli import main
+from nodeagent.host import open_host
+from nodeagent.metrics.collector import Collector
+from nodeagent.metrics.exporter import Exporter, parse_listen
+from nodeagent.sim import SimKernel
+from nodeagent.sim import nvidia as simgpu
+from nodeagent.sim.damon import tick
+from nodeagent.sim.vmstat import migrate
+
+from .test_metrics import promtool_check
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")
+KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds"
+SERIES = {
+    "nodeagent_info", "nodeagent_last_apply_success", "nodeagent_last_apply_status",
+    "nodeagent_node_memory_total_bytes", "nodeagent_node_memory_used_bytes", "nodeagent_node_memory_free_bytes",
+    "nodeagent_tier_memory_total_bytes", "nodeagent_tier_memory_used_bytes", "nodeagent_tier_memory_free_bytes",
+    "nodeagent_vmstat_pgpromote_success_total", "nodeagent_vmstat_pgdemote_kswapd_total",
+    "nodeagent_tiering_promoted_bytes_total", "nodeagent_tiering_demoted_bytes_total",
+    "nodeagent_tiering_pingpong_ratio", "nodeagent_tiering_window_seconds",
+    "nodeagent_tiering_window_promoted_bytes", "nodeagent_tiering_window_demoted_bytes",
+    "nodeagent_damon_scheme_applied_bytes_total", "nodeagent_damon_scheme_tried_regions_total",
+    "nodeagent_damon_stats_age_seconds", "nodeagent_damon_kdamond_cpu_seconds_total",
+    "nodeagent_gpu_up", "nodeagent_gpu_sample_age_seconds", "nodeagent_gpu_memory_total_bytes",
+    "nodeagent_gpu_memory_used_bytes", "nodeagent_gpu_memory_free_bytes", "nodeagent_gpu_pcie_tx_bytes_per_second",
+    "nodeagent_gpu_pcie_rx_bytes_per_second", "nodeagent_collector_cpu_seconds", "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+}
+
+
+def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def scrape(where: tuple[str, int]) -> str:
+    with urllib.request.urlopen(f"http://{where[0]}:{where[1]}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+@pytest.fixture
+def h100(make_node, capsys):
+    root = make_node("h100-cxl")
+    assert main(["--root", str(root), "apply", "--yes", PROFILE]) == 0
+    capsys.readouterr()
+    return root
+
+
+def test_exporter_serves_every_series_over_loopback_and_writes_only_the_refresh(h100: Path, tmp_path: Path) -> None:
+    k = SimKernel(h100)
+    simgpu.set_gpu(k, 0, pcie_tx_kbps=3_200_000, pcie_rx_kbps=11_800_000, memory_used=80 * 1024**3)
+    owned = json.loads((h100 / "var/lib/nodeagent/ownership.json").read_text())["damon"]["kdamonds"]
+    mark = len(k.journal())
+    exp = Exporter(Collector(open_host(h100), refresh_interval=3600))
+    where = exp.start("127.0.0.1", 0)  # an ephemeral port on loopback
+    try:
+        # Time passes: NUMA balancing promotes 2 GiB to node 0, kswapd demotes 1 GiB of it again.
+        migrate(k, 2, 0, 512 * 1024, "promote")
+        migrate(k, 0, 2, 256 * 1024, "kswapd")
+        with exp.lock:
+            exp.collector.sample(gpus=False, refresh=True, moves=True)
+        text = scrape(where)
+        text2 = scrape(where)
+    finally:
+        exp.shutdown()
+    m = parse(text)
+    assert SERIES <= {name for name, _ in m}, SERIES - {name for name, _ in m}
+    gpu0 = (("gpu", "0"), ("model_name", "NVIDIA H100 NVL"), ("pci_bus_id", "00000000:17:00.0"),
+            ("uuid", "GPU-5e1d0000-6c1a-4f2b-9d3e-000000000000"))
+    assert m[("nodeagent_gpu_memory_used_bytes", gpu0)] == 80 * 1024**3
+    assert m[("nodeagent_gpu_pcie_tx_bytes_per_second", gpu0)] == 3_200_000 * 1024
+    assert m[("nodeagent_gpu_up", (("source", "nvml"),))] == 1
+    assert sum(1 for n, _ in m if n == "nodeagent_gpu_memory_total_bytes") == 5  # NVIDIA's list: no BMC, no NVMe
+    assert m[("nodeagent_tiering_promoted_bytes_total", (("cause", "numa_balancing"), ("node", "0")))] == 2 * 1024**3
+    assert m[("nodeagent_tiering_demoted_bytes_total", (("cause", "kswapd"), ("node", "0")))] == 1024**3
+    assert m[("nodeagent_tiering_window_promoted_bytes", (("node", "0"),))] == 2 * 1024**3
+    assert m[("nodeagent_tiering_pingpong_ratio", (("node", "0"),))] == 0.5
+    for i, rec in owned.items():
+        cpu = (("kdamond", i), ("name", rec["name"]), ("owner", "nodeagent"), ("pid", str(rec["pid"])))
+        assert m[("nodeagent_damon_kdamond_cpu_seconds_total", cpu)] > 0
+        assert m[("nodeagent_damon_stats_age_seconds", (("kdamond", i), ("name", rec["name"])))] < 60
+    path = tmp_path / "scrape.prom"
+    path.write_text(text)
+    promtool_check(path)
+    # The only writes: one update_schemes_stats per owned kdamond (the first sample), none from the scrapes.
+    writes = k.journal()[mark:]
+    assert sorted((w["path"], w["value"]) for w in writes) == sorted(
+        (f"{KDAMONDS}/{i}/state", "update_schemes_stats") for i in owned)
+    assert parse(text2)[("nodeagent_info", (("version", "0.1.0"),))] == 1
+
+
+def test_on_a_kernel_with_refresh_ms_the_exporter_writes_nothing(make_node, capsys) -> None:
+    root = make_node("h100-cxl", kernel="6.18.0-nodeagent-sim")
+    assert main(["--root", str(root), "apply", "--yes", PROFILE]) == 0
+    k = SimKernel(root)
+    owned = json.loads((root / "var/lib/nodeagent/ownership.json").read_text())["damon"]["kdamonds"]
+    assert {k.tree.read(f"{KDAMONDS}/{i}/refresh_ms") for i in owned} == {"5000"}  # apply set it
+    tick(k)
+    mark = len(k.journal())
+    c = Collector(open_host(root), refresh_interval=1)
+    c.sample()
+    time.sleep(1.1)
+    c.sample()
+    m = parse(__import__("nodeagent.metrics.textfile", fromlist=["render"]).render(c.collect()))
+    assert k.journal()[mark:] == []
+    for i, rec in owned.items():
+        assert m[("nodeagent_damon_stats_age_seconds", (("kdamond", i), ("name", rec["name"])))] == 5.0
+        assert m[("nodeagent_damon_stats_refresh_interval_seconds", (("kdamond", i), ("name", rec["name"])))] == 5
+        assert m[("nodeagent_damon_scheme_tried_regions_total", (
+            ("action", "migrate_cold" if int(i) < 2 else "migrate_hot"), ("context", "0"), ("kdamond", i),
+            ("name", rec["name"]), ("scheme", "0")))] > 0
+
+
+def test_gpu_sources_fall_back_and_a_driver_mismatch_is_an_error_series(h100: Path, capsys) -> None:
+    k = SimKernel(h100)
+    host = open_host(h100)
+    simgpu.set_gpu(k, 1, memory_used=12345 * 1024**2 + 17, pcie_rx_kbps=2048 * 1024)
+    simgpu.set_driver(k, nvml=False)  # no NVML library: nvidia-smi answers (in MiB)
+    c = Collector(host)
+    c.sample(refresh=False, moves=False)
+    assert c.gpu is not None and c.gpu.source == "nvidia-smi" and c.gpu.error is None
+    g1 = c.gpu.gpus[1]
+    assert (g1.memory_used, g1.pcie_rx, g1.pcie_tx) == (12345 * 1024**2, 2048 * 1024**2, 0)
+    for nvml, source in ((True, "nvml"), (False, "nvidia-smi")):
+        simgpu.set_driver(k, nvml=nvml, mismatch=True)
+        capsys.readouterr()
+        assert main(["--root", str(h100), "metrics", "show"]) == 0
+        m = parse(capsys.readouterr().out)
+        assert m[("nodeagent_gpu_up", (("source", source),))] == 0
+        assert m[("nodeagent_gpu_error", (("reason", "driver_library_mismatch"), ("source", source)))] == 1
+        assert not any(n == "nodeagent_gpu_memory_used_bytes" for n, _ in m)
+        assert m[("nodeagent_node_memory_total_bytes", (("cpuless", "false"), ("cxl_region", ""), ("dax_device", ""),
+                                                         ("node", "0"), ("tier", "4")))] > 0  # the rest is there
+
+
+def test_listen_addresses_and_errors(h100: Path, capsys) -> None:
+    assert parse_listen(":10075") == ("0.0.0.0", 10075)
+    assert parse_listen("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_listen("[::1]:9") == ("::1", 9)
+    assert main(["--root", str(h100), "metrics", "serve", "--listen", "localhost"]) == 64
+    assert "expected ADDR:PORT" in capsys.readouterr().err
+
+
+def test_units_render_includes_the_exporter(h100: Path, capsys) -> None:
+    assert main(["--root", str(h100), "--format", "json", "units", "render", PROFILE]) == 0
+    units = json.loads(capsys.readouterr().out)
+    unit = units["/etc/systemd/system/nodeagent-exporter.service"]
+    assert "metrics serve --listen :10075" in unit and "Restart=on-failure" in unit
