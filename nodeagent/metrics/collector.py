@@ -212,6 +212,15 @@ class Collector:
     # -- the families ------------------------------------------------------------------------------------------
     def collect(self, *, drift: Any = None, checks: Iterable[Any] | None = None,
                 resource_kinds: tuple[str, ...] = ()) -> list[Family]:
+        from ..facts.numa import _BLOCKS
+
+        token = _BLOCKS.set({})  # each node directory listed once per collection (DAX and DAMON both need it)
+        try:
+            return self._collect(drift, checks, resource_kinds)
+        finally:
+            _BLOCKS.reset(token)
+
+    def _collect(self, drift: Any, checks: Iterable[Any] | None, resource_kinds: tuple[str, ...]) -> list[Family]:
         cpu0 = time.process_time()
         now = time.time()
         fams: list[Family] = [one("nodeagent_info", "nodeagent version", 1, version=__version__)]
