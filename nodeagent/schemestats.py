@@ -5,7 +5,8 @@
 nodeagent's only while it runs with the recorded pid, or holds the configuration nodeagent wrote), and reads
 the statistics of the owned ones through :mod:`nodeagent.resources.damon.stats`. With ``refresh`` it first asks
 the kernel to refresh them (``update_schemes_stats``, a write to nodeagent's own running kdamonds only): the
-commands that may write — ``apply``, ``status``, ``drift --metrics`` — refresh; ``facts`` and ``plan`` never do.
+commands that may write — ``apply``, ``status``, ``drift --metrics`` — refresh; ``facts`` and ``plan`` never do
+(the exporter, :mod:`nodeagent.metrics.collector`, refreshes on its own rate limit).
 A refresh that fails (no root, the kdamond stopped meanwhile) leaves the numbers as the kernel last
 refreshed them and says so — never a made-up number.
 """

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from . import gpu as gpu_mod
 from .collector import GPU_INTERVAL, MOVES_INTERVAL, Collector
 from .families import Family
 
@@ -86,8 +87,13 @@ class Exporter:
             now = time.monotonic()
             gpus, moves = now >= next_gpu, now >= next_moves
             try:
+                # GPUs are read outside the lock: nvidia-smi dmon takes a second, scrapes must not wait for it.
+                sample_gpus = gpus and self.collector.gpus_enabled
+                reading = gpu_mod.read(self.collector.host) if sample_gpus else None
                 with self.lock:
-                    self.collector.sample(gpus=gpus, refresh=True, moves=moves)
+                    if sample_gpus:
+                        self.collector.gpu = reading
+                    self.collector.sample(gpus=False, refresh=True, moves=moves)
             except Exception as exc:  # a sampler that dies would freeze every series: say it, keep going
                 self.collector.refresh_error = f"sampling failed: {type(exc).__name__}: {exc}"
             if gpus:

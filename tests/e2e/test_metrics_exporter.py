@@ -160,3 +160,27 @@ def test_units_render_includes_the_exporter(h100: Path, capsys) -> None:
     units = json.loads(capsys.readouterr().out)
     unit = units["/etc/systemd/system/nodeagent-exporter.service"]
     assert "metrics serve --listen :10075" in unit and "Restart=on-failure" in unit
+
+
+@pytest.mark.parametrize("preset", ["l40-kvm64", "qemu-3node", "workstation"])
+def test_other_nodes_kernels_and_no_gpus(preset: str, make_node, tmp_path: Path, capsys) -> None:
+    """6.8 counts demotions for the whole system only (node="all"); a node without NVIDIA GPUs has no GPU series;
+    every output passes promtool."""
+    root = make_node(preset)
+    k = SimKernel(root)
+    migrate(k, 0, 0, 1000, "kswapd")
+    capsys.readouterr()
+    assert main(["--root", str(root), "metrics", "show"]) == 0
+    text = capsys.readouterr().out
+    m = parse(text)
+    demoted = {labels: v for (n, labels), v in m.items() if n == "nodeagent_tiering_demoted_bytes_total"}
+    if k.at_least(6, 9):
+        assert demoted[(("cause", "kswapd"), ("node", "0"))] == 1000 * 4096
+    else:
+        assert demoted == {(("cause", "kswapd"), ("node", "all")): 1000 * 4096,
+                           (("cause", "direct"), ("node", "all")): 0, (("cause", "khugepaged"), ("node", "all")): 0}
+    gpus = sum(1 for n, _ in m if n == "nodeagent_gpu_memory_total_bytes")
+    assert gpus == {"l40-kvm64": 3, "qemu-3node": 0, "workstation": 1}[preset]
+    path = tmp_path / "show.prom"
+    path.write_text(text)
+    promtool_check(path)
