@@ -174,8 +174,7 @@ class Collector:
         """Cumulative bytes promoted and demoted per node and cause, now."""
         m = Moves()
         per_node_demotions = False
-        for nid in parse_list(self.host.read_opt(f"{NODE}/online") or ""):
-            v = parse_vmstat(self.host.read_opt(f"{NODE}/node{nid}/vmstat") or "")
+        for nid, v in self.node_vmstat().items():
             if "pgpromote_success" in v:
                 m.promoted[(str(nid), "numa_balancing")] = v["pgpromote_success"] * self.page
             for cause in DEMOTE_CAUSES:
@@ -199,6 +198,11 @@ class Collector:
                     node = self._source_node(kd)
                     m.demoted[(node, "damon")] = m.demoted.get((node, "damon"), 0) + applied
         return m
+
+    def node_vmstat(self) -> dict[int, dict[str, int]]:
+        """Each online node's ``vmstat`` counters."""
+        return {nid: parse_vmstat(self.host.read_opt(f"{NODE}/node{nid}/vmstat") or "")
+                for nid in parse_list(self.host.read_opt(f"{NODE}/online") or "")}
 
     def _source_node(self, kd: _Kd) -> str:
         start = kd.config.get("contexts/0/targets/0/regions/0/start", "").strip()
@@ -236,6 +240,14 @@ class Collector:
         except NodeagentError:
             kds, ownership = [], {}
         fams += self._moves(self.moves(kds))
+        per_node = self.node_vmstat()
+        for key, doc in VMSTAT_COUNTERS.items():
+            if key.startswith(("pgpromote_", "pgdemote_")) and any(key in v for v in per_node.values()):
+                fam = counter(f"nodeagent_node_vmstat_{key}", f"{doc} (nodeN/vmstat {key}; pages)", "node")
+                fams.append(fam)
+                for nid, v in per_node.items():
+                    if key in v:
+                        fam.add(v[key], nid)
         fams += self._pingpong()
         fams += self._schemes(kds, ownership, now)
         fams += self._kdamond_cpu(kds)

@@ -30,6 +30,7 @@ SERIES = {
     "nodeagent_node_memory_total_bytes", "nodeagent_node_memory_used_bytes", "nodeagent_node_memory_free_bytes",
     "nodeagent_tier_memory_total_bytes", "nodeagent_tier_memory_used_bytes", "nodeagent_tier_memory_free_bytes",
     "nodeagent_vmstat_pgpromote_success_total", "nodeagent_vmstat_pgdemote_kswapd_total",
+    "nodeagent_node_vmstat_pgpromote_success_total", "nodeagent_node_vmstat_pgdemote_kswapd_total",
     "nodeagent_tiering_promoted_bytes_total", "nodeagent_tiering_demoted_bytes_total",
     "nodeagent_tiering_pingpong_ratio", "nodeagent_tiering_window_seconds",
     "nodeagent_tiering_window_promoted_bytes", "nodeagent_tiering_window_demoted_bytes",
@@ -87,6 +88,9 @@ def test_exporter_serves_every_series_over_loopback_and_writes_only_the_refresh(
     assert sum(1 for n, _ in m if n == "nodeagent_gpu_memory_total_bytes") == 5  # NVIDIA's list: no BMC, no NVMe
     assert m[("nodeagent_tiering_promoted_bytes_total", (("cause", "numa_balancing"), ("node", "0")))] == 2 * 1024**3
     assert m[("nodeagent_tiering_demoted_bytes_total", (("cause", "kswapd"), ("node", "0")))] == 1024**3
+    assert m[("nodeagent_node_vmstat_pgpromote_success_total", (("node", "0"),))] == 512 * 1024
+    assert m[("nodeagent_node_vmstat_pgdemote_kswapd_total", (("node", "0"),))] == 256 * 1024
+    assert m[("nodeagent_node_vmstat_pgdemote_kswapd_total", (("node", "2"),))] == 0
     assert m[("nodeagent_tiering_window_promoted_bytes", (("node", "0"),))] == 2 * 1024**3
     assert m[("nodeagent_tiering_pingpong_ratio", (("node", "0"),))] == 0.5
     for i, rec in owned.items():
