@@ -67,6 +67,8 @@ def bench(preset: str, scrapes: int) -> dict[str, float]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        if proc.stderr:
+            proc.stderr.close()
 
 
 def main() -> None:

@@ -69,7 +69,13 @@ def show(ctx: Ctx) -> None:
 
     c = Collector(ctx.host)
     c.sample(refresh=False, moves=False)
-    click.echo(render(c.collect()), nl=False)
+    fams = [f for f in c.collect() if f.samples]
+    if ctx.fmt == "json":
+        ctx.emit("", [{"name": f.sample_name, "type": f.kind, "help": f.help,
+                       "samples": [{"labels": dict(zip(f.labels, v, strict=True)), "value": x}
+                                   for v, x in f.samples]} for f in fams])
+    else:
+        click.echo(render(fams), nl=False)
 
 
 def register(cli: click.Group) -> None:

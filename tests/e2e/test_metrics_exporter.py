@@ -151,6 +151,13 @@ def test_gpu_sources_fall_back_and_a_driver_mismatch_is_an_error_series(h100: Pa
                                                          ("node", "0"), ("tier", "4")))] > 0  # the rest is there
 
 
+def test_metrics_show_as_json(h100: Path, capsys) -> None:
+    assert main(["--root", str(h100), "--format", "json", "metrics", "show"]) == 0
+    fams = {f["name"]: f for f in json.loads(capsys.readouterr().out)}
+    assert fams["nodeagent_damon_kdamond_cpu_seconds_total"]["type"] == "counter"
+    assert {s["labels"]["tier"] for s in fams["nodeagent_tier_memory_total_bytes"]["samples"]} == {"4", "22"}
+
+
 def test_listen_addresses_and_errors(h100: Path, capsys) -> None:
     assert parse_listen(":10075") == ("0.0.0.0", 10075)
     assert parse_listen("127.0.0.1:0") == ("127.0.0.1", 0)
@@ -188,3 +195,25 @@ def test_other_nodes_kernels_and_no_gpus(preset: str, make_node, tmp_path: Path,
     path = tmp_path / "show.prom"
     path.write_text(text)
     promtool_check(path)
+
+
+def test_metrics_serve_command_scrapes_and_stops_on_sigterm(h100: Path) -> None:
+    """The command itself, in its own process: it says where it listens, serves, and ends cleanly on SIGTERM."""
+    import re
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "--root", str(h100), "metrics", "serve", "--listen",
+                             "127.0.0.1:0"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline() if proc.stderr else ""
+        m = re.search(r"http://(127\.0\.0\.1):(\d+)/metrics", line)
+        assert m, line
+        text = scrape((m.group(1), int(m.group(2))))
+        assert ("nodeagent_gpu_up", (("source", "nvml"),)) in parse(text)
+    finally:
+        proc.terminate()
+        rc = proc.wait(timeout=10)
+        if proc.stderr:
+            proc.stderr.close()
+    assert rc == 0
