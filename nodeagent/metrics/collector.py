@@ -96,6 +96,16 @@ def _timestamp(text: Any) -> float | None:
 
 
 @dataclass
+class _Damon:
+    """The DAMON tree as one collection sees it: every kdamond, nodeagent's records, the facts behind them."""
+
+    kdamonds: list[_Kd]
+    ownership: dict[str, Any]
+    facts: Any  # nodeagent.facts.Facts holding the DAMON section
+    node_ranges: dict[int, list[tuple[int, int]]]
+
+
+@dataclass
 class _Kd:
     """A kdamond as the collector needs it."""
 
@@ -131,46 +141,44 @@ class Collector:
         if refresh:
             self.refresh_damon(now)
         if moves:
-            self.history.add(now, self.moves(self._kdamonds()[0]))
+            self.history.add(now, self.moves(self._damon()))
 
     def refresh_damon(self, now: float, *, force: bool = False) -> None:
         """``update_schemes_stats`` to owned running kdamonds without ``refresh_ms``, rate-limited."""
         from ..resources.damon.stats import refresh_stats
 
-        kds, ownership = self._kdamonds()
-        due = [k for k in kds if k.owned and k.running and not _refresh_ms(k)
+        d = self._damon()
+        due = [k for k in d.kdamonds if k.owned and k.running and not _refresh_ms(k)
                and (force or now - self.refreshed.get(k.index, 0.0) >= self.refresh_interval)]
         if not due:
             return
         try:
-            refresh_stats(self.host, ownership)
+            refresh_stats(self.host, d.ownership)
         except NodeagentError as exc:
             self.refresh_error = exc.message
             return
         self.refresh_error = None
-        for k in kds:
-            if k.owned and k.running and not _refresh_ms(k):
-                self.refreshed[k.index] = now
+        for k in due:
+            self.refreshed[k.index] = now
 
     # -- reading -----------------------------------------------------------------------------------------------
-    def _kdamonds(self) -> tuple[list[_Kd], dict[str, Any]]:
+    def _damon(self) -> _Damon:
         from ..facts.damon import from_facts
         from ..resources.damon.plan import owned_kdamonds
         from ..resources.damon.stats import damon_facts
 
-        self._damon_facts = damon_facts(self.host)
+        facts = damon_facts(self.host)
         ownership = self.state.load("ownership.json")
-        damon = from_facts(self._damon_facts)
-        self._node_ranges = damon.node_ranges
+        damon = from_facts(facts)
         owned, _ = owned_kdamonds(damon, ownership) if ownership else ({}, [])
         out = []
         for kd in damon.kdamonds:
             o = owned.get(kd.index)
             out.append(_Kd(kd.index, kd.pid, kd.running, o is not None and o.name is not None,
                            o.name if o is not None else None, kd.config, kd.status))
-        return out, ownership
+        return _Damon(out, ownership, facts, damon.node_ranges)
 
-    def moves(self, kds: list[_Kd]) -> Moves:
+    def moves(self, d: _Damon) -> Moves:
         """Cumulative bytes promoted and demoted per node and cause, now."""
         m = Moves()
         per_node_demotions = False
@@ -186,7 +194,7 @@ class Collector:
             for cause in DEMOTE_CAUSES:
                 if f"pgdemote_{cause}" in v:
                     m.demoted[("all", cause)] = v[f"pgdemote_{cause}"] * self.page
-        for kd in kds:
+        for kd in d.kdamonds:
             if not kd.owned:
                 continue
             for s, action, applied in _scheme_applied(kd):
@@ -195,7 +203,7 @@ class Collector:
                     m.promoted[(node or "unknown", "damon")] = m.promoted.get((node or "unknown", "damon"), 0) \
                         + applied
                 elif action == "migrate_cold":
-                    node = self._source_node(kd)
+                    node = _source_node(kd, d.node_ranges)
                     m.demoted[(node, "damon")] = m.demoted.get((node, "damon"), 0) + applied
         return m
 
@@ -204,14 +212,6 @@ class Collector:
         return {nid: parse_vmstat(self.host.read_opt(f"{NODE}/node{nid}/vmstat") or "")
                 for nid in parse_list(self.host.read_opt(f"{NODE}/online") or "")}
 
-    def _source_node(self, kd: _Kd) -> str:
-        start = kd.config.get("contexts/0/targets/0/regions/0/start", "").strip()
-        if start.isdigit():
-            addr = int(start)
-            for node, ranges in self._node_ranges.items():
-                if any(a <= addr < b for a, b in ranges):
-                    return str(node)
-        return "unknown"
 
     # -- the families ------------------------------------------------------------------------------------------
     def collect(self, *, drift: Any = None, checks: Iterable[Any] | None = None,
@@ -236,10 +236,10 @@ class Collector:
         fams += [counter(f"nodeagent_vmstat_{k}", f"{doc} (/proc/vmstat {k})").add(vm[k])
                  for k, doc in VMSTAT_COUNTERS.items() if k in vm]
         try:
-            kds, ownership = self._kdamonds()
+            d = self._damon()
         except NodeagentError:
-            kds, ownership = [], {}
-        fams += self._moves(self.moves(kds))
+            d = _Damon([], {}, None, {})
+        fams += self._moves(self.moves(d))
         per_node = self.node_vmstat()
         for key, doc in VMSTAT_COUNTERS.items():
             if key.startswith(("pgpromote_", "pgdemote_")) and any(key in v for v in per_node.values()):
@@ -249,8 +249,8 @@ class Collector:
                     if key in v:
                         fam.add(v[key], nid)
         fams += self._pingpong()
-        fams += self._schemes(kds, ownership, now)
-        fams += self._kdamond_cpu(kds)
+        fams += self._schemes(d, now)
+        fams += self._kdamond_cpu(d.kdamonds)
         fams += self._gpus(now)
         fams.append(one("nodeagent_collector_cpu_seconds", "CPU time this collection took",
                         time.process_time() - cpu0))
@@ -374,12 +374,12 @@ class Collector:
             win.add(est[0].window)
         yield from (ratio, win, wp, wd)
 
-    def _schemes(self, kds: list[_Kd], ownership: dict[str, Any], now: float) -> Iterator[Family]:
+    def _schemes(self, d: _Damon, now: float) -> Iterator[Family]:
         from ..resources.damon.stats import scheme_rows
 
-        if not ownership or not any(k.owned for k in kds):
+        if not any(k.owned for k in d.kdamonds):
             return
-        rows = scheme_rows(self._damon_facts, ownership).schemes
+        rows = scheme_rows(d.facts, d.ownership).schemes
         labels = ("kdamond", "name", "context", "scheme", "action")
         for stat, (suffix, doc) in SCHEME_STATS.items():
             fam = counter(f"nodeagent_damon_scheme_{suffix}", f"{doc} (DAMON stats/{stat})", *labels)
@@ -391,7 +391,7 @@ class Collector:
                     "nodeagent's last update_schemes_stats, or the kdamond's refresh_ms", "kdamond", "name")
         refresh = gauge("nodeagent_damon_stats_refresh_interval_seconds", "The kdamond's refresh_ms (6.17+; 0: "
                         "refreshed on request only)", "kdamond", "name")
-        for k in kds:
+        for k in d.kdamonds:
             if not (k.owned and k.running):
                 continue
             ms = _refresh_ms(k)
@@ -445,6 +445,17 @@ class Collector:
             if g.pcie_rx is not None:
                 fams["pcie_rx_bytes_per_second"].add(g.pcie_rx, *lv)
         yield from fams.values()
+
+
+def _source_node(kd: _Kd, node_ranges: dict[int, list[tuple[int, int]]]) -> str:
+    """The node holding the first region the kdamond monitors (paddr: a physical address)."""
+    start = kd.config.get("contexts/0/targets/0/regions/0/start", "").strip()
+    if start.isdigit():
+        addr = int(start)
+        for node, ranges in node_ranges.items():
+            if any(a <= addr < b for a, b in ranges):
+                return str(node)
+    return "unknown"
 
 
 def _refresh_ms(k: _Kd) -> int:

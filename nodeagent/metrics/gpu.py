@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..host import Host
 
 KIB = 1024
+NVML_ERROR_NOT_SUPPORTED = 3
 MIB = 1024**2
 QUERY = ("index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used", "memory.free")
 #: NVML return codes → the ``reason`` label of the error series.
@@ -89,10 +90,10 @@ def read_nvml(nvml: Any) -> GpuReading:
             h = nvml.nvmlDeviceGetHandleByIndex(i)
             mem = nvml.nvmlDeviceGetMemoryInfo(h)
             bus = nvml.nvmlDeviceGetPciInfo(h).busId
-            tx = nvml.nvmlDeviceGetPcieThroughput(h, nvml.NVML_PCIE_UTIL_TX_BYTES)
-            rx = nvml.nvmlDeviceGetPcieThroughput(h, nvml.NVML_PCIE_UTIL_RX_BYTES)
+            tx = _throughput(nvml, h, nvml.NVML_PCIE_UTIL_TX_BYTES)
+            rx = _throughput(nvml, h, nvml.NVML_PCIE_UTIL_RX_BYTES)
             out.gpus.append(Gpu(i, _text(nvml.nvmlDeviceGetUUID(h)), _text(nvml.nvmlDeviceGetName(h)), _text(bus),
-                                int(mem.total), int(mem.used), int(mem.free), tx * KIB, rx * KIB))
+                                int(mem.total), int(mem.used), int(mem.free), tx, rx))
     except nvml.NVMLError as exc:
         out.gpus, out.error, out.reason = [], str(exc), NVML_REASONS.get(exc.value, "nvml_error")
     finally:
@@ -101,6 +102,16 @@ def read_nvml(nvml: Any) -> GpuReading:
         except nvml.NVMLError:
             pass
     return out
+
+
+def _throughput(nvml: Any, handle: Any, counter: int) -> float | None:
+    """Bytes/s, or None where the GPU does not report it (NVML_ERROR_NOT_SUPPORTED: some vGPU and MIG setups)."""
+    try:
+        return nvml.nvmlDeviceGetPcieThroughput(handle, counter) * KIB
+    except nvml.NVMLError as exc:
+        if exc.value == NVML_ERROR_NOT_SUPPORTED:
+            return None
+        raise
 
 
 def _text(v: Any) -> str:

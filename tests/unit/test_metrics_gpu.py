@@ -63,7 +63,7 @@ class _Nvml:
         self.fail, self.shutdown = fail, False
 
     def nvmlInit(self) -> None:  # noqa: N802
-        if self.fail:
+        if self.fail and self.fail != 3:
             raise NVMLError(self.fail)
 
     def nvmlShutdown(self) -> None:  # noqa: N802
@@ -82,6 +82,8 @@ class _Nvml:
         return type("P", (), {"busId": b"00000000:18:00.0"})()
 
     def nvmlDeviceGetPcieThroughput(self, h: int, c: int) -> int:  # noqa: N802
+        if self.fail == 3:
+            raise NVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
         return 12126208 if c == 1 else 3281920
 
     def nvmlDeviceGetUUID(self, h: int) -> str:  # noqa: N802
@@ -99,6 +101,8 @@ def test_nvml_reading() -> None:
     assert (g.name, g.pci_bus_id, g.memory_used, g.memory_total) == (
         "NVIDIA H100 80GB HBM3", "00000000:18:00.0", 80403955712, 85520809984)
     assert (g.pcie_rx, g.pcie_tx) == (12126208 * 1024, 3281920 * 1024)
+    r = gpu.read_nvml(_Nvml(fail=3))  # a GPU without PCIe counters: memory still, throughput absent
+    assert r.error is None and (r.gpus[0].memory_used, r.gpus[0].pcie_tx) == (80403955712, None)
     r = gpu.read_nvml(_Nvml(fail=NVML_ERROR_LIB_RM_VERSION_MISMATCH))
     assert r.gpus == [] and r.reason == "driver_library_mismatch" and "version mismatch" in r.error
 
