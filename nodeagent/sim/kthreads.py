@@ -1,7 +1,8 @@
 """Kernel threads of a simulated node (kdamonds): ``/proc/<pid>/{stat,comm}`` with their CPU time.
 
 ``/proc/<pid>/stat`` has the kernel's 52 fields; ``utime`` and ``stime`` (fields 14 and 15) are in clock
-ticks (``USER_HZ`` = 100). A kthread spends system time only: :func:`burn` adds to ``stime``.
+ticks (``USER_HZ`` = 100). A kthread spends system time only: :func:`burn` adds to ``stime``. The layout is a
+6.18 kdamond's (tests/data/metrics/kdamond-stat-6.18.txt): state ``I``, ppid 2 (kthreadd).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ USER_HZ = 100
 def _stat(pid: int, comm: str, stime: int) -> str:
     # pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime
     # cstime priority nice num_threads itrealvalue starttime vsize rss ... (52 fields, kthreadd is ppid 2)
-    head = [str(pid), f"({comm})", "S", "2", "0", "0", "0", "-1", "2129984", "0", "0", "0", "0", "0",
+    head = [str(pid), f"({comm})", "I", "2", "0", "0", "0", "-1", "2129984", "0", "0", "0", "0", "0",
             str(stime), "0", "0", "20", "0", "1", "0", "1543", "0", "0", "18446744073709551615"]
     tail = ["0"] * (52 - len(head))
     tail[-14] = "17"  # exit_signal

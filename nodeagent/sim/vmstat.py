@@ -29,6 +29,8 @@ def tiering_keys(k: SimKernel) -> list[str]:
         keys += list(DEMOTE)
     if k.at_least(6, 14):
         keys.append("pgdemote_proactive")
+    if k.at_least(6, 18):  # seen in 6.18 captures (tests/data/metrics); the release that added it is not pinned
+        keys.insert(2, "pgpromote_candidate_nrl")
     return keys
 
 

@@ -14,6 +14,7 @@ from nodeagent.metrics.tiering import History, Moves, estimate
 from nodeagent.sim.nvidia import NVML_ERROR_LIB_RM_VERSION_MISMATCH, NVMLError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia"
+KERNEL = Path(__file__).resolve().parents[1] / "data" / "metrics"
 MiB = 1024**2
 
 
@@ -135,3 +136,23 @@ def test_pingpong_estimator() -> None:
         h.add(float(t), Moves({("0", "x"): float(t * 10)}, {("0", "y"): float(t)}))
     [e] = h.estimate()
     assert e.window == 30.0 and e.promoted == 300.0 and e.demoted == 30.0
+
+
+def test_real_kernel_captures_parse() -> None:
+    from nodeagent.metrics.collector import parse_proc_stat, parse_vmstat
+
+    assert parse_proc_stat((KERNEL / "kdamond-stat-6.18.txt").read_text()) == (0, 435)
+    assert parse_proc_stat("77 (odd) name) I 2") is None
+    v = parse_vmstat((KERNEL / "node0-vmstat-tiering-6.18.txt").read_text())
+    assert {"pgpromote_success", "pgpromote_candidate_nrl", "pgdemote_kswapd", "pgdemote_proactive"} <= set(v)
+
+
+def test_simulated_node_vmstat_has_the_real_keys(tmp_path: Path) -> None:
+    from nodeagent.sim import create
+
+    root = create(tmp_path / "n", "workstation")  # 6.18
+    real = [ln.split()[0] for ln in (KERNEL / "node0-vmstat-tiering-6.18.txt").read_text().splitlines()
+            if ln.startswith(("pgpromote", "pgdemote"))]
+    sim = [ln.split()[0] for ln in (root / "sys/devices/system/node/node0/vmstat").read_text().splitlines()
+           if ln.startswith(("pgpromote", "pgdemote"))]
+    assert sim == real
