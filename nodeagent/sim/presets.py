@@ -332,7 +332,7 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
     keys = ["numa_hit", "numa_miss", "numa_foreign", "numa_interleave", "numa_local", "numa_other",
             "pgpromote_success", "pgpromote_candidate", "pgdemote_kswapd", "pgdemote_direct",
             "pgdemote_khugepaged", "numa_pte_updates", "numa_huge_pte_updates", "numa_hint_faults",
-            "numa_hint_faults_local", "numa_pages_migrated"]
+            "numa_hint_faults_local", "numa_pages_migrated", "pgmigrate_success", "pgmigrate_fail"]
     t.file("/proc/vmstat", "\n".join(f"{key} 0" for key in keys), RO)
     knobs = dict(DEFAULT_KNOBS)
     knobs.update(p.knobs)

@@ -2,7 +2,8 @@
 
 The tiering counters are node statistics: ``pgpromote_success`` is counted on the node pages were promoted
 *to* (5.18; ``pgpromote_candidate`` 6.1), ``pgdemote_kswapd/direct/khugepaged`` on the node they were demoted
-*from* (per node since 6.9; ``pgdemote_proactive`` 6.14). ``/proc/vmstat`` shows their sums over all nodes.
+*from* (per node since 6.9, as a 6.12 guest shows; ``pgdemote_proactive`` 6.14). ``/proc/vmstat`` shows their
+sums over all nodes, and ``pgmigrate_success`` counts every migrated page.
 :func:`migrate` is "time passes with tiering at work" for tests: it moves the counters of both files together.
 """
 
@@ -62,4 +63,4 @@ def migrate(k: SimKernel, src: int, dst: int, pages: int, cause: str) -> None:
     per_node = f"{NODE}/node{node}/vmstat"
     if k.tree.exists(per_node) and k.at_least(6, 9 if cause != "promote" else 5):
         _bump(k, per_node, {key: v for key, v in deltas.items() if key in tiering_keys(k)})
-    _bump(k, "/proc/vmstat", deltas)
+    _bump(k, "/proc/vmstat", {**deltas, "pgmigrate_success": pages})  # a vm event: system-wide only
