@@ -517,6 +517,8 @@ def _detach(k: SimKernel, region: str, pos: int) -> None:
     info = _region_state(k, region)
     name = info["targets"].pop(str(pos))
     _set(k, name, "region", "")
+    _set(k, name, "start", "0x0")
+    _set(k, name, "size", "0x0")
     k.tree.set(f"{_path(k, region)}/target{pos}", "")
     if not info["targets"]:
         for d in info.pop("switch", {}).values():

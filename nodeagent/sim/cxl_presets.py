@@ -5,6 +5,7 @@
                          node 1 CPU-less DRAM, one 4 GiB window (decoder0.0 at 0x190000000, node 2) over host bridge
                          ``pci0000:0c`` with two root ports, two 256 MiB volatile memdevs (serials 0x4c454f0002 on
                          0c:01.0 = mem0, 0x4c454f0001 on 0c:00.0 = mem1, in the guest's probe order); no region.
+``qemu-cxl-rp0first``    the same guest when the other memdev probed first (mem0 = serial 0x4c454f0001).
 ``h100-cxl-memdevs``     h100-cxl with its two 2 TiB expanders as bare memdevs, one per socket's host bridge and
                          window (nodes 2, 3): the firmware left the HDM decoders to the OS, no region, no DAX device.
 ``h100-cxl-committed``   the same node as 6.3+ kernels boot it when the firmware committed the regions: region0 and
@@ -23,7 +24,7 @@ from dataclasses import replace
 from . import cxl as simcxl
 from . import dax as simdax
 from .kernel import SimKernel
-from .presets import GiB, LAYERS, TiB, Preset, _h100, _qemu_3node
+from .presets import LAYERS, GiB, Preset, TiB, _h100, _qemu_3node
 from .tree import RO, RW
 
 MiB = 1024**2
@@ -34,6 +35,10 @@ QEMU_CXL = simcxl.CxlDef(
     memdevs=(simcxl.MemdevDef(0x4C454F0002, "0000:0c:01.0", "0000:0e:00.0", 256 * MiB),
              simcxl.MemdevDef(0x4C454F0001, "0000:0c:00.0", "0000:0d:00.0", 256 * MiB)),
 )
+
+#: The guest's two memdevs probe in either order (cxl_pci probes asynchronously): mem0/endpoint2 is the first one
+#: probed. ``qemu-cxl`` is the order seen most (the second root port's device first), this one the other.
+QEMU_CXL_RP0_FIRST = replace(QEMU_CXL, memdevs=QEMU_CXL.memdevs[::-1])
 
 #: h100-cxl's expanders (Astera Leo class, PCIe 5 x16): one host bridge and one window per socket.
 H100_CXL = simcxl.CxlDef(
@@ -94,6 +99,7 @@ H100_HMEM = replace(H100_CXL, windows=H100_CXL.windows[:1], host_bridges=H100_CX
 
 PRESETS: dict[str, Callable[[], Preset]] = {
     "qemu-cxl": _qemu_cxl,
+    "qemu-cxl-rp0first": lambda: replace(_qemu_cxl(), name="qemu-cxl-rp0first"),
     "h100-cxl-memdevs": lambda: _h100_memdevs(
         "h100-cxl-memdevs", "2-socket H100 server whose two 2 TiB CXL expanders are bare memdevs (no region)"),
     "h100-cxl-committed": lambda: _h100_memdevs(
@@ -101,7 +107,8 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "h100-cxl-hmem": lambda: _h100_memdevs(
         "h100-cxl-hmem", "2-socket H100 server: one bare CXL memdev, one soft-reserved range under dax_hmem"),
 }
-BUSES.update({"qemu-cxl": (QEMU_CXL, None), "h100-cxl-memdevs": (H100_CXL, None),
+BUSES.update({"qemu-cxl": (QEMU_CXL, None), "qemu-cxl-rp0first": (QEMU_CXL_RP0_FIRST, None),
+              "h100-cxl-memdevs": (H100_CXL, None),
               "h100-cxl-committed": (H100_CXL, _committed), "h100-cxl-hmem": (H100_HMEM, _hmem)})
 
 
