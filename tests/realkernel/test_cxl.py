@@ -112,7 +112,8 @@ def test_the_guest_shows_both_memdevs_and_nodeagent_sees_them(worlds) -> None:  
 @pytestmark_rk
 def test_region_and_dax_device_on_the_real_kernel(worlds) -> None:  # type: ignore[no-untyped-def]
     real = worlds[0]
-    assert all(line.endswith(" ok") for line in real["create"].stdout.splitlines()[-2:]), real["create"].stdout
+    lines = real["create"].stdout.splitlines()
+    assert lines[-1].endswith("cxl_region/bind ok") and lines[-3].endswith("commit ok"), real["create"].stdout
     cxl = from_dict(real["facts-region"].doc()["sections"]["cxl"])
     (region,) = cxl.regions
     assert (region.name, region.size, region.interleave_ways, region.decode_state) == ("region0", 512 << 20, 2,
