@@ -99,11 +99,20 @@ def _link_bus(k: SimKernel, name: str, target: str) -> None:
     k.tree.link(f"{DEV}/{name}", "../../.." + target[4:])
 
 
+def _files(k: SimKernel, path: str, files: dict[str, tuple[str | int, int]]) -> None:
+    """A new device directory with its attributes (or the attributes added to one that exists)."""
+    if not k.tree.exists(path):
+        k.tree.new_dir(path, files)
+        return
+    for name, (value, mode) in files.items():
+        k.tree.file(f"{path}/{name}", value, mode)
+
+
 def _hex(n: int, width: int = 0) -> str:
     return f"0x{n:0{width}x}"
 
 
-def _decoder(k: SimKernel, path: str, kind: str, ways: int = 1, gran: int = 256, targets: str = "") -> None:
+def decoder(k: SimKernel, path: str, kind: str, ways: int = 1, gran: int = 256, targets: str = "") -> None:
     t = k.tree
     files = {"devtype": (f"cxl_decoder_{kind}", RO), "interleave_granularity": (gran, RO),
              "interleave_ways": (ways, RO), "locked": (0, RO), "modalias": ("cxl:t0", RO),
@@ -114,22 +123,22 @@ def _decoder(k: SimKernel, path: str, kind: str, ways: int = 1, gran: int = 256,
         files["target_list"] = (targets, RO)
     if kind == "endpoint":
         files |= {"dpa_resource": (_hex(NO_ADDR), RO), "dpa_size": (_hex(0, 16), RW), "mode": ("none", RW)}
-    t.new_dir(path, files)
+    _files(k, path, files)
     t.link(f"{path}/subsystem", f"{_up(path)}bus/cxl")
     _link_bus(k, os.path.basename(path), path)
 
 
-def _port(k: SimKernel, path: str, uport: str) -> None:
+def port(k: SimKernel, path: str, uport: str) -> None:
     t = k.tree
-    t.new_dir(path, {"decoders_committed": (0, RO), "devtype": ("cxl_port", RO), "modalias": ("cxl:t3", RO),
+    _files(k, path, {"decoders_committed": (0, RO), "devtype": ("cxl_port", RO), "modalias": ("cxl:t3", RO),
                      "uevent": ("", RW)})
     t.link(f"{path}/uport", _up(path) + uport[5:])
     t.link(f"{path}/subsystem", f"{_up(path)}bus/cxl")
     _link_bus(k, os.path.basename(path), path)
 
 
-def lay_out(k: SimKernel, spec: CxlDef) -> None:
-    """The bus as cxl_acpi, cxl_pci, cxl_port and cxl_mem leave it at boot: windows, ports, memdevs, no region."""
+def base(k: SimKernel, modules: tuple[str, ...]) -> None:
+    """root0 (ACPI0017), the CXL drivers, the loaded and built-in modules, and the bus's private state."""
     t = k.tree
     t.dir(ROOT)
     t.file(f"{ROOT}/devtype", "cxl_port", RO)
@@ -139,48 +148,60 @@ def lay_out(k: SimKernel, spec: CxlDef) -> None:
     for d in DRIVERS:
         for attr in ("bind", "unbind"):
             t.file(f"{BUS}/drivers/{d}/{attr}", "", WO)
-    for m in spec.modules:
+    for m in modules:
         t.file(f"/sys/module/{m}/initstate", "live", RO)
     for m in BUILTIN:  # built into Debian's kernel: /sys/module/NAME without initstate, listed in modules.builtin
         t.dir(f"/sys/module/{m}/drivers")
     t.file(f"/lib/modules/{k.meta['kernel']}/modules.builtin",
            "".join(f"kernel/drivers/cxl/{'core/' if m == 'cxl_core' else ''}{m}.ko\n" for m in BUILTIN), RO)
+    state = k.state()
+    state["cxl"] = {"ids": [], "next": {}, "windows": {}, "regions": {}, "hdm_end": {}, "endpoints": {}}
+    k.save_state(state)
+
+
+def root_decoder(k: SimKernel, path: str, start: int, size: int, ways: int, gran: int, targets: str,
+                 ram: bool = True, pmem: bool = True) -> None:
+    """A CXL window (CFMWS) as cxl_acpi shows it."""
+    decoder(k, path, "root", ways, gran, targets)
+    for name, value, mode in (("cap_pmem", int(pmem), RO), ("cap_ram", int(ram), RO), ("cap_type2", 1, RO),
+                              ("cap_type3", 1, RO), ("qos_class", 0, RO), ("create_ram_region", "", RW),
+                              ("create_pmem_region", "", RW), ("delete_region", "", WO)):
+        k.tree.file(f"{path}/{name}", value, mode)
+    k.tree.set(f"{path}/start", _hex(start))
+    k.tree.set(f"{path}/size", _hex(size))
+
+
+def lay_out(k: SimKernel, spec: CxlDef) -> None:
+    """The bus as cxl_acpi, cxl_pci, cxl_port and cxl_mem leave it at boot: windows, ports, memdevs, no region."""
+    t = k.tree
+    base(k, spec.modules)
     bridges = {hb.name: hb for hb in spec.host_bridges}
     for hb in spec.host_bridges:
         t.link(f"{ROOT}/dport{hb.uid}", f"../../../{hb.name}")
     for i, w in enumerate(spec.windows):
-        path = f"{ROOT}/decoder0.{i}"
-        _decoder(k, path, "root", len(w.host_bridges), w.granularity,
-                 ",".join(str(bridges[h].uid) for h in w.host_bridges))
-        for name, value, mode in (("cap_pmem", int(w.pmem), RO), ("cap_ram", int(w.ram), RO), ("cap_type2", 1, RO),
-                                  ("cap_type3", 1, RO), ("qos_class", 0, RO), ("create_ram_region", "", RW),
-                                  ("create_pmem_region", "", RW), ("delete_region", "", WO)):
-            t.file(f"{path}/{name}", value, mode)
-        t.set(f"{path}/start", _hex(w.start))
-        t.set(f"{path}/size", _hex(w.size))
+        root_decoder(k, f"{ROOT}/decoder0.{i}", w.start, w.size, len(w.host_bridges), w.granularity,
+                     ",".join(str(bridges[h].uid) for h in w.host_bridges), w.ram, w.pmem)
     state = k.state()
-    cx = state.setdefault("cxl", {})
+    cx = state["cxl"]
     cx["ids"] = list(range(spec.nvdimm_regions))
-    cx["next"] = {f"decoder0.{i}": _alloc_id(cx) for i in range(len(spec.windows))}
+    cx["next"] = {f"decoder0.{i}": alloc_id(cx) for i in range(len(spec.windows))}
     cx["windows"] = {f"decoder0.{i}": {"node": w.node, "hbs": list(w.host_bridges)}
                      for i, w in enumerate(spec.windows)}
-    cx["regions"] = {}
-    cx["hdm_end"] = {}
     k.save_state(state)
     for i in range(len(spec.windows)):
-        _next_names(k, f"decoder0.{i}")
+        next_names(k, f"decoder0.{i}")
     # ports: host bridges first, then one endpoint per memdev, numbered from 1
     n = 1
     hb_port = {}
     for hb in spec.host_bridges:
         path = f"{ROOT}/port{n}"
-        _port(k, path, f"/sys/devices/{hb.name}")
+        port(k, path, f"/sys/devices/{hb.name}")
         t.link(f"{path}/parent_dport", f"../../../../{hb.name}")
         for j, rp in enumerate(hb.root_ports):
             t.link(f"{path}/dport{j}", f"../../../../{hb.name}/{rp}")
             t.file(f"/sys/devices/{hb.name}/{rp}/numa_node", hb.numa_node, RO)
         for d in range(spec.decoders_per_port if len(hb.root_ports) > 1 else 1):
-            _decoder(k, f"{path}/decoder{n}.{d}", "switch", targets="0")
+            decoder(k, f"{path}/decoder{n}.{d}", "switch", targets="0")
         hb_port[hb.name] = (f"port{n}", path)
         n += 1
     rp_bridge = {rp: hb for hb in spec.host_bridges for rp in hb.root_ports}
@@ -202,20 +223,20 @@ def lay_out(k: SimKernel, spec: CxlDef) -> None:
         _link_bus(k, f"mem{i}", mem)
         port_name, port_path = hb_port[hb.name]
         ep = f"{port_path}/endpoint{n}"
-        _port(k, ep, mem)
+        port(k, ep, mem)
         t.link(f"{ep}/parent_dport", f"../../../../../{hb.name}/{m.root_port}")
         for d in range(spec.decoders_per_port):
-            _decoder(k, f"{ep}/decoder{n}.{d}", "endpoint")
+            decoder(k, f"{ep}/decoder{n}.{d}", "endpoint")
         state = k.state()
         state["cxl"]["hdm_end"][f"endpoint{n}"] = -1
-        state["cxl"].setdefault("endpoints", {})[f"endpoint{n}"] = {
+        state["cxl"]["endpoints"][f"endpoint{n}"] = {
             "memdev": f"mem{i}", "ram": m.ram_size, "pmem": m.pmem_size, "hb": hb.name,
             "dport": hb.root_ports.index(m.root_port), "port": port_name}
         k.save_state(state)
         n += 1
 
 
-def _alloc_id(cx: dict) -> int:
+def alloc_id(cx: dict) -> int:
     used = set(cx["ids"])
     i = 0
     while i in used:
@@ -281,7 +302,7 @@ def _create_region(k: SimKernel, path: str, value: str) -> None:
     if int(m.group(1)) != want:
         raise ebusy(f"the next region of {root} is region{want}")
     name = f"region{want}"
-    cx["next"][root] = _alloc_id(cx)
+    cx["next"][root] = alloc_id(cx)
     cx["regions"][name] = {"state": IDLE, "mode": mode, "id": want, "ways": 0, "targets": {}}
     k.save_state(state)
     base = f"{_path(k, root)}/{name}"
@@ -294,10 +315,10 @@ def _create_region(k: SimKernel, path: str, value: str) -> None:
         k.tree.dir(f"{base}/{a}")
     k.tree.link(f"{base}/subsystem", f"{_up(base)}bus/cxl")
     _link_bus(k, name, base)
-    _next_names(k, root)
+    next_names(k, root)
 
 
-def _next_names(k: SimKernel, root: str) -> None:
+def next_names(k: SimKernel, root: str) -> None:
     nxt = f"region{k.state()['cxl']['next'][root]}"
     for attr in ("create_ram_region", "create_pmem_region"):
         _set(k, root, attr, nxt)
@@ -327,7 +348,7 @@ def _delete_region(k: SimKernel, path: str, value: str) -> None:
     else:
         cx["ids"].remove(rid)
     k.save_state(state)
-    _next_names(k, root)
+    next_names(k, root)
 
 
 # -- region attributes --------------------------------------------------------------------------------------
@@ -513,6 +534,14 @@ def _setup_targets(k: SimKernel, region: str, info: dict) -> None:
     info["switch"] = {p: _switch_decoder(k, region, p) for p in by_port}
 
 
+def program(k: SimKernel, decoders: list[str], region: str, start: int, size: int) -> None:
+    """What a committed region leaves in its decoders: the region, its HPA range (firmware-committed regions)."""
+    for d in decoders:
+        _set(k, d, "region", region)
+        _set(k, d, "start", _hex(start))
+        _set(k, d, "size", _hex(size))
+
+
 def _detach(k: SimKernel, region: str, pos: int) -> None:
     info = _region_state(k, region)
     name = info["targets"].pop(str(pos))
@@ -632,7 +661,7 @@ def _unbind_region(k: SimKernel, region: str) -> None:
     dreg = f"{base}/dax_region{info['id']}"
     if k.tree.exists(dreg):
         k.tree.remove_tree(dreg)
-        k.tree.local(f"{DEV}/dax_region{info['id']}").unlink()
+        k.tree.local(f"{DEV}/dax_region{info['id']}").unlink(missing_ok=True)
     k.tree.local(f"{base}/driver").unlink()
 
 

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -112,9 +113,65 @@ BUSES.update({"qemu-cxl": (QEMU_CXL, None), "qemu-cxl-rp0first": (QEMU_CXL_RP0_F
               "h100-cxl-committed": (H100_CXL, _committed), "h100-cxl-hmem": (H100_HMEM, _hmem)})
 
 
+def complete_dax_cxl(k: SimKernel, preset: Preset) -> None:
+    """The rest of the CXL bus behind presets whose CXL DAX devices :mod:`nodeagent.sim.dax` lays out with only
+    their region, endpoint decoder and memdev (h100-cxl, h100-cxl-autoonline, the benchmark nodes): each device's
+    own window (root decoder), host bridge and its decoder, committed and bound to ``cxl_region``, the CXL
+    modules loaded — so that the facts of those nodes are those of a whole bus and the region ABI answers."""
+    devs = [d for d in preset.dax if d.kind == "cxl"]
+    if not devs:
+        return
+    t = k.tree
+    simcxl.base(k, simcxl.MODULES)
+    state = k.state()
+    cx = state["cxl"]
+    cx["ids"] = sorted({d.region for d in devs})
+    for d in devs:
+        r, ep, port = d.region, d.region + 2, d.region + 1
+        bridge = f"pci0000:{0x30 + 0x10 * r:02x}"
+        root = f"{simcxl.ROOT}/decoder0.{r}"
+        region = f"{root}/region{r}"
+        simcxl.root_decoder(k, root, d.start, d.size, 1, 256, str(0x30 + 0x10 * r))
+        t.link(f"{simcxl.ROOT}/dport{0x30 + 0x10 * r}", f"../../../{bridge}")
+        hb = f"{simcxl.ROOT}/port{port}"
+        simcxl.port(k, hb, f"/sys/devices/{bridge}")
+        t.link(f"{hb}/dport0", f"../../../../{bridge}/{bridge[3:]}:00.0")
+        # no switch decoder: sim.dax numbers ports and endpoints so that its decoderN.0 would be an endpoint's
+        endpoint = f"{hb}/endpoint{ep}"
+        for name, value in (("devtype", "cxl_port"), ("decoders_committed", 1), ("modalias", "cxl:t3")):
+            t.file(f"{endpoint}/{name}", value, RO)
+        t.link(f"{endpoint}/subsystem", "../../../../../../bus/cxl")
+        dec = f"{endpoint}/decoder{ep}.0"
+        simcxl.decoder(k, dec, "endpoint")
+        for name, value in (("mode", "ram"), ("dpa_resource", "0x0"), ("dpa_size", f"0x{d.size:016x}")):
+            t.set(f"{dec}/{name}", value)
+        for name, value in (("devtype", "cxl_region"), ("modalias", "cxl:t6")):
+            t.file(f"{region}/{name}", value, RO)
+        t.file(f"{region}/interleave_ways", 1, RW)
+        t.file(f"{region}/interleave_granularity", 256, RW)
+        t.link(f"{region}/driver", "../../../../../../bus/cxl/drivers/cxl_region")
+        memdev = os.path.realpath(k.tree.local(f"{simcxl.DEV}/mem{r}"))
+        t.link(memdev + "/driver", os.path.relpath(k.tree.local(f"{simcxl.BUS}/drivers/cxl_mem"), memdev))
+        cx["windows"][f"decoder0.{r}"] = {"node": d.target_node, "hbs": [bridge]}
+        cx["endpoints"][f"endpoint{ep}"] = {"memdev": f"mem{r}", "ram": d.size, "pmem": 0, "hb": bridge, "dport": 0,
+                                            "port": f"port{port}"}
+        cx["hdm_end"][f"endpoint{ep}"] = 0
+        cx["regions"][f"region{r}"] = {"state": simcxl.COMMIT, "mode": "ram", "id": r, "ways": 1,
+                                       "targets": {"0": f"decoder{ep}.0"}, "switch": {}}
+    for d in devs:
+        cx["next"][f"decoder0.{d.region}"] = simcxl.alloc_id(cx)
+    k.save_state(state)
+    for d in devs:
+        r, ep, port = d.region, d.region + 2, d.region + 1
+        simcxl.program(k, [f"decoder{ep}.0"], f"region{r}", d.start, d.size)
+        simcxl.next_names(k, f"decoder0.{r}")
+        t.set(f"{simcxl.ROOT}/port{port}/decoders_committed", 1)
+
+
 def _layer(k: SimKernel, preset: Preset) -> None:
     bus = BUSES.get(preset.name)
     if bus is None:
+        complete_dax_cxl(k, preset)
         return
     spec, boot = bus
     simcxl.lay_out(k, spec)

@@ -165,6 +165,24 @@ def test_presets_facts(make_node: Callable[..., Path]) -> None:
     assert [(d.name, d.backing, d.mode) for d in daxfacts.from_facts(f).devices] == [("dax1.0", "hmem", "devdax")]
 
 
+def test_the_dax_presets_have_a_whole_bus(make_node: Callable[..., Path]) -> None:
+    """h100-cxl's DAX devices (laid out by sim.dax) sit on a complete bus: windows, modules, committed and bound
+    regions that the region ABI tears down like any other."""
+    root = make_node("h100-cxl")
+    c = cxlfacts.from_facts(gather(open_host(root)))
+    assert [(d.name, d.start, d.size) for d in c.root_decoders()] == [("decoder0.0", 1 << 40, 2 << 40),
+                                                                       ("decoder0.1", 3 << 40, 2 << 40)]
+    assert c.missing_modules == [] and [(r.name, r.memdevs, r.decode_state, r.driver) for r in c.regions] == [
+        ("region0", ["mem0"], "commit", "cxl_region"), ("region1", ["mem1"], "commit", "cxl_region")]
+    k = SimKernel(root)
+    for path, value in ((f"{DEV}/region0/commit", "0"), (f"{DEV}/region0/target0", ""),
+                        (f"{DEV}/decoder2.0/dpa_size", "0"), (f"{DEV}/decoder0.0/delete_region", "region0")):
+        k.write(path, value)
+    after = cxlfacts.from_facts(gather(open_host(root)))
+    assert [m.name for m in after.bare_memdevs] == ["mem0"] and after.next_region["decoder0.0"] == "region0"
+    assert not (root / "sys/bus/dax/devices/dax0.0").exists()
+
+
 def test_missing_modules_are_reported(make_node: Callable[..., Path]) -> None:
     root = make_node("qemu-cxl")
     for m in ("cxl_acpi", "dax_cxl"):
