@@ -136,6 +136,7 @@ class CxlFacts:
     dax: list[DaxOwner]
     cxl_cli: str | None = None  # the cxl executable, None when not installed
     cli_differences: list[str] = field(default_factory=list)
+    pci_functions: list[str] = field(default_factory=list)  # PCI functions of class CXL memory device (0x0502)
 
     @property
     def missing_modules(self) -> list[str]:
@@ -149,6 +150,11 @@ class CxlFacts:
 
     def root_decoders(self) -> list[Decoder]:
         return [d for d in self.decoders if d.kind == "root"]
+
+    @property
+    def unprobed(self) -> list[str]:
+        """CXL memory devices on PCI that no memdev stands for (cxl_pci not loaded, or its probe failed)."""
+        return [p for p in self.pci_functions if p not in {m.pci for m in self.memdevs}]
 
     @property
     def bare_memdevs(self) -> list[Memdev]:
@@ -173,7 +179,8 @@ def from_dict(d: dict[str, Any]) -> CxlFacts:
         decoders=[Decoder(**x) for x in d.get("decoders", [])],
         regions=[Region(**r) for r in d.get("regions", [])], ports=dict(d.get("ports", {})),
         next_region=dict(d.get("next_region", {})), dax=[DaxOwner(**x) for x in d.get("dax", [])],
-        cxl_cli=d.get("cxl_cli"), cli_differences=list(d.get("cli_differences", [])))
+        cxl_cli=d.get("cxl_cli"), cli_differences=list(d.get("cli_differences", [])),
+        pci_functions=list(d.get("pci_functions", [])))
 
 
 # -- reading ---------------------------------------------------------------------------------------------
@@ -338,6 +345,16 @@ def read_dax_owners(host: Host) -> list[DaxOwner]:
     return out
 
 
+def read_pci_functions(host: Host) -> list[str]:
+    """PCI functions whose class is CXL memory device (base 0x05, sub-class 0x02), with or without a driver."""
+    out = []
+    for name in host.fs.listdir("/sys/bus/pci/devices"):
+        cls = (host.read_opt(f"/sys/bus/pci/devices/{name}/class") or "").strip().lower()
+        if cls.startswith("0x0502"):
+            out.append(name)
+    return out
+
+
 def read(host: Host, release: str = "") -> CxlFacts:
     modules = read_modules(host, release)
     present = host.fs.is_dir(CXL)
@@ -356,7 +373,8 @@ def read(host: Host, release: str = "") -> CxlFacts:
     next_region = {d.name: nxt for d in decoders if d.kind == "root"
                    if (nxt := _str(host.read_opt(f"{CXL}/{d.name}/create_ram_region")))}
     return CxlFacts(present=present, modules=modules, memdevs=memdevs, decoders=decoders, regions=regions,
-                    ports=ports, next_region=next_region, dax=read_dax_owners(host))
+                    ports=ports, next_region=next_region, dax=read_dax_owners(host),
+                    pci_functions=read_pci_functions(host))
 
 
 # -- cross-check with cxl list ----------------------------------------------------------------------------
@@ -456,8 +474,8 @@ def _size(n: int | None) -> str:
 def summary_lines(f: Facts) -> list[str]:
     """The CXL part of ``nodeagent facts`` (nothing on a node without the bus or memdevs)."""
     c = from_facts(f)
-    if not c.present and not c.memdevs:
-        return []
+    if not (c.memdevs or c.decoders or c.regions or c.pci_functions):
+        return []  # no CXL hardware (Debian's kernel has cxl_core built in: an empty bus is every machine's)
     out = [f"CXL bus: {len(c.memdevs)} memdev(s), {len(c.root_decoders())} window(s), {len(c.regions)} region(s)"
            + (f"  (cxl list {c.cxl_cli}: {'agrees' if not c.cli_differences else 'DIFFERS'})" if c.cxl_cli else "")]
     for m in c.memdevs:
@@ -482,7 +500,12 @@ def summary_lines(f: Facts) -> list[str]:
     for o in c.dax:
         if o.owner != "cxl-region":
             out.append(f"  {o.device}  owned by {o.owner}" + (f" ({o.driver})" if o.driver else ""))
+    if c.unprobed:
+        out.append(f"  CXL memory devices on PCI without a memdev: {', '.join(c.unprobed)} "
+                   "(is cxl_pci loaded? `dmesg | grep cxl` says why a probe failed)")
     if c.missing_modules:
-        out.append("  modules not loaded: " + ", ".join(f"{m} ({c.modules[m]})" for m in c.missing_modules))
+        out.append("  modules not loaded: " + ", ".join(f"{m} ({c.modules[m]})" for m in c.missing_modules)
+                   + ("; `modprobe -a " + " ".join(m for m in c.missing_modules if c.modules[m] == "available") + "`"
+                      if any(c.modules[m] == "available" for m in c.missing_modules) else ""))
     out += [f"  cxl list differs: {d}" for d in c.cli_differences]
     return out

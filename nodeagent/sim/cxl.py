@@ -220,6 +220,7 @@ def lay_out(k: SimKernel, spec: CxlDef) -> None:
                             ("max_link_speed", m.link[0]), ("max_link_width", m.link[1]),
                             ("numa_node", hb.numa_node), ("vendor", "0x8086"), ("class", "0x050210")):
             t.file(f"{pci_dir}/{attr}", value, RO)
+        t.link(f"/sys/bus/pci/devices/{m.pci}", "../../.." + pci_dir[4:])
         _link_bus(k, f"mem{i}", mem)
         port_name, port_path = hb_port[hb.name]
         ep = f"{port_path}/endpoint{n}"

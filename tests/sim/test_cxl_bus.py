@@ -196,7 +196,7 @@ def test_missing_modules_are_reported(make_node: Callable[..., Path]) -> None:
     assert (c.modules["cxl_acpi"], c.modules["dax_cxl"], c.modules["cxl_port"]) == ("available", "absent", "builtin")
     from nodeagent.render.text import facts_text
 
-    assert "modules not loaded: cxl_acpi (available), dax_cxl (absent)" in facts_text(f)
+    assert "modules not loaded: cxl_acpi (available), dax_cxl (absent); `modprobe -a cxl_acpi`" in facts_text(f)
 
 
 def test_nodeagent_facts_shows_the_memdevs(capsys: pytest.CaptureFixture[str]) -> None:
