@@ -740,24 +740,22 @@ def ensure_qemu(minimum: tuple[int, int], cache_dir: Path | None = None) -> Qemu
                                  f">= {_dotted(minimum)}")
     cache_dir = (Path(cache_dir) if cache_dir else default_cache_dir())
     base = cache_dir / "qemu"
-    found = _qemu_stamp(base, minimum)
-    if found:
-        return found
-    with _locked(cache_dir / ".qemu.lock"):
-        found = _qemu_stamp(base, minimum)
-        if found:
-            return found
-        try:
-            qemu = _fetch_qemu(cache_dir, base)
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise HarnessUnavailable(f"QEMU fetch failed: {exc}") from exc
+    qemu = _qemu_stamp(base)
+    if qemu is None:
+        with _locked(cache_dir / ".qemu.lock"):
+            qemu = _qemu_stamp(base)  # another process may have fetched it meanwhile
+            if qemu is None:
+                try:
+                    qemu = _fetch_qemu(cache_dir, base)
+                except (OSError, subprocess.SubprocessError) as exc:
+                    raise HarnessUnavailable(f"QEMU fetch failed: {exc}") from exc
     if qemu.version < minimum:
         raise HarnessUnavailable(f"{BACKPORTS_SUITE} has QEMU {_dotted(qemu.version)}; this layout needs "
                                  f">= {_dotted(minimum)}")
     return qemu
 
 
-def _qemu_stamp(base: Path, minimum: tuple[int, int]) -> Qemu | None:
+def _qemu_stamp(base: Path) -> Qemu | None:
     try:
         data = json.loads((base / "qemu.json").read_text())
     except (OSError, ValueError):

@@ -204,3 +204,55 @@ def test_captured_facts_match_the_simulator(tmp_path: Path) -> None:
     for step in FACTS_STEPS:
         assert_same(f"the captured facts ({step})", cxl_shape(json.loads(_captured(f"cxl-{step}.json"))),
                     cxl_shape(docs[step]))
+
+
+# --------------------------------------------------------------------------- the harness's QEMU >= 8, without QEMU
+
+
+def _assets(tmp_path: Path) -> harness.Assets:
+    return harness._assets_from(tmp_path, "6.12.95+deb12-amd64", "linux-image", ())
+
+
+def test_the_cxl_command_line(tmp_path: Path) -> None:
+    qemu = harness.Qemu("/q/usr/bin/qemu-system-x86_64", (10, 0, 2), Path("/q"))
+    cmd = harness.qemu_command(qemu, _assets(tmp_path), harness.LAYOUTS["cxl"], tmp_path / "i", tmp_path / "c",
+                               hostroot=True)
+    if os.geteuid() == 0 and harness.HOST_QEMU_MODULES.is_dir():  # the host's modules hidden by a tmpfs
+        assert cmd[:5] == ["unshare", "--mount", "--propagation", "private", "sh"]
+        assert cmd[7] == str(harness.HOST_QEMU_MODULES)
+    args = cmd[cmd.index(qemu.binary):]
+    assert args[1:3] == ["-L", "/q/usr/share/qemu"]
+    assert args[args.index("-machine") + 1] == "q35,cxl=on" and args[args.index("-cpu") + 1] == "max,hypervisor=off"
+    devices = [args[i + 1] for i, a in enumerate(args) if a == "-device"]
+    assert "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,bus=pcie.0" in devices
+    type3 = [d for d in devices if d.startswith("cxl-type3")]
+    assert len(type3) == 2 and len({d.split("sn=")[1] for d in type3}) == 2
+    assert all("volatile-memdev=" in d for d in type3)
+    assert "cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G" in args
+    assert qemu.env()["QEMU_MODULE_DIR"] == f"/q/usr/lib/{harness.MULTIARCH}/qemu"
+
+
+def test_the_host_qemu_is_used_when_new_enough(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("NODEAGENT_QEMU", raising=False)
+    monkeypatch.setattr(harness, "qemu_binary", lambda: "/usr/bin/qemu-system-x86_64")
+    monkeypatch.setattr(harness, "qemu_version", lambda binary, env=None: (8, 2, 2))
+    assert harness.ensure_qemu((8, 0), tmp_path) == harness.Qemu("/usr/bin/qemu-system-x86_64", (8, 2, 2))
+    monkeypatch.setattr(harness, "qemu_version", lambda binary, env=None: (7, 2, 22))
+    monkeypatch.setenv("NODEAGENT_QEMU", "/usr/bin/qemu-system-x86_64")
+    with pytest.raises(harness.HarnessUnavailable, match=r"is QEMU 7\.2\.22; this layout needs >= 8\.0"):
+        harness.ensure_qemu((8, 0), tmp_path)
+
+
+def test_a_fetched_qemu_is_reused_from_its_stamp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("NODEAGENT_QEMU", raising=False)
+    monkeypatch.setattr(harness, "qemu_binary", lambda: None)
+    binary = tmp_path / "qemu/root/usr/bin/qemu-system-x86_64"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    (tmp_path / "qemu/qemu.json").write_text(json.dumps({"recipe": harness.QEMU_RECIPE, "version": [10, 0, 2],
+                                                         "packages": ["qemu-system-x86=1:10.0.2"]}))
+    got = harness.ensure_qemu((8, 0), tmp_path)
+    assert (got.binary, got.version, got.root) == (str(binary), (10, 0, 2), tmp_path / "qemu/root")
+    with pytest.raises(harness.HarnessUnavailable, match=r"has QEMU 10\.0\.2; this layout needs >= 11\.0"):
+        harness.ensure_qemu((11, 0), tmp_path)
