@@ -18,10 +18,12 @@ Layout and behaviour as captured on a real 6.12 guest (QEMU 10, two cxl-type3 me
   for a host bridge not in the window or at a position the window's host-bridge order does not give it (x2 and
   more windows), EBUSY for a decoder already in a region or a position taken, EINVAL if its DPA × ways is not the
   region's size. Writing an empty value detaches; a committed region is reset (``commit`` reads 0) first.
-- ``commit=1``: ENXIO until every position is filled; programs the host-bridge and endpoint decoders. It makes no
-  DAX device: binding the region to ``cxl_region`` (ENXIO before commit) does — ``daxN.0`` (N = region id) with
-  ``memmap_on_memory`` 1, which kmem takes at once and hot-adds as ``auto_online_blocks`` says. ``commit=0``
-  releases the region driver (the DAX device goes) and resets the decoders.
+- ``commit=1``: ENXIO until every position is filled, and ENXIO on a CPU with the hypervisor bit (the kernel
+  cannot invalidate caches there: a QEMU guest needs ``-cpu max,hypervisor=off``); programs the host-bridge and
+  endpoint decoders. It makes no DAX device: binding the region to ``cxl_region`` (ENXIO before commit) does —
+  ``daxN.0`` (N = region id) with ``memmap_on_memory`` 1, which kmem takes at once and hot-adds as
+  ``auto_online_blocks`` says. ``commit=0`` releases the region driver (the DAX device goes) and resets the
+  decoders.
 - ``delete_region`` (ENODEV for a name that is not a region of this window) tears the region down whatever its
   state. Where the kernel would strand online memory (kmem losing a device with online blocks) the simulator
   refuses with EBUSY, as ``sim.dax`` does.
@@ -572,6 +574,10 @@ def _commit(k: SimKernel, path: str, value: str) -> None:
         return
     if on and info["state"] < ACTIVE:
         raise _err(errno.ENXIO, f"{region}: not every target is attached")
+    if on and _hypervisor(k):
+        # cxl_region_invalidate_memregion(): no cache invalidation under a hypervisor (without
+        # CONFIG_CXL_REGION_INVALIDATION_TEST, as Debian builds it) — "Failed to synchronize CPU cache state"
+        raise _err(errno.ENXIO, "Failed to synchronize CPU cache state (the CPU has the hypervisor bit)")
     if not on:
         _decommit(k, region)
         return
@@ -583,6 +589,12 @@ def _commit(k: SimKernel, path: str, value: str) -> None:
     info["state"] = COMMIT
     _save_region(k, region, info)
     k.tree.set(path, 1)
+
+
+def _hypervisor(k: SimKernel) -> bool:
+    cpuinfo = k.tree.local("/proc/cpuinfo")
+    return cpuinfo.exists() and any(line.startswith("flags") and " hypervisor" in line
+                                    for line in cpuinfo.read_text().splitlines())
 
 
 def _decommit(k: SimKernel, region: str) -> None:

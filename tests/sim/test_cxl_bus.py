@@ -138,6 +138,22 @@ def test_a_second_region_gets_the_next_free_range(bus: Callable[..., SimKernel])
         == errno.ENOSPC  # beyond the 4 GiB window
 
 
+def test_commit_needs_a_cpu_without_the_hypervisor_bit(bus: Callable[..., SimKernel]) -> None:
+    k = bus(1)
+    (d,) = _endpoint_decoders(k)
+    name = _region_to_size(k, 1)
+    k.write(f"{DEV}/{d}/mode", "ram")
+    k.write(f"{DEV}/{d}/dpa_size", str(256 * MiB))
+    k.write(f"{DEV}/{name}/target0", d)
+    cpuinfo = k.root / "proc/cpuinfo"
+    text = cpuinfo.read_text()
+    cpuinfo.chmod(0o644)
+    cpuinfo.write_text(text.replace("flags\t\t: ", "flags\t\t: hypervisor "))
+    assert errno_of(k, f"{DEV}/{name}/commit", "1") == errno.ENXIO  # what the guest showed with -cpu max
+    cpuinfo.write_text(text)
+    assert errno_of(k, f"{DEV}/{name}/commit", "1") == 0
+
+
 def test_commit_0_refuses_while_kmem_holds_online_memory(make_node: Callable[..., Path]) -> None:
     k = SimKernel(make_node("h100-cxl-committed"))
     before = k.tree.read(f"{DEV}/region0/commit")
