@@ -63,7 +63,9 @@ def cxl_guest(guest: harness.Guest) -> harness.Guest:
     try:
         harness.ensure_qemu(harness.LAYOUTS["cxl"].qemu_min, guest.assets.cache_dir)
     except harness.HarnessUnavailable as exc:
-        pytest.skip(f"realkernel: the CXL layout needs QEMU >= 8 (cxl-type3 volatile-memdev=): {exc}")
+        from conftest import _skip  # the tier's skip: the reason is printed again at the end of the run
+
+        _skip(f"the CXL scenario needs QEMU >= 8 (cxl-type3 volatile-memdev=): {exc}")
     return guest
 
 
