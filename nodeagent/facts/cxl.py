@@ -7,7 +7,8 @@ Layout as captured on a real 6.12 guest (QEMU 10 cxl-type3, ``tests/realkernel/c
   it interleaves (``target_list``), plus ``create_ram_region`` (the next region name);
 - ``portN`` (a host bridge ``pci0000:XX`` or a switch) → switch decoders; ``endpointN`` (its ``uport`` is the
   memdev) → endpoint decoders with ``mode`` (``none``/``ram``/``pmem``), ``dpa_size``/``dpa_resource``, and the
-  ``region`` they belong to; a decoder decodes (is committed) when its ``size`` is non-zero;
+  ``region`` they belong to; a decoder is enabled (decodes) while that region is committed — its ``size`` alone
+  does not say (it keeps the region's size after a reset);
 - ``memN`` under its PCI function (``/sys/devices/pci0000:0c/0000:0c:00.0/0000:0d:00.0/memN``): ``serial``,
   ``ram/size``, ``pmem/size``, ``firmware_version``, ``numa_node`` (-1 in QEMU); the PCIe link is the function's;
 - ``regionN`` under its root decoder: ``mode``, ``uuid`` (empty for ram), ``resource``/``size``,
@@ -24,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import CommandError
@@ -88,11 +89,7 @@ class Decoder:
     mode: str | None = None  # endpoint: none | ram | pmem
     dpa_resource: int | None = None
     dpa_size: int | None = None
-
-    @property
-    def state(self) -> str:
-        """``enabled`` when it decodes (committed), as cxl list says it; a root decoder always is."""
-        return "enabled" if self.kind == "root" or self.size else "disabled"
+    state: str = "disabled"  # enabled: it decodes (a root decoder, or one of a committed region), as cxl list says
 
 
 @dataclass(frozen=True)
@@ -370,6 +367,9 @@ def read(host: Host, release: str = "") -> CxlFacts:
                 if (d := read_decoder(host, n)) is not None]
     regions = [read_region(host, n, endpoint_memdev)
                for n in sorted((n for n in names if re.fullmatch(r"region\d+", n)), key=_sort_key)]
+    committed = {r.name for r in regions if r.committed}
+    decoders = [replace(d, state="enabled" if d.kind == "root" or d.region in committed else "disabled")
+                for d in decoders]
     next_region = {d.name: nxt for d in decoders if d.kind == "root"
                    if (nxt := _str(host.read_opt(f"{CXL}/{d.name}/create_ram_region")))}
     return CxlFacts(present=present, modules=modules, memdevs=memdevs, decoders=decoders, regions=regions,
