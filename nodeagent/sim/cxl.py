@@ -16,7 +16,8 @@ Layout and behaviour as captured on a real 6.12 guest (QEMU 10, two cxl-type3 me
   release are stacks per endpoint) or while the decoder is in a region, ENOSPC beyond the partition.
 - ``targetN``: ENODEV for no such device, EINVAL for a mode mismatch, ENXIO before the size is set, without DPA,
   for a host bridge not in the window or at a position the window's host-bridge order does not give it (x2 and
-  more windows), EBUSY for a decoder already in a region or a position taken, EINVAL if its DPA × ways is not the
+  more windows), EBUSY for a decoder already in a region, a position taken or a memdev already in the region
+  through another of its decoders, EINVAL if its DPA × ways is not the
   region's size. Writing an empty value detaches; a committed region is reset (``commit`` reads 0) first.
 - ``commit=1``: ENXIO until every position is filled, and ENXIO on a CPU with the hypervisor bit (the kernel
   cannot invalidate caches there: a QEMU guest needs ``-cpu max,hypervisor=off``); programs the host-bridge and
@@ -484,6 +485,9 @@ def _attach(k: SimKernel, region: str, pos: int, name: str) -> None:
     if int(_read(k, name, "dpa_size"), 0) == 0:
         raise _err(errno.ENXIO, f"{name} has no DPA (dpa_size)")
     endpoint = os.path.basename(os.path.dirname(_path(k, name)))
+    for other_pos, other in info["targets"].items():  # cxl_region_validate_position: one memdev, one position
+        if os.path.basename(os.path.dirname(_path(k, other))) == endpoint:
+            raise ebusy(f"{endpoint}'s memdev is already at position {other_pos} via {other}")
     ep = k.state()["cxl"]["endpoints"][endpoint]
     root = _root_of(k, region)
     hbs = k.state()["cxl"]["windows"][root]["hbs"]

@@ -27,11 +27,11 @@ DEV = simcxl.DEV
 MEM = "/sys/devices/system/memory"
 
 
-def _spec(bridges: int, nvdimm: int = 0) -> simcxl.CxlDef:
-    """``bridges`` host bridges, one 256 MiB memdev each, one window at 16 GiB interleaved across all of them."""
+def _spec(bridges: int, nvdimm: int = 0, size: int = 256 * MiB) -> simcxl.CxlDef:
+    """``bridges`` host bridges, one memdev of ``size`` each, one window at 16 GiB interleaved across all of them."""
     hbs = tuple(simcxl.HostBridgeDef(f"pci0000:{0x20 + 0x10 * i:02x}", 20 + i, (f"0000:{0x20 + 0x10 * i:02x}:00.0",))
                 for i in range(bridges))
-    mems = tuple(simcxl.MemdevDef(0xA000 + i, hb.root_ports[0], f"0000:{0x21 + 0x10 * i:02x}:00.0", 256 * MiB)
+    mems = tuple(simcxl.MemdevDef(0xA000 + i, hb.root_ports[0], f"0000:{0x21 + 0x10 * i:02x}:00.0", size)
                  for i, hb in enumerate(hbs))
     return simcxl.CxlDef(windows=(simcxl.WindowDef(16 * GiB, 4 * GiB, tuple(h.name for h in hbs), node=2),),
                          host_bridges=hbs, memdevs=mems, nvdimm_regions=nvdimm)
@@ -41,7 +41,7 @@ def _spec(bridges: int, nvdimm: int = 0) -> simcxl.CxlDef:
 def bus(make_node: Callable[..., Path]) -> Callable[..., SimKernel]:
     """A qemu-cxl-like node (no DAX device) with a CXL bus laid out from ``_spec``."""
 
-    def make(bridges: int, nvdimm: int = 0) -> SimKernel:
+    def make(bridges: int, nvdimm: int = 0, size: int = 256 * MiB) -> SimKernel:
         root = make_node("qemu-cxl")
         k = SimKernel(root)
         shutil.rmtree(root / "sys/bus/cxl")
@@ -49,7 +49,7 @@ def bus(make_node: Callable[..., Path]) -> Callable[..., SimKernel]:
         state = k.state()
         state.pop("cxl")
         k.save_state(state)
-        simcxl.lay_out(k, _spec(bridges, nvdimm))
+        simcxl.lay_out(k, _spec(bridges, nvdimm, size))
         return k
 
     return make
@@ -106,6 +106,18 @@ def test_a_window_across_host_bridges_takes_targets_in_their_order(bus: Callable
     assert dev is not None and (dev.mode, dev.blocks_total, dev.blocks_online, dev.target_node) == \
         ("system-ram", 4, 0, 2)  # kmem took it; auto_online_blocks=offline left the blocks offline
     assert dev.backing == "cxl" and dev.cxl_region == name and dev.cxl_memdevs == ["mem0", "mem1"]
+
+
+def test_a_memdev_takes_one_position(bus: Callable[..., SimKernel]) -> None:
+    k = bus(1, size=512 * MiB)
+    name = _region_to_size(k, 2)  # 2-way over one memdev: two of its decoders, 256 MiB each
+    (d0,) = _endpoint_decoders(k)
+    d1 = d0.replace(".0", ".1")
+    for d in (d0, d1):
+        k.write(f"{DEV}/{d}/mode", "ram")
+        k.write(f"{DEV}/{d}/dpa_size", str(256 * MiB))
+    k.write(f"{DEV}/{name}/target0", d0)
+    assert errno_of(k, f"{DEV}/{name}/target1", d1) == errno.EBUSY  # the memdev is at position 0 already
 
 
 def test_x3_windows_take_3_6_and_12_ways(bus: Callable[..., SimKernel]) -> None:
