@@ -100,7 +100,8 @@ H100_HMEM = replace(H100_CXL, windows=H100_CXL.windows[:1], host_bridges=H100_CX
 
 PRESETS: dict[str, Callable[[], Preset]] = {
     "qemu-cxl": _qemu_cxl,
-    "qemu-cxl-rp0first": lambda: replace(_qemu_cxl(), name="qemu-cxl-rp0first"),
+    "qemu-cxl-rp0first": lambda: replace(_qemu_cxl(), name="qemu-cxl-rp0first",
+                                         description="the real-kernel CXL guest, the other memdev probed first"),
     "h100-cxl-memdevs": lambda: _h100_memdevs(
         "h100-cxl-memdevs", "2-socket H100 server whose two 2 TiB CXL expanders are bare memdevs (no region)"),
     "h100-cxl-committed": lambda: _h100_memdevs(
