@@ -769,8 +769,11 @@ def _qemu_stamp(base: Path) -> Qemu | None:
 def _fetch_qemu(cache_dir: Path, base: Path) -> Qemu:
     apt = PrivateApt(cache_dir / "apt", find_debian_mirror(host_apt_sources()))
     apt.update()
-    # the emulator from backports; libraries the host lacks at their default (bookworm) version
-    deps = [d for d in tool_package_closure(apt, QEMU_PACKAGES) if d not in QEMU_PACKAGES]
+    # the emulator from backports (its own dependencies, not the bookworm version's); libraries the host lacks
+    # at their default (bookworm) version, with what they need in turn
+    direct = {d for p in QEMU_PACKAGES for d in apt.direct_depends(f"{p}/{BACKPORTS_SUITE}")}
+    missing = sorted(d for d in direct - set(QEMU_PACKAGES) if not host_has_package(d))
+    deps = tool_package_closure(apt, missing) if missing else []
     specs = [f"{p}/{BACKPORTS_SUITE}" for p in QEMU_PACKAGES] + deps
     stage = Path(tempfile.mkdtemp(prefix="qemu.", dir=cache_dir))
     try:
