@@ -34,7 +34,8 @@ from worlds import (
     sim_writes,
 )
 
-from nodeagent.facts.cxl import cross_check, from_dict, parse_cxl_list
+from nodeagent.facts.cxl import from_dict
+from nodeagent.facts.cxl_cli import cross_check, parse_cxl_list
 from nodeagent.sim import create
 
 CAPTURED = harness.CAPTURED_DIR
