@@ -93,6 +93,7 @@ def _gather(host: Host) -> Facts:
     )
 
 
+from . import cxl as _cxl  # noqa: E402,F401  (registers the "cxl" section: memdevs, decoders, regions)
 from . import damon as _damon  # noqa: E402,F401  (registers the DAMON fact section)
 from . import dax as _dax  # noqa: E402,F401  (registers the "dax" section)
 from . import reclaim as _reclaim  # noqa: E402,F401  (registers the "reclaim" section)

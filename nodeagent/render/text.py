@@ -80,6 +80,9 @@ def facts_text(f: Facts) -> str:
     for key, raw in f.knobs.items():
         out.append(f"  {key:<48} {raw if raw is not None else '(not on this kernel)'}")
     out += dax_text(f)
+    from ..facts.cxl import summary_lines as cxl_lines
+
+    out += cxl_lines(f)
     from ..facts.damon import summary_lines
 
     out += summary_lines(f)

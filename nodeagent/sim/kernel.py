@@ -285,6 +285,7 @@ def _auto_online(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, word)
 
 
+from . import cxl as _cxl  # noqa: E402,F401  (registers the CXL bus's region ABI)
 from . import damon as _damon  # noqa: E402,F401  (registers the DAMON sysfs rules and layout step)
 from . import dax as _dax  # noqa: E402,F401  (registers the DAX bus driver rules)
 from . import memory as _memory  # noqa: E402,F401  (registers the memory-block rules)

@@ -409,3 +409,8 @@ def remove(root: Path) -> None:
         if p.is_file() and not p.is_symlink():
             p.chmod(0o644)
     shutil.rmtree(root)
+
+
+from .cxl_presets import PRESETS as _CXL_PRESETS  # noqa: E402  (nodes with a CXL bus: sim/cxl_presets.py)
+
+PRESETS.update(_CXL_PRESETS)

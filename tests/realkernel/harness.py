@@ -114,6 +114,10 @@ class Layout:
     memory: str
     qemu_args: tuple[str, ...]
     kernel_args: tuple[str, ...]
+    machine: str = "q35"
+    cpu: str = "max"
+    #: QEMU at least this version (the CXL layout: cxl-type3 volatile-memdev= arrived in 8.0)
+    qemu_min: tuple[int, int] = (0, 0)
 
 
 def _numa_node(node: int, size: str, cpus: str | None) -> tuple[str, ...]:
@@ -145,6 +149,42 @@ LAYOUTS["placement"] = Layout(
     memory="3584M",
     qemu_args=_numa_node(0, "1G", "0-1") + _numa_node(1, "1G", None) + _numa_node(2, "1536M", None),
     kernel_args=("memmap=1536M!4G",),
+)
+
+
+# Layout ``cxl`` (../shared/reference/realkernel/NOTES.md, Step 6): two CXL type-3 volatile memdevs of 256 MiB
+# with distinct serials, each behind its own root port of ONE pxb-cxl host bridge (bus 0c), and one 4 GiB CXL
+# window (CFMWS, decoder0.0) over that host bridge. node0 = [0, 2G) with both CPUs, node1 = [4G, 6G) CPU-less
+# DRAM; the window's proximity domain becomes node 2 once a region is onlined. Needs QEMU >= 8 (Debian 12 has
+# 7.2: the harness fetches bookworm-backports' QEMU), ``cxl=on``, and a CPU without the hypervisor CPUID bit
+# (else a region commit fails: ENXIO "Failed to synchronize CPU cache state").
+CXL_SERIALS = (0x4C454F0001, 0x4C454F0002)
+CXL_MEMDEV_SIZE = "256M"
+CXL_WINDOW = "4G"
+LAYOUTS["cxl"] = Layout(
+    name="cxl",
+    memory="4G",
+    qemu_args=_numa_node(0, "2G", "0-1")
+    + _numa_node(1, "2G", None)
+    + tuple(
+        a
+        for i, sn in enumerate(CXL_SERIALS)
+        for a in ("-object", f"memory-backend-ram,id=cxl-vmem{i},share=on,size={CXL_MEMDEV_SIZE}")
+    )
+    + ("-device", "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1")
+    + tuple(
+        a
+        for i, sn in enumerate(CXL_SERIALS)
+        for a in (
+            "-device", f"cxl-rp,port={i},bus=cxl.1,id=cxl-rp{i},chassis=0,slot={2 + i}",
+            "-device", f"cxl-type3,bus=cxl-rp{i},volatile-memdev=cxl-vmem{i},id=cxl-mem{i},sn={sn:#x}",
+        )
+    )
+    + ("-M", f"cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size={CXL_WINDOW}"),
+    kernel_args=(),
+    machine="q35,cxl=on",
+    cpu="max,hypervisor=off",
+    qemu_min=(8, 0),
 )
 
 
@@ -636,6 +676,129 @@ def ensure_assets(cache_dir: Path | None = None) -> Assets:
         return assets
 
 
+# --------------------------------------------------------------------------- QEMU >= 8 (the CXL layout)
+
+#: What runs QEMU from extracted debs: the emulator, its firmware/ROMs and keymaps, and its own modules.
+QEMU_PACKAGES = ("qemu-system-x86", "qemu-system-common", "qemu-system-data")
+#: The host QEMU's module directory: modules of another build abort (or at least warn in) a newer QEMU.
+HOST_QEMU_MODULES = Path("/usr/lib") / MULTIARCH / "qemu"
+QEMU_RECIPE = 1
+
+
+@dataclass(frozen=True)
+class Qemu:
+    """A qemu-system-x86_64: the host's, or bookworm-backports' extracted under the cache (``root``)."""
+
+    binary: str
+    version: tuple[int, ...]
+    root: Path | None = None
+    packages: tuple[str, ...] = ()
+
+    def env(self) -> dict[str, str]:
+        if self.root is None:
+            return {}
+        libs = self.root / "usr/lib" / MULTIARCH
+        return {"QEMU_MODULE_DIR": str(libs / "qemu"),
+                "LD_LIBRARY_PATH": ":".join(filter(None, [str(libs), os.environ.get("LD_LIBRARY_PATH")]))}
+
+    def args(self) -> list[str]:
+        """Firmware search path: the extracted data first (``-L``), then the compiled-in one."""
+        return ["-L", str(self.root / "usr/share/qemu")] if self.root is not None else []
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """``cmd`` in a private mount namespace where a tmpfs hides the host QEMU's modules (root only); the
+        process keeps QEMU's PID (unshare and sh exec it), so killing it by PID still kills QEMU."""
+        if self.root is None or not HOST_QEMU_MODULES.is_dir() or os.geteuid() != 0 or not _which("unshare"):
+            return cmd
+        hide = 'mount -t tmpfs -o size=64k,mode=0755 nodeagent-hide-qemu-modules "$0" && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, str(HOST_QEMU_MODULES), *cmd]
+
+
+def qemu_version(binary: str, env: Mapping[str, str] | None = None) -> tuple[int, ...] | None:
+    try:
+        proc = subprocess.run([binary, "--version"], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=60, env={**os.environ, **env} if env else None)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", proc.stdout)
+    return tuple(int(x) for x in m.groups() if x is not None) if m and proc.returncode == 0 else None
+
+
+def _dotted(v: Sequence[int]) -> str:
+    return ".".join(map(str, v))
+
+
+def ensure_qemu(minimum: tuple[int, int], cache_dir: Path | None = None) -> Qemu:
+    """A QEMU of at least ``minimum``: the host's when new enough, else bookworm-backports' fetched through the
+    harness's private apt (as the kernel is) and run from its extracted debs. HarnessUnavailable otherwise."""
+    host = qemu_binary()
+    hv = qemu_version(host) if host else None
+    if host and hv and hv >= minimum:
+        return Qemu(host, hv)
+    if os.environ.get("NODEAGENT_QEMU"):
+        raise HarnessUnavailable(f"$NODEAGENT_QEMU={host} is QEMU {_dotted(hv or ())}; this layout needs "
+                                 f">= {_dotted(minimum)}")
+    cache_dir = (Path(cache_dir) if cache_dir else default_cache_dir())
+    base = cache_dir / "qemu"
+    qemu = _qemu_stamp(base)
+    if qemu is None:
+        with _locked(cache_dir / ".qemu.lock"):
+            qemu = _qemu_stamp(base)  # another process may have fetched it meanwhile
+            if qemu is None:
+                try:
+                    qemu = _fetch_qemu(cache_dir, base)
+                except (OSError, subprocess.SubprocessError) as exc:
+                    raise HarnessUnavailable(f"QEMU fetch failed: {exc}") from exc
+    if qemu.version < minimum:
+        raise HarnessUnavailable(f"{BACKPORTS_SUITE} has QEMU {_dotted(qemu.version)}; this layout needs "
+                                 f">= {_dotted(minimum)}")
+    return qemu
+
+
+def _qemu_stamp(base: Path) -> Qemu | None:
+    try:
+        data = json.loads((base / "qemu.json").read_text())
+    except (OSError, ValueError):
+        return None
+    binary = base / "root/usr/bin/qemu-system-x86_64"
+    if data.get("recipe") != QEMU_RECIPE or not os.access(binary, os.X_OK):
+        return None
+    return Qemu(str(binary), tuple(data["version"]), base / "root", tuple(data["packages"]))
+
+
+def _fetch_qemu(cache_dir: Path, base: Path) -> Qemu:
+    apt = PrivateApt(cache_dir / "apt", find_debian_mirror(host_apt_sources()))
+    apt.update()
+    # the emulator from backports (its own dependencies, not the bookworm version's); libraries the host lacks
+    # at their default (bookworm) version, with what they need in turn
+    direct = {d for p in QEMU_PACKAGES for d in apt.direct_depends(f"{p}/{BACKPORTS_SUITE}")}
+    missing = sorted(d for d in direct - set(QEMU_PACKAGES) if not host_has_package(d))
+    deps = tool_package_closure(apt, missing) if missing else []
+    specs = [f"{p}/{BACKPORTS_SUITE}" for p in QEMU_PACKAGES] + deps
+    stage = Path(tempfile.mkdtemp(prefix="qemu.", dir=cache_dir))
+    try:
+        debs = apt.download(specs, stage / "debs")
+        if len(debs) != len(specs):
+            raise HarnessUnavailable(f"unexpected QEMU downloads: {[d.name for d in debs]} for {specs}")
+        for deb in debs:
+            _extract(deb, stage / "root")
+        qemu = Qemu(str(base / "root/usr/bin/qemu-system-x86_64"), (), base / "root",
+                    tuple(_deb_id(d) for d in debs))
+        shutil.rmtree(stage / "debs")
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(parents=True)
+        (stage / "root").rename(base / "root")
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    version = qemu_version(qemu.binary, qemu.env())
+    if version is None:
+        raise HarnessUnavailable(f"the extracted {qemu.binary} does not run ({BACKPORTS_SUITE} QEMU)")
+    data = {"recipe": QEMU_RECIPE, "version": list(version), "packages": list(qemu.packages),
+            "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (base / "qemu.json").write_text(json.dumps(data, indent=2) + "\n")
+    return Qemu(qemu.binary, version, qemu.root, qemu.packages)
+
+
 # --------------------------------------------------------------------------- initramfs
 
 
@@ -858,7 +1021,7 @@ def _verbose() -> bool:
 
 
 def qemu_command(
-    qemu: str, assets: Assets, layout: Layout, initrd: Path, console: Path, *, hostroot: bool
+    qemu: str | Qemu, assets: Assets, layout: Layout, initrd: Path, console: Path, *, hostroot: bool
 ) -> list[str]:
     accel = os.environ.get("NODEAGENT_RK_ACCEL", "tcg,thread=multi")
     append = [
@@ -871,16 +1034,18 @@ def qemu_command(
     ]
     if not _verbose():
         append += ["quiet", "loglevel=4"]
+    emulator = qemu if isinstance(qemu, Qemu) else Qemu(qemu, ())
     cmd = [
-        qemu,
+        emulator.binary,
+        *emulator.args(),
         "-name",
         "nodeagent-realkernel",
         "-machine",
-        "q35",
+        layout.machine,
         "-accel",
         accel,
         "-cpu",
-        "max",
+        layout.cpu,
         "-smp",
         "2",
         "-m",
@@ -903,8 +1068,10 @@ def qemu_command(
         " ".join(append),
     ]
     if hostroot:
-        cmd += ["-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"]
-    return cmd
+        # the 9p device on pcie.0 by name: with a pxb-cxl host bridge QEMU would otherwise try that bus
+        cmd += ["-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+                "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,bus=pcie.0"]
+    return emulator.wrap(cmd)
 
 
 def _between(text: str, begin: str, end: str) -> str | None:
@@ -947,12 +1114,13 @@ def save_console(console: str, label: str, header: str = "") -> Path:
     return path
 
 
-def _boot(cmd: list[str], timeout: float) -> tuple[int | None, str]:
+def _boot(cmd: list[str], timeout: float, env: Mapping[str, str] | None = None) -> tuple[int | None, str]:
     """Run QEMU with a hard bound; on expiry kill it by its own PID. (exit code or None, qemu stderr)
 
     QEMU never outlives the call: a SIGTERM to this process (a CI job cancelled, a `kill` of pytest) becomes
     SystemExit while QEMU runs, so that the ``finally`` kills QEMU by its PID; Ctrl-C does the same."""
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, **env} if env else None)
     restore = _sigterm_as_exit()
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -998,9 +1166,14 @@ def run_in_guest(
     HarnessUnavailable when QEMU/assets are missing.  The full console is saved under
     ARTIFACTS_DIR whenever rc != 0 or on error; its path is in ``console_path``.
     """
-    qemu = qemu_binary()
-    if not qemu:
-        raise HarnessUnavailable("qemu-system-x86_64 not found (install the Debian package qemu-system-x86)")
+    spec = LAYOUTS[layout]
+    if spec.qemu_min > (0, 0):
+        qemu = ensure_qemu(spec.qemu_min, assets.cache_dir if assets else None)
+    else:
+        host = qemu_binary()
+        if not host:
+            raise HarnessUnavailable("qemu-system-x86_64 not found (install the Debian package qemu-system-x86)")
+        qemu = Qemu(host, ())
     assets = assets or ensure_assets()
     base = build_initramfs(assets, quiet_console=not _verbose())
     runs = assets.cache_dir / "runs"
@@ -1013,8 +1186,8 @@ def run_in_guest(
         console_file = run_dir / "console.log"
         for attempt in range(1, BOOT_ATTEMPTS + 1):
             console_file.write_bytes(b"")
-            cmd = qemu_command(qemu, assets, LAYOUTS[layout], initrd, console_file, hostroot=hostroot)
-            exit_code, qemu_out = _boot(cmd, timeout)
+            cmd = qemu_command(qemu, assets, spec, initrd, console_file, hostroot=hostroot)
+            exit_code, qemu_out = _boot(cmd, timeout, qemu.env())
             console = console_file.read_bytes().decode(errors="replace").replace("\r\n", "\n")
             if attempt == BOOT_ATTEMPTS or not died_before_init(console, exit_code):
                 break

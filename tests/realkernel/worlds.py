@@ -159,8 +159,8 @@ def agent_words(action: Agent) -> str:
     return ("--format json " if action.json else "") + action.args
 
 
-def run_guest(guest: harness.Guest, actions: Sequence[Action], *, label: str,
-              timeout: float = 420) -> tuple[dict[str, Outcome], harness.StepsResult]:
+def run_guest(guest: harness.Guest, actions: Sequence[Action], *, label: str, timeout: float = 420,
+              layout: str = "3node") -> tuple[dict[str, Outcome], harness.StepsResult]:
     python = harness.venv_python()
     steps = []
     for a in actions:
@@ -173,7 +173,7 @@ def run_guest(guest: harness.Guest, actions: Sequence[Action], *, label: str,
         else:
             cmd = a.guest or "true"
         steps.append(harness.Step(a.name, cmd))
-    res = guest.run_steps(steps, timeout=timeout, label=label)
+    res = guest.run_steps(steps, timeout=timeout, label=label, layout=layout)
     out = {a.name: Outcome(res[a.name].rc, res[a.name].stdout, res[a.name].stderr) for a in actions}
     return out, res
 
@@ -284,3 +284,98 @@ def assert_same(what: str, guest: Any, sim: Any) -> None:
         f"the simulator (nodeagent/sim, preset qemu-3node) differs from the real 6.12 kernel in {what}:\n"
         f"{diff(guest, sim)}"
     )
+
+
+# --------------------------------------------------------------------------- the CXL scenario (layout ``cxl``)
+
+CXL = "/sys/bus/cxl/devices"
+REGION = f"{CXL}/region0"
+#: In the guest's probe order mem0 is serial ...02 (root port 0c:01.0, endpoint2) and mem1 serial ...01
+#: (0c:00.0, endpoint3): the simulator's qemu-cxl preset lays them out the same (the tests check the serials).
+DEC_MEM0, DEC_MEM1 = "decoder2.0", "decoder3.0"
+CXL_MODULES = Setup(
+    "cxl-modules",
+    "modprobe -a cxl_acpi cxl_pci cxl_port cxl_mem dax_cxl && for i in $(seq 50); do "
+    f"[ -e {CXL}/endpoint3/decoder3.0 ] && [ -e {CXL}/endpoint2/decoder2.0 ] && break; sleep 0.2; done",
+)
+#: Every refusal the captures showed, then a 2-way RAM region over both memdevs (mem1 at position 0), committed
+#: and bound to cxl_region: (path, value) in order; each step's result is compared between the worlds.
+CXL_CREATE = (
+    (f"{CXL}/decoder0.0/create_ram_region", "region7"),  # not the next name: EBUSY
+    (f"{CXL}/decoder0.0/create_ram_region", "garbage"),  # EINVAL
+    (f"{CXL}/decoder0.0/create_ram_region", "region0"),
+    (f"{REGION}/size", "536870912"),  # before ways/granularity: ENXIO
+    (f"{REGION}/interleave_ways", "3"),  # not a power-of-two multiple of the x1 window: EINVAL
+    (f"{REGION}/interleave_ways", "5"),
+    (f"{REGION}/interleave_ways", "0"),
+    (f"{REGION}/interleave_granularity", "128"),  # below 256: EINVAL
+    (f"{REGION}/interleave_granularity", "300"),
+    (f"{REGION}/interleave_granularity", "32768"),
+    (f"{REGION}/interleave_granularity", "512"),
+    (f"{REGION}/interleave_granularity", "256"),
+    (f"{REGION}/interleave_ways", "2"),
+    (f"{REGION}/size", "268435456"),  # not a multiple of 256 MiB x 2: EINVAL
+    (f"{REGION}/size", "536870912"),
+    (f"{REGION}/interleave_ways", "1"),  # size set: EBUSY
+    (f"{REGION}/interleave_granularity", "512"),
+    (f"{CXL}/{DEC_MEM0}/dpa_size", "268435456"),  # before mode: EINVAL
+    (f"{CXL}/decoder2.1/mode", "ram"),
+    (f"{CXL}/decoder2.1/dpa_size", "268435456"),  # out of id order: EBUSY
+    (f"{CXL}/decoder2.1/mode", "bogus"),
+    (f"{CXL}/{DEC_MEM0}/mode", "pmem"),  # no pmem partition: ENXIO
+    (f"{CXL}/{DEC_MEM0}/mode", "ram"),
+    (f"{CXL}/{DEC_MEM0}/dpa_size", "100000000"),  # not 256 MiB units: EINVAL
+    (f"{CXL}/{DEC_MEM0}/dpa_size", "536870912"),  # more than the device: ENOSPC
+    (f"{CXL}/{DEC_MEM0}/dpa_size", "268435456"),
+    (f"{CXL}/{DEC_MEM0}/mode", "pmem"),
+    (f"{CXL}/{DEC_MEM1}/mode", "ram"),
+    (f"{CXL}/{DEC_MEM1}/dpa_size", "268435456"),
+    (f"{REGION}/target0", "decoder2.1"),  # no DPA: ENXIO
+    (f"{REGION}/commit", "1"),  # targets missing: ENXIO
+    (f"{REGION}/target0", DEC_MEM1),
+    (f"{REGION}/target1", DEC_MEM1),  # already in the region: EBUSY
+    (f"{REGION}/target1", DEC_MEM0),
+    (f"{CXL}/{DEC_MEM0}/dpa_size", "0"),  # in a region: EBUSY
+    (f"{REGION}/size", "0"),  # every target attached: EBUSY
+    ("/sys/bus/cxl/drivers/cxl_region/bind", "region0"),  # not committed: ENXIO
+    (f"{REGION}/commit", "1"),
+    (f"{REGION}/interleave_ways", "1"),
+    ("/sys/bus/cxl/drivers/cxl_region/bind", "region0"),  # dax_region0 -> dax0.0, kmem takes it
+)
+#: dax0.0 covers memory50..53 (0x190000000, 512 MiB, 128 MiB blocks): teardown in the kernel's order.
+CXL_TEARDOWN = (
+    *((f"/sys/devices/system/memory/memory{b}/state", "offline") for b in range(50, 54)),
+    ("/sys/bus/dax/drivers/kmem/unbind", "dax0.0"),
+    (f"{REGION}/commit", "0"),  # releases cxl_region: dax0.0 goes
+    (f"{CXL}/{DEC_MEM1}/dpa_size", "0"),  # still a target: EBUSY
+    (f"{REGION}/target0", ""),
+    (f"{REGION}/target1", ""),
+    (f"{REGION}/size", "0"),
+    (f"{CXL}/{DEC_MEM1}/dpa_size", "0"),
+    (f"{CXL}/{DEC_MEM0}/dpa_size", "0"),
+    (f"{CXL}/decoder0.0/delete_region", "garbage"),  # ENODEV
+    (f"{CXL}/decoder0.0/delete_region", "region0"),
+)
+CXL_SCENARIO = [
+    CXL_MODULES,
+    Agent("facts-bare", "facts"),
+    Writes("create", CXL_CREATE),
+    Setup("dax-settle", "for i in $(seq 50); do [ -e /sys/bus/dax/devices/dax0.0 ] && break; sleep 0.1; done"),
+    Agent("facts-region", "facts"),
+    Setup("cxl-list", "cxl list -M -D -R -i"),
+    Dump("region-dump"),
+    Writes("teardown", CXL_TEARDOWN),
+    Agent("facts-after", "facts"),
+]
+
+
+def cxl_shape(doc: dict[str, Any]) -> dict[str, Any]:
+    """What must agree between the worlds in a ``nodeagent --format json facts`` document: the whole ``cxl``
+    section but where cxl-cli is installed (the guest has it, the simulator not), the CXL-backed DAX devices,
+    and the NUMA layout."""
+    cxl = {k: v for k, v in doc["sections"]["cxl"].items() if k not in ("cxl_cli", "cli_differences")}
+    dax = [{k: v for k, v in d.items() if k != "memmap_bytes"} for d in doc["sections"]["dax"]["devices"]]
+    # DRAM nodes' MemTotal is the guest firmware's business; the CXL node's is the region's
+    nodes = {n["id"]: {k: n[k] for k in ("cpulist", "has_memory", "has_normal_memory", "tier")}
+             | ({"mem_total": n["mem_total"]} if n["id"] >= 2 else {}) for n in doc["nodes"]}
+    return {"cxl": cxl, "dax": dax, "nodes": nodes, "possible": doc["possible_nodes"]}

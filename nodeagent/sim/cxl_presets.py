@@ -1,0 +1,183 @@
+"""Simulated nodes with a CXL bus (:mod:`nodeagent.sim.cxl`), registered in :data:`nodeagent.sim.presets.PRESETS`.
+
+=======================  ============================================================================================
+``qemu-cxl``             the real-kernel tier's CXL guest (``tests/realkernel``, layout ``cxl``): node 0 with 2 CPUs,
+                         node 1 CPU-less DRAM, one 4 GiB window (decoder0.0 at 0x190000000, node 2) over host bridge
+                         ``pci0000:0c`` with two root ports, two 256 MiB volatile memdevs (serials 0x4c454f0002 on
+                         0c:01.0 = mem0, 0x4c454f0001 on 0c:00.0 = mem1, in the guest's probe order); no region.
+``qemu-cxl-rp0first``    the same guest when the other memdev probed first (mem0 = serial 0x4c454f0001).
+``h100-cxl-memdevs``     h100-cxl with its two 2 TiB expanders as bare memdevs, one per socket's host bridge and
+                         window (nodes 2, 3): the firmware left the HDM decoders to the OS, no region, no DAX device.
+``h100-cxl-committed``   the same node as 6.3+ kernels boot it when the firmware committed the regions: region0 and
+                         region1 committed and bound, dax0.0/dax1.0 taken by kmem and online (auto_online_blocks=online
+                         → ZONE_NORMAL).
+``h100-cxl-hmem``        socket 0's expander a bare memdev; socket 1's range soft-reserved (EFI_MEMORY_SP) without a
+                         memdev the OS can manage, handed to ``dax_hmem`` as devdax ``dax1.0`` (target node 3).
+=======================  ============================================================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+
+from . import cxl as simcxl
+from . import dax as simdax
+from .kernel import SimKernel
+from .presets import LAYERS, GiB, Preset, TiB, _h100, _qemu_3node
+from .tree import RO, RW
+
+MiB = 1024**2
+
+QEMU_CXL = simcxl.CxlDef(
+    windows=(simcxl.WindowDef(0x190000000, 4 * GiB, ("pci0000:0c",), node=2),),
+    host_bridges=(simcxl.HostBridgeDef("pci0000:0c", 12, ("0000:0c:00.0", "0000:0c:01.0")),),
+    memdevs=(simcxl.MemdevDef(0x4C454F0002, "0000:0c:01.0", "0000:0e:00.0", 256 * MiB),
+             simcxl.MemdevDef(0x4C454F0001, "0000:0c:00.0", "0000:0d:00.0", 256 * MiB)),
+)
+
+#: The guest's two memdevs probe in either order (cxl_pci probes asynchronously): mem0/endpoint2 is the first one
+#: probed. ``qemu-cxl`` is the order seen most (the second root port's device first), this one the other.
+QEMU_CXL_RP0_FIRST = replace(QEMU_CXL, memdevs=QEMU_CXL.memdevs[::-1])
+
+#: h100-cxl's expanders (Astera Leo class, PCIe 5 x16): one host bridge and one window per socket.
+H100_CXL = simcxl.CxlDef(
+    windows=(simcxl.WindowDef(1 * TiB, 2 * TiB, ("pci0000:30",), node=2),
+             simcxl.WindowDef(3 * TiB, 2 * TiB, ("pci0000:b0",), node=3)),
+    host_bridges=(simcxl.HostBridgeDef("pci0000:30", 48, ("0000:30:01.0",), numa_node=0),
+                  simcxl.HostBridgeDef("pci0000:b0", 176, ("0000:b0:01.0",), numa_node=1)),
+    memdevs=(simcxl.MemdevDef(0x1D7E0000A001, "0000:30:01.0", "0000:31:00.0", 2 * TiB),
+             simcxl.MemdevDef(0x1D7E0000A002, "0000:b0:01.0", "0000:b1:00.0", 2 * TiB)),
+)
+
+#: preset name → (its CXL bus, what happened at boot after the bus came up).
+BUSES: dict[str, tuple[simcxl.CxlDef, Callable[[SimKernel], None] | None]] = {}
+
+
+def _qemu_cxl() -> Preset:
+    base = _qemu_3node()
+    return replace(base, name="qemu-cxl", description="the real-kernel CXL guest: two 256 MiB memdevs, no region",
+                   dax=(), cmdline="console=ttyS0", hostname="qemu-cxl",
+                   # -cpu max,hypervisor=off: no hypervisor CPUID bit (else a region commit fails)
+                   cpu_flags=tuple(f for f in base.cpu_flags if f != "hypervisor"), hypervisor=None)
+
+
+def _h100_memdevs(name: str, description: str) -> Preset:
+    base = _h100(False)
+    return replace(base, name=name, description=description, dax=(), daxctl=True)
+
+
+def _committed(k: SimKernel) -> None:
+    """Firmware-committed regions as the kernel shows them after boot (the decoders, then kmem onlining)."""
+    for root, endpoint in (("decoder0.0", 3), ("decoder0.1", 4)):
+        simcxl.create_region(k, root, [f"decoder{endpoint}.0"], 2 * TiB)
+
+
+def _hmem(k: SimKernel) -> None:
+    """A soft-reserved range with no manageable memdev: dax_hmem makes ``hmem.1`` and a devdax device of it."""
+    start, size, name = 3 * TiB, 2 * TiB, "dax1.0"
+    dev = f"/sys/devices/platform/hmem.1/{name}"
+    t = k.tree
+    t.new_dir(dev, {"align": (2 * MiB, RW), "dev": ("252:1", RO), "memmap_on_memory": (0, RW),
+                    "modalias": ("dax:t0*", RO), "numa_node": (1, RO), "resource": (hex(start), RO),
+                    "size": (size, RW), "target_node": (3, RO), "uevent": (f"DEVNAME={name}\nDEVTYPE=dax", RW)})
+    for attr, value in (("start", hex(start)), ("end", hex(start + size - 1)), ("page_offset", "0x0")):
+        t.file(f"{dev}/mapping0/{attr}", value, RO)
+    for attr, value in (("id", 1), ("size", size), ("align", 2 * MiB), ("available_size", 0)):
+        t.file(f"/sys/devices/platform/hmem.1/dax_region/{attr}", value, RO)
+    t.link(f"{dev}/subsystem", "../../../../bus/dax")
+    t.link(f"{simdax.BUS}/devices/{name}", f"../../../devices/platform/hmem.1/{name}")
+    t.file("/sys/module/dax_hmem/initstate", "live", RO)
+    state = k.state()
+    state.setdefault("dax", {})[name] = {"start": start, "size": size, "node": 3}
+    k.save_state(state)
+    simdax.bind(k, name, "device_dax")
+
+
+H100_HMEM = replace(H100_CXL, windows=H100_CXL.windows[:1], host_bridges=H100_CXL.host_bridges[:1],
+                    memdevs=H100_CXL.memdevs[:1])
+
+PRESETS: dict[str, Callable[[], Preset]] = {
+    "qemu-cxl": _qemu_cxl,
+    "qemu-cxl-rp0first": lambda: replace(_qemu_cxl(), name="qemu-cxl-rp0first",
+                                         description="the real-kernel CXL guest, the other memdev probed first"),
+    "h100-cxl-memdevs": lambda: _h100_memdevs(
+        "h100-cxl-memdevs", "2-socket H100 server whose two 2 TiB CXL expanders are bare memdevs (no region)"),
+    "h100-cxl-committed": lambda: _h100_memdevs(
+        "h100-cxl-committed", "2-socket H100 server whose firmware committed both CXL regions (kmem online)"),
+    "h100-cxl-hmem": lambda: _h100_memdevs(
+        "h100-cxl-hmem", "2-socket H100 server: one bare CXL memdev, one soft-reserved range under dax_hmem"),
+}
+BUSES.update({"qemu-cxl": (QEMU_CXL, None), "qemu-cxl-rp0first": (QEMU_CXL_RP0_FIRST, None),
+              "h100-cxl-memdevs": (H100_CXL, None),
+              "h100-cxl-committed": (H100_CXL, _committed), "h100-cxl-hmem": (H100_HMEM, _hmem)})
+
+
+def complete_dax_cxl(k: SimKernel, preset: Preset) -> None:
+    """The rest of the CXL bus behind presets whose CXL DAX devices :mod:`nodeagent.sim.dax` lays out with only
+    their region, endpoint decoder and memdev (h100-cxl, h100-cxl-autoonline, the benchmark nodes): each device's
+    own window (root decoder), host bridge and its decoder, committed and bound to ``cxl_region``, the CXL
+    modules loaded — so that the facts of those nodes are those of a whole bus and the region ABI answers."""
+    devs = [d for d in preset.dax if d.kind == "cxl"]
+    if not devs:
+        return
+    t = k.tree
+    simcxl.base(k, simcxl.MODULES)
+    state = k.state()
+    cx = state["cxl"]
+    cx["ids"] = sorted({d.region for d in devs})
+    for d in devs:
+        r, ep, port = d.region, d.region + 2, d.region + 1
+        bridge = f"pci0000:{0x30 + 0x10 * r:02x}"
+        root = f"{simcxl.ROOT}/decoder0.{r}"
+        region = f"{root}/region{r}"
+        simcxl.root_decoder(k, root, d.start, d.size, 1, 256, str(0x30 + 0x10 * r))
+        t.link(f"{simcxl.ROOT}/dport{0x30 + 0x10 * r}", f"../../../{bridge}")
+        hb = f"{simcxl.ROOT}/port{port}"
+        simcxl.port(k, hb, f"/sys/devices/{bridge}")
+        t.link(f"{hb}/dport0", f"../../../../{bridge}/{bridge[3:]}:00.0")
+        # no switch decoder: sim.dax numbers ports and endpoints so that its decoderN.0 would be an endpoint's
+        endpoint = f"{hb}/endpoint{ep}"
+        for name, value in (("devtype", "cxl_port"), ("decoders_committed", 1), ("modalias", "cxl:t3")):
+            t.file(f"{endpoint}/{name}", value, RO)
+        t.link(f"{endpoint}/subsystem", "../../../../../../bus/cxl")
+        dec = f"{endpoint}/decoder{ep}.0"
+        simcxl.decoder(k, dec, "endpoint")
+        for name, value in (("mode", "ram"), ("dpa_resource", "0x0"), ("dpa_size", f"0x{d.size:016x}")):
+            t.set(f"{dec}/{name}", value)
+        for name, value in (("devtype", "cxl_region"), ("modalias", "cxl:t6")):
+            t.file(f"{region}/{name}", value, RO)
+        t.file(f"{region}/interleave_ways", 1, RW)
+        t.file(f"{region}/interleave_granularity", 256, RW)
+        t.link(f"{region}/driver", "../../../../../../bus/cxl/drivers/cxl_region")
+        memdev = os.path.realpath(k.tree.local(f"{simcxl.DEV}/mem{r}"))
+        t.link(memdev + "/driver", os.path.relpath(k.tree.local(f"{simcxl.BUS}/drivers/cxl_mem"), memdev))
+        cx["windows"][f"decoder0.{r}"] = {"node": d.target_node, "hbs": [bridge]}
+        cx["endpoints"][f"endpoint{ep}"] = {"memdev": f"mem{r}", "ram": d.size, "pmem": 0, "hb": bridge, "dport": 0,
+                                            "port": f"port{port}"}
+        cx["hdm_end"][f"endpoint{ep}"] = 0
+        cx["regions"][f"region{r}"] = {"state": simcxl.COMMIT, "mode": "ram", "id": r, "ways": 1,
+                                       "targets": {"0": f"decoder{ep}.0"}, "switch": {}}
+    for d in devs:
+        cx["next"][f"decoder0.{d.region}"] = simcxl.alloc_id(cx)
+    k.save_state(state)
+    for d in devs:
+        r, ep, port = d.region, d.region + 2, d.region + 1
+        simcxl.program(k, [f"decoder{ep}.0"], f"region{r}", d.start, d.size)
+        simcxl.next_names(k, f"decoder0.{r}")
+        t.set(f"{simcxl.ROOT}/port{port}/decoders_committed", 1)
+
+
+def _layer(k: SimKernel, preset: Preset) -> None:
+    bus = BUSES.get(preset.name)
+    if bus is None:
+        complete_dax_cxl(k, preset)
+        return
+    spec, boot = bus
+    simcxl.lay_out(k, spec)
+    if boot is not None:
+        boot(k)
+
+
+LAYERS.append(_layer)
