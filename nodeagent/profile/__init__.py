@@ -146,4 +146,7 @@ def load_profile_text(text: str, shown: str = "<inline>", base_dir: Path | None 
 
 
 def schema() -> dict[str, Any]:
-    return NodeProfile.model_json_schema(by_alias=True)
+    """The JSON Schema of a profile file as written (see :mod:`nodeagent.profile.json_schema`)."""
+    from .json_schema import profile_schema
+
+    return profile_schema()
