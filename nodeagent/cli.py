@@ -26,11 +26,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class Ctx:
-    root: str
-    simulate: str | None
-    fmt: str
-    lock_timeout: float
+    root: str = "/"
+    simulate: str | None = None
+    fmt: str = "text"
+    lock_timeout: float = 60.0
     _host: Host | None = None
+    #: With --format json the command's one document, printed by main() (with the error, if one follows).
+    document: Any = None
 
     @property
     def host(self) -> Host:
@@ -55,9 +57,20 @@ class Ctx:
 
     def emit(self, text: str, data: Any) -> None:
         if self.fmt == "json":
-            click.echo(json.dumps(data, indent=2, default=str))
+            self.document = data
         else:
             click.echo(text)
+
+    def flush(self, error: dict[str, Any] | None = None) -> None:
+        """Print the one JSON document: the command's, with ``error`` in it when the command then failed."""
+        doc = self.document
+        self.document = None
+        if doc is None and error is None:
+            return
+        if error is not None:  # {"error": {message, hint, exit_code}}, beside the command's own keys if any
+            doc = {**doc, "error": error} if isinstance(doc, dict) else {"error": error} if doc is None else \
+                {"result": doc, "error": error}
+        click.echo(json.dumps(doc, indent=2, default=str))
 
 
 def _load(path: str) -> LoadedProfile:
@@ -74,10 +87,25 @@ def _is_interactive() -> bool:
 profile_arg = click.argument("profile", type=click.Path(dir_okay=True, path_type=str))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+def _presets(prefix: str) -> list[str]:
+    from .sim import PRESETS
+
+    return [name for name in PRESETS if name.startswith(prefix)]
+
+
+class _Cli(click.Group):
+    """Global options go before or after the command (see ``_cli_args``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from ._cli_args import hoist
+
+        return super().parse_args(ctx, hoist(self, ctx, args))
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.option("--root", default="/", show_default=True, metavar="DIR",
               help="Root under which /sys, /proc, /etc and /var/lib/nodeagent are found.")
-@click.option("--simulate", metavar="PRESET",
+@click.option("--simulate", metavar="PRESET", shell_complete=lambda cx, param, incomplete: _presets(incomplete),
               help="Use a simulated node of this preset (created or reused under the cache directory).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
               help="markdown: a review comment (plan only).")
@@ -92,7 +120,10 @@ def cli(cx: click.Context, root: str, simulate: str | None, fmt: str, lock_timeo
     if fmt == "markdown" and cx.invoked_subcommand != "plan":
         raise UsageError(f"--format markdown is not supported by {cx.invoked_subcommand or 'this command'}",
                          hint="only plan renders Markdown; use --format text or json")
-    cx.obj = Ctx(root, simulate, fmt, lock_timeout)
+    if not isinstance(cx.obj, Ctx):  # invoked without main() (click's test runner): print when done
+        cx.obj = Ctx()
+        cx.call_on_close(cx.obj.flush)
+    cx.obj.root, cx.obj.simulate, cx.obj.fmt, cx.obj.lock_timeout = root, simulate, fmt, lock_timeout
 
 
 @cli.command()
@@ -288,6 +319,17 @@ def schema() -> None:
     click.echo(json.dumps(profile_schema(), indent=2))
 
 
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL (README: "Shell completion" says where it goes)."""
+    from click.shell_completion import get_completion_class
+
+    complete = get_completion_class(shell)
+    assert complete is not None  # click ships all three
+    click.echo(complete(cli, {}, "nodeagent", "_NODEAGENT_COMPLETE").source())
+
+
 @cli.group()
 def sim() -> None:
     """Simulated nodes: an emulated kernel in a directory, for rehearsals, tests and benchmarks."""
@@ -338,46 +380,57 @@ from . import cli_ops as _cli_ops  # noqa: E402  (drift, history, status, revert
 _cli_ops.register(cli)
 
 
-def _error_exit(exc: NodeagentError, fmt: str) -> int:
-    if fmt == "json":
-        click.echo(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}))
-    click.echo(f"nodeagent: {exc.render()}", err=True)
-    return int(exc.exit_code)
+def _fail(ctx: Ctx, code: int, message: str, hint: str | None = None) -> int:
+    """Say what failed on stderr; with --format json, also in stdout's one document."""
+    click.echo(f"nodeagent: {message}" + (f"\n  hint: {hint}" if hint else ""), err=True)
+    if ctx.fmt == "json":
+        ctx.flush({"message": message, "hint": hint, "exit_code": code})
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Exceptions map to exit codes here and nowhere else."""
+    from ._cli_args import global_value
+
     args = sys.argv[1:] if argv is None else argv
-    fmt = "json" if "--format=json" in args or ("--format" in args and "json" in args) else "text"
+    ctx = Ctx()
+    try:  # the --format asked for, for errors click raises before it has processed any option
+        ctx.fmt = global_value(cli, args, "--format", "text")
+    except Exception:  # noqa: BLE001 (a malformed command line: click reports it below)
+        pass
     try:
-        rv = cli.main(args=args, prog_name="nodeagent", standalone_mode=False)
-        return rv if isinstance(rv, int) else 0  # click returns ctx.exit()'s code when not standalone
+        rv = cli.main(args=args, prog_name="nodeagent", standalone_mode=False, obj=ctx)
+        code = rv if isinstance(rv, int) else 0  # click returns ctx.exit()'s code when not standalone
     except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
+        code = int(exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("nodeagent: aborted", err=True)
-        return int(ExitCode.ERROR)
+        return _fail(ctx, int(ExitCode.ERROR), "aborted")
     except click.exceptions.ClickException as exc:  # usage errors: remap click's 2 to 64
-        exc.show()
-        return int(ExitCode.USAGE)
+        if ctx.fmt != "json":
+            exc.show()
+            return int(ExitCode.USAGE)
+        usage = exc.ctx.get_usage() if isinstance(exc, click.UsageError) and exc.ctx is not None else None
+        return _fail(ctx, int(ExitCode.USAGE), exc.format_message(), usage)
     except NodeagentError as exc:
-        return _error_exit(exc, fmt)
+        click.echo(f"nodeagent: {exc.render()}", err=True)
+        if ctx.fmt == "json":
+            ctx.flush({"message": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)})
+        return int(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("nodeagent: interrupted", err=True)
-        return 130
+        return _fail(ctx, 130, "interrupted")
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return int(ExitCode.ERROR)
     except OSError as exc:  # a file the user named or the node could not be read: say which, no traceback
         if os.environ.get("NODEAGENT_DEBUG"):
             raise
-        where = f" {exc.filename}" if exc.filename else ""
-        click.echo(f"nodeagent:{where}: {exc.strerror or exc}", err=True)
-        return int(ExitCode.ERROR)
+        where = f" {exc.filename}:" if exc.filename else ""
+        return _fail(ctx, int(ExitCode.ERROR), f"{where.lstrip()}{' ' if where else ''}{exc.strerror or exc}")
     except Exception as exc:  # a bug: one line, and the way to the traceback
         if os.environ.get("NODEAGENT_DEBUG"):
             raise
-        click.echo(f"nodeagent: internal error: {type(exc).__name__}: {exc}\n"
-                   "  hint: this is a bug in nodeagent; rerun with NODEAGENT_DEBUG=1 for the traceback and report it",
-                   err=True)
-        return int(ExitCode.ERROR)
+        return _fail(ctx, int(ExitCode.ERROR), f"internal error: {type(exc).__name__}: {exc}",
+                     "this is a bug in nodeagent; rerun with NODEAGENT_DEBUG=1 for the traceback and report it")
+    if ctx.fmt == "json":
+        ctx.flush({"message": f"exit {code}", "hint": None, "exit_code": code} if code not in (0, 2) else None)
+    return code
