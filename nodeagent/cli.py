@@ -79,12 +79,22 @@ def _load(path: str) -> LoadedProfile:
     return load_profile(path)
 
 
+def _profile(ctx: Ctx, given: str | None) -> str:
+    """PROFILE as given, else the node's /etc/nodeagent/profile.yaml (nodeagent.layout)."""
+    if given is not None:
+        return given
+    from .layout import node_profile
+
+    command = click.get_current_context().command_path.removeprefix("nodeagent ").removeprefix("cli ")
+    return node_profile(ctx.host, command)
+
+
 def _is_interactive() -> bool:
     """Ask for confirmation only on a terminal: never under systemd, Ansible or a pipe."""
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-profile_arg = click.argument("profile", type=click.Path(dir_okay=True, path_type=str))
+profile_arg = click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
 
 
 def _presets(prefix: str) -> list[str]:
@@ -129,8 +139,9 @@ def cli(cx: click.Context, root: str, simulate: str | None, fmt: str, lock_timeo
 @cli.command()
 @profile_arg
 @click.pass_obj
-def validate(ctx: Ctx, profile: str) -> None:
+def validate(ctx: Ctx, profile: str | None) -> None:
     """Check a profile against the schema (after merging what it extends)."""
+    profile = _profile(ctx, profile)
     loaded = _load(profile)
     ctx.emit(f"{profile}: valid profile {loaded.name!r}", {"valid": True, "profile": loaded.name,
                                                            "digest": loaded.digest})
@@ -163,14 +174,17 @@ def facts(ctx: Ctx, save: str | None) -> None:
 @click.option("--baseline", metavar="OLD.yaml",
               help="Also plan OLD.yaml; show how PROFILE changes each node's plan (exit 2 when it does).")
 @click.pass_obj
-def plan(ctx: Ctx, profile: str, detailed_exitcode: bool, allow_disruptive: bool, facts_path: str | None,
+def plan(ctx: Ctx, profile: str | None, detailed_exitcode: bool, allow_disruptive: bool, facts_path: str | None,
          baseline: str | None) -> None:
-    """Show what apply would change, and why. Writes nothing.
+    """Show what apply would change, and why. Writes nothing. PROFILE: default /etc/nodeagent/profile.yaml.
 
     With --facts it never touches this machine: it plans against captured facts, with the same planner.
     """
     from .render.text import plan_text
 
+    if profile is None and facts_path is not None:
+        raise UsageError("plan --facts needs PROFILE", hint="nodeagent plan PROFILE --facts DIR")
+    profile = _profile(ctx, profile)
     if facts_path is not None or baseline is not None or ctx.fmt == "markdown":
         _review(ctx, profile, facts_path, baseline, detailed_exitcode, allow_disruptive)
         return
@@ -203,12 +217,12 @@ def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
 @profile_arg
 @skip_checks_opt
 @click.pass_obj
-def check(ctx: Ctx, profile: str, skip_checks: tuple[str, ...]) -> None:
+def check(ctx: Ctx, profile: str | None, skip_checks: tuple[str, ...]) -> None:
     """Run the profile's preflight checks alone (read-only). Exit 4 when an error-severity check fails."""
     from .checks import parse_skips
     from .render.checks import report_text
 
-    loaded = _load(profile)
+    loaded = _load(_profile(ctx, profile))
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
     report = eng.checks(loaded, eng.facts(), skips)
@@ -251,14 +265,16 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
 @click.option("--metrics-textfile", metavar="PATH",
               help="Also write Prometheus metrics to PATH (atomically), for node_exporter's textfile collector.")
 @click.pass_obj
-def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bool,
+def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disruptive: bool,
           skip_checks: tuple[str, ...], devices: tuple[str, ...], metrics_textfile: str | None) -> None:
-    """Run the profile's preflight checks, then make the node match the profile, re-read and verify it."""
+    """Run the profile's preflight checks, then make the node match the profile, re-read and verify it.
+
+    PROFILE: default /etc/nodeagent/profile.yaml (under --root)."""
     from .checks import parse_skips
     from .render.checks import report_text
     from .render.text import plan_text, result_text
 
-    loaded = _load(profile)
+    loaded = _load(_profile(ctx, profile))
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
     interactive = _is_interactive() and ctx.fmt == "text"

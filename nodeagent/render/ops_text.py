@@ -92,6 +92,8 @@ def status_text(s: dict[str, Any]) -> str:
         out.append(f"last apply: profile {last.get('profile')} at {last.get('time')}: {last.get('status')}{scope} "
                    f"({last['applied']} applied, {last['failed']} failed, {last['blocked']} blocked)")
         out += [f"  verify: {e}" for e in last.get("verify_errors", [])]
+        if last.get("profile_changed"):
+            out.append(f"  note: {last['profile_changed']}")
     else:
         out.append("last apply: none (no profile applied on this node)")
     d = s.get("drift")
