@@ -41,9 +41,12 @@ class Ctx:
 
             root = self.root
             if self.simulate:
-                from .sim import cached
+                from .sim import cached, cached_path
 
                 try:
+                    if sys.stderr.isatty() and not cached_path(self.simulate).exists():
+                        click.echo(f"nodeagent: laying out a simulated {self.simulate} node (first use; reused "
+                                   "afterwards)...", err=True)
                     root = str(cached(self.simulate))
                 except KeyError as exc:
                     raise UsageError(f"--simulate: {exc.args[0]}") from None
@@ -272,30 +275,38 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
     PROFILE: default /etc/nodeagent/profile.yaml (under --root)."""
     from .checks import parse_skips
     from .render.checks import report_text
-    from .render.text import plan_text, result_text
+    from .render.text import outcomes_text, plan_text
 
     loaded = _load(_profile(ctx, profile))
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
-    interactive = _is_interactive() and ctx.fmt == "text"
+    text = ctx.fmt == "text"
+    interactive = _is_interactive() and text
+
+    def show(report: Any, p: Any) -> None:
+        """One shape wherever it runs: the checks, then the plan (before → after), then the prompt, then outcomes."""
+        if text:
+            if report.results:
+                click.echo(report_text(report, applying=not dry_run))
+            click.echo(plan_text(p))
 
     def confirm(p: Any) -> bool:
-        if yes or not interactive:
-            return True
-        click.echo(plan_text(p))
-        return click.confirm("Apply these changes?", default=False)
+        return yes or not interactive or click.confirm("Apply these changes?", default=False)
 
-    progress = _TerminalProgress() if ctx.fmt == "text" and sys.stderr.isatty() else None
+    progress = _TerminalProgress() if text and sys.stderr.isatty() else None
     try:
         result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm,
-                           progress=progress, skip_checks=skips, scope=list(devices) if devices else None)
+                           progress=progress, skip_checks=skips, scope=list(devices) if devices else None,
+                           on_plan=show)
     finally:
         if progress is not None:
             progress.close()
-    text = result_text(result)
-    if result.checks is not None and result.checks.results:
-        text = report_text(result.checks, applying=not dry_run) + "\n" + text
-    ctx.emit(text, result.to_dict())
+    if text:
+        outcome = outcomes_text(result, dry_run=dry_run)
+        if outcome:
+            click.echo(outcome)
+    else:
+        ctx.emit("", result.to_dict())
     if metrics_textfile and not result.dry_run:
         from .cli_ops import write_metrics
 
