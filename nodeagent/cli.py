@@ -165,6 +165,7 @@ def facts(ctx: Ctx, save: str | None) -> None:
             snapshot.save(snap, save)
         except OSError as exc:
             raise UsageError(f"--save {save}: cannot write: {exc.strerror}") from None
+        click.echo(f"nodeagent: saved the facts to {os.path.abspath(save)} (for `plan --facts`)", err=True)
     ctx.emit(facts_text(snap.facts), snap.facts.to_dict())
 
 

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..units import parse_percent, parse_size
+from ..units import format_size, parse_percent, parse_size
 
 Severity = Literal["error", "warning"]
 
@@ -187,7 +187,7 @@ class MemoryBandwidthCheck(_Strict):
     def _buffer_floor(self) -> MemoryBandwidthCheck:
         if self.buffer < 1024**2:
             raise PydanticCustomError("size", "buffer: expected at least 1MiB (smaller buffers measure caches), "
-                                      "got {got} bytes", {"got": self.buffer})
+                                      "got {got}", {"got": format_size(self.buffer)})
         return self
 
 

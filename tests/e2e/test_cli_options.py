@@ -63,7 +63,7 @@ def _one_document(out: str) -> dict:
 @pytest.mark.parametrize("args,code", [
     (["plan", "--bogus", PROFILE], 64),
     (["nosuch"], 64),
-    (["plan"], 64),
+    (["history", "--limit", "0"], 64),
     (["facts", "--lock-timeout", "soon"], 64),
     (["history", "--event", "lunch"], 64),
     (["validate", "/nonexistent/p.yaml"], 65),
@@ -117,3 +117,11 @@ def test_completion_completes_commands_and_presets() -> None:
     out = subprocess.run(exe, env=env, capture_output=True, text=True, check=True).stdout
     assert "plain,small" in out.splitlines()
     assert cli.name == "cli"  # the group the completion script drives
+
+
+def test_facts_save_says_where_and_keeps_stdout_one_document(make_node, scratch_dir: Path, capsys) -> None:
+    root = make_node("small")
+    target = scratch_dir / "node.json"
+    code, out, err = run(["facts", "--save", str(target), "--root", str(root), "--format", "json"], capsys)
+    assert code == 0 and json.loads(out)["hostname"] and target.is_file()
+    assert f"saved the facts to {target}" in err
