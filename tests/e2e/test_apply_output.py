@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -52,13 +53,16 @@ def _in_a_pty(args: list[str], answer: bytes, timeout: float = 120.0) -> str:
 
 
 def test_the_same_order_on_a_terminal_and_in_a_pipe(make_node) -> None:
-    tty_root, pipe_root = make_node("small"), make_node("small")
+    tty_root, pipe_root = make_node("h100-cxl"), make_node("h100-cxl")
     on_tty = _in_a_pty(["apply", PROFILE, "--root", str(tty_root)], b"y\n")
     piped = subprocess.run([*EXE, "apply", PROFILE, "--root", str(pipe_root)], capture_output=True, text=True,
                            stdin=subprocess.DEVNULL, timeout=120)
     assert piped.returncode == 0, piped.stderr
     assert _order(on_tty) == list(SECTIONS)
     assert _order(piped.stdout) == [s for s in SECTIONS if s != "Apply these changes?"]
+    # progress of long work on the terminal only (onlining each expander's 1024 blocks), never in a pipe
+    assert re.search(r"dax0\.0: .*: \d+/1024 \(\d+%\)", on_tty), on_tty
+    assert "/1024 (" not in piped.stdout + piped.stderr
     # the plan (before → after) is there wherever it runs, before the outcomes
     for out in (on_tty, piped.stdout):
         assert "~ kernel.demotion_enabled  false → true" in out
