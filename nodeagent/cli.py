@@ -33,6 +33,8 @@ class Ctx:
     _host: Host | None = None
     #: With --format json the command's one document, printed by main() (with the error, if one follows).
     document: Any = None
+    #: What went wrong when a command ends with a failing exit code of its own (checks failed, partial apply).
+    failure: tuple[str, str | None] | None = None
 
     @property
     def host(self) -> Host:
@@ -212,8 +214,12 @@ skip_checks_opt = click.option(
 def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
     names = ", ".join(r.name for r in report.failed)
     tail = "; nothing was written" if applying else ""
-    click.echo(f"nodeagent: error-severity checks failed: {names}{tail}\n  hint: fix the node as each check says, "
-               f"or --skip-checks {report.failed[0].name} to go ahead anyway", err=True)
+    message = f"error-severity checks failed: {names}{tail}"
+    hint = f"fix the node as each check says, or --skip-checks {report.failed[0].name} to go ahead anyway"
+    click.echo(f"nodeagent: {message}\n  hint: {hint}", err=True)
+    ctx = click.get_current_context().find_object(Ctx)
+    if ctx is not None:
+        ctx.failure = (message, hint)
     return click.exceptions.Exit(ExitCode.CHECK_FAILED)
 
 
@@ -319,6 +325,7 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
         raise PlanError("nothing was applied: the plan has problems this node cannot carry out (listed above)",
                         hint="fix the profile or the node, then apply again")
     if not result.dry_run and not result.ok:
+        ctx.failure = (f"apply {result.status}: some changes were not made", "see the outcomes")
         raise click.exceptions.Exit(ExitCode.PARTIAL)
 
 
@@ -459,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _fail(ctx, int(ExitCode.ERROR), f"internal error: {type(exc).__name__}: {exc}",
                      "this is a bug in nodeagent; rerun with NODEAGENT_DEBUG=1 for the traceback and report it")
-    if ctx.fmt == "json":
-        ctx.flush({"message": f"exit {code}", "hint": None, "exit_code": code} if code not in (0, 2) else None)
+    if ctx.fmt == "json":  # 2 (changes pending) and 3 (drift found) are answers, not failures
+        message, hint = ctx.failure or (f"exit {code}", None)
+        ctx.flush({"message": message, "hint": hint, "exit_code": code} if code not in (0, 2, 3) else None)
     return code

@@ -99,7 +99,14 @@ def test_failed_checks_print_one_document(make_node, scratch_dir: Path, capsys) 
         code, out, _ = run([*command, str(p), "--root", str(root), "--format", "json"], capsys)
         assert code == 4
         doc = _one_document(out)
-        assert doc["error"]["exit_code"] == 4
+        assert doc["error"]["exit_code"] == 4 and "checks failed: cpu" in doc["error"]["message"]
+
+
+def test_answers_are_not_errors(make_node, capsys) -> None:
+    """Exit 2 (changes pending) and 3 (drift) are what was asked: the document carries no error."""
+    root = make_node("small")
+    code, out, _ = run(["plan", PROFILE, "--detailed-exitcode", "--root", str(root), "--format", "json"], capsys)
+    assert code == 2 and "error" not in _one_document(out)
 
 
 @pytest.mark.parametrize("shell,marker", [("bash", "complete -o"), ("zsh", "compdef"), ("fish", "complete ")])
