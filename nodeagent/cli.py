@@ -26,11 +26,15 @@ if TYPE_CHECKING:
 
 @dataclass
 class Ctx:
-    root: str
-    simulate: str | None
-    fmt: str
-    lock_timeout: float
+    root: str = "/"
+    simulate: str | None = None
+    fmt: str = "text"
+    lock_timeout: float = 60.0
     _host: Host | None = None
+    #: With --format json the command's one document, printed by main() (with the error, if one follows).
+    document: Any = None
+    #: What went wrong when a command ends with a failing exit code of its own (checks failed, partial apply).
+    failure: tuple[str, str | None] | None = None
 
     @property
     def host(self) -> Host:
@@ -39,9 +43,12 @@ class Ctx:
 
             root = self.root
             if self.simulate:
-                from .sim import cached
+                from .sim import cached, cached_path
 
                 try:
+                    if sys.stderr.isatty() and not cached_path(self.simulate).exists():
+                        click.echo(f"nodeagent: laying out a simulated {self.simulate} node (first use; reused "
+                                   "afterwards)...", err=True)
                     root = str(cached(self.simulate))
                 except KeyError as exc:
                     raise UsageError(f"--simulate: {exc.args[0]}") from None
@@ -55,9 +62,20 @@ class Ctx:
 
     def emit(self, text: str, data: Any) -> None:
         if self.fmt == "json":
-            click.echo(json.dumps(data, indent=2, default=str))
+            self.document = data
         else:
             click.echo(text)
+
+    def flush(self, error: dict[str, Any] | None = None) -> None:
+        """Print the one JSON document: the command's, with ``error`` in it when the command then failed."""
+        doc = self.document
+        self.document = None
+        if doc is None and error is None:
+            return
+        if error is not None:  # {"error": {message, hint, exit_code}}, beside the command's own keys if any
+            doc = {**doc, "error": error} if isinstance(doc, dict) else {"error": error} if doc is None else \
+                {"result": doc, "error": error}
+        click.echo(json.dumps(doc, indent=2, default=str))
 
 
 def _load(path: str) -> LoadedProfile:
@@ -66,18 +84,43 @@ def _load(path: str) -> LoadedProfile:
     return load_profile(path)
 
 
+def _profile(ctx: Ctx, given: str | None) -> str:
+    """PROFILE as given, else the node's /etc/nodeagent/profile.yaml (nodeagent.layout)."""
+    if given is not None:
+        return given
+    from .layout import node_profile
+
+    command = click.get_current_context().command_path.removeprefix("nodeagent ").removeprefix("cli ")
+    return node_profile(ctx.host, command)
+
+
 def _is_interactive() -> bool:
     """Ask for confirmation only on a terminal: never under systemd, Ansible or a pipe."""
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-profile_arg = click.argument("profile", type=click.Path(dir_okay=True, path_type=str))
+profile_arg = click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+def _presets(prefix: str) -> list[str]:
+    from .sim import PRESETS
+
+    return [name for name in PRESETS if name.startswith(prefix)]
+
+
+class _Cli(click.Group):
+    """Global options go before or after the command (see ``_cli_args``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from ._cli_args import hoist
+
+        return super().parse_args(ctx, hoist(self, ctx, args))
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.option("--root", default="/", show_default=True, metavar="DIR",
               help="Root under which /sys, /proc, /etc and /var/lib/nodeagent are found.")
-@click.option("--simulate", metavar="PRESET",
+@click.option("--simulate", metavar="PRESET", shell_complete=lambda cx, param, incomplete: _presets(incomplete),
               help="Use a simulated node of this preset (created or reused under the cache directory).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
               help="markdown: a review comment (plan only).")
@@ -92,14 +135,18 @@ def cli(cx: click.Context, root: str, simulate: str | None, fmt: str, lock_timeo
     if fmt == "markdown" and cx.invoked_subcommand != "plan":
         raise UsageError(f"--format markdown is not supported by {cx.invoked_subcommand or 'this command'}",
                          hint="only plan renders Markdown; use --format text or json")
-    cx.obj = Ctx(root, simulate, fmt, lock_timeout)
+    if not isinstance(cx.obj, Ctx):  # invoked without main() (click's test runner): print when done
+        cx.obj = Ctx()
+        cx.call_on_close(cx.obj.flush)
+    cx.obj.root, cx.obj.simulate, cx.obj.fmt, cx.obj.lock_timeout = root, simulate, fmt, lock_timeout
 
 
 @cli.command()
 @profile_arg
 @click.pass_obj
-def validate(ctx: Ctx, profile: str) -> None:
+def validate(ctx: Ctx, profile: str | None) -> None:
     """Check a profile against the schema (after merging what it extends)."""
+    profile = _profile(ctx, profile)
     loaded = _load(profile)
     ctx.emit(f"{profile}: valid profile {loaded.name!r}", {"valid": True, "profile": loaded.name,
                                                            "digest": loaded.digest})
@@ -120,6 +167,7 @@ def facts(ctx: Ctx, save: str | None) -> None:
             snapshot.save(snap, save)
         except OSError as exc:
             raise UsageError(f"--save {save}: cannot write: {exc.strerror}") from None
+        click.echo(f"nodeagent: saved the facts to {os.path.abspath(save)} (for `plan --facts`)", err=True)
     ctx.emit(facts_text(snap.facts), snap.facts.to_dict())
 
 
@@ -132,14 +180,17 @@ def facts(ctx: Ctx, save: str | None) -> None:
 @click.option("--baseline", metavar="OLD.yaml",
               help="Also plan OLD.yaml; show how PROFILE changes each node's plan (exit 2 when it does).")
 @click.pass_obj
-def plan(ctx: Ctx, profile: str, detailed_exitcode: bool, allow_disruptive: bool, facts_path: str | None,
+def plan(ctx: Ctx, profile: str | None, detailed_exitcode: bool, allow_disruptive: bool, facts_path: str | None,
          baseline: str | None) -> None:
-    """Show what apply would change, and why. Writes nothing.
+    """Show what apply would change, and why. Writes nothing. PROFILE: default /etc/nodeagent/profile.yaml.
 
     With --facts it never touches this machine: it plans against captured facts, with the same planner.
     """
     from .render.text import plan_text
 
+    if profile is None and facts_path is not None:
+        raise UsageError("plan --facts needs PROFILE", hint="nodeagent plan PROFILE --facts DIR")
+    profile = _profile(ctx, profile)
     if facts_path is not None or baseline is not None or ctx.fmt == "markdown":
         _review(ctx, profile, facts_path, baseline, detailed_exitcode, allow_disruptive)
         return
@@ -163,8 +214,12 @@ skip_checks_opt = click.option(
 def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
     names = ", ".join(r.name for r in report.failed)
     tail = "; nothing was written" if applying else ""
-    click.echo(f"nodeagent: error-severity checks failed: {names}{tail}\n  hint: fix the node as each check says, "
-               f"or --skip-checks {report.failed[0].name} to go ahead anyway", err=True)
+    message = f"error-severity checks failed: {names}{tail}"
+    hint = f"fix the node as each check says, or --skip-checks {report.failed[0].name} to go ahead anyway"
+    click.echo(f"nodeagent: {message}\n  hint: {hint}", err=True)
+    ctx = click.get_current_context().find_object(Ctx)
+    if ctx is not None:
+        ctx.failure = (message, hint)
     return click.exceptions.Exit(ExitCode.CHECK_FAILED)
 
 
@@ -172,12 +227,12 @@ def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
 @profile_arg
 @skip_checks_opt
 @click.pass_obj
-def check(ctx: Ctx, profile: str, skip_checks: tuple[str, ...]) -> None:
+def check(ctx: Ctx, profile: str | None, skip_checks: tuple[str, ...]) -> None:
     """Run the profile's preflight checks alone (read-only). Exit 4 when an error-severity check fails."""
     from .checks import parse_skips
     from .render.checks import report_text
 
-    loaded = _load(profile)
+    loaded = _load(_profile(ctx, profile))
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
     report = eng.checks(loaded, eng.facts(), skips)
@@ -220,35 +275,45 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
 @click.option("--metrics-textfile", metavar="PATH",
               help="Also write Prometheus metrics to PATH (atomically), for node_exporter's textfile collector.")
 @click.pass_obj
-def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bool,
+def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disruptive: bool,
           skip_checks: tuple[str, ...], devices: tuple[str, ...], metrics_textfile: str | None) -> None:
-    """Run the profile's preflight checks, then make the node match the profile, re-read and verify it."""
+    """Run the profile's preflight checks, then make the node match the profile, re-read and verify it.
+
+    PROFILE: default /etc/nodeagent/profile.yaml (under --root)."""
     from .checks import parse_skips
     from .render.checks import report_text
-    from .render.text import plan_text, result_text
+    from .render.text import outcomes_text, plan_text
 
-    loaded = _load(profile)
+    loaded = _load(_profile(ctx, profile))
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
-    interactive = _is_interactive() and ctx.fmt == "text"
+    text = ctx.fmt == "text"
+    interactive = _is_interactive() and text
+
+    def show(report: Any, p: Any) -> None:
+        """One shape wherever it runs: the checks, then the plan (before → after), then the prompt, then outcomes."""
+        if text:
+            if report.results:
+                click.echo(report_text(report, applying=not dry_run))
+            click.echo(plan_text(p))
 
     def confirm(p: Any) -> bool:
-        if yes or not interactive:
-            return True
-        click.echo(plan_text(p))
-        return click.confirm("Apply these changes?", default=False)
+        return yes or not interactive or click.confirm("Apply these changes?", default=False)
 
-    progress = _TerminalProgress() if ctx.fmt == "text" and sys.stderr.isatty() else None
+    progress = _TerminalProgress() if text and sys.stderr.isatty() else None
     try:
         result = eng.apply(loaded, dry_run=dry_run, allow_disruptive=allow_disruptive, confirm=confirm,
-                           progress=progress, skip_checks=skips, scope=list(devices) if devices else None)
+                           progress=progress, skip_checks=skips, scope=list(devices) if devices else None,
+                           on_plan=show)
     finally:
         if progress is not None:
             progress.close()
-    text = result_text(result)
-    if result.checks is not None and result.checks.results:
-        text = report_text(result.checks, applying=not dry_run) + "\n" + text
-    ctx.emit(text, result.to_dict())
+    if text:
+        outcome = outcomes_text(result, dry_run=dry_run)
+        if outcome:
+            click.echo(outcome)
+    else:
+        ctx.emit("", result.to_dict())
     if metrics_textfile and not result.dry_run:
         from .cli_ops import write_metrics
 
@@ -260,6 +325,7 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
         raise PlanError("nothing was applied: the plan has problems this node cannot carry out (listed above)",
                         hint="fix the profile or the node, then apply again")
     if not result.dry_run and not result.ok:
+        ctx.failure = (f"apply {result.status}: some changes were not made", "see the outcomes")
         raise click.exceptions.Exit(ExitCode.PARTIAL)
 
 
@@ -286,6 +352,17 @@ def schema() -> None:
     from .profile import schema as profile_schema
 
     click.echo(json.dumps(profile_schema(), indent=2))
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL (README: "Shell completion" says where it goes)."""
+    from click.shell_completion import get_completion_class
+
+    complete = get_completion_class(shell)
+    assert complete is not None  # click ships all three
+    click.echo(complete(cli, {}, "nodeagent", "_NODEAGENT_COMPLETE").source())
 
 
 @cli.group()
@@ -339,46 +416,58 @@ _cli_ops.register(cli)
 __import__("nodeagent.cli_metrics").cli_metrics.register(cli)  # the `metrics` group (exporter)
 
 
-def _error_exit(exc: NodeagentError, fmt: str) -> int:
-    if fmt == "json":
-        click.echo(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}))
-    click.echo(f"nodeagent: {exc.render()}", err=True)
-    return int(exc.exit_code)
+def _fail(ctx: Ctx, code: int, message: str, hint: str | None = None) -> int:
+    """Say what failed on stderr; with --format json, also in stdout's one document."""
+    click.echo(f"nodeagent: {message}" + (f"\n  hint: {hint}" if hint else ""), err=True)
+    if ctx.fmt == "json":
+        ctx.flush({"message": message, "hint": hint, "exit_code": code})
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Exceptions map to exit codes here and nowhere else."""
+    from ._cli_args import global_value
+
     args = sys.argv[1:] if argv is None else argv
-    fmt = "json" if "--format=json" in args or ("--format" in args and "json" in args) else "text"
+    ctx = Ctx()
+    try:  # the --format asked for, for errors click raises before it has processed any option
+        ctx.fmt = global_value(cli, args, "--format", "text")
+    except Exception:  # noqa: BLE001 (a malformed command line: click reports it below)
+        pass
     try:
-        rv = cli.main(args=args, prog_name="nodeagent", standalone_mode=False)
-        return rv if isinstance(rv, int) else 0  # click returns ctx.exit()'s code when not standalone
+        rv = cli.main(args=args, prog_name="nodeagent", standalone_mode=False, obj=ctx)
+        code = rv if isinstance(rv, int) else 0  # click returns ctx.exit()'s code when not standalone
     except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
+        code = int(exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("nodeagent: aborted", err=True)
-        return int(ExitCode.ERROR)
+        return _fail(ctx, int(ExitCode.ERROR), "aborted")
     except click.exceptions.ClickException as exc:  # usage errors: remap click's 2 to 64
-        exc.show()
-        return int(ExitCode.USAGE)
+        if ctx.fmt != "json":
+            exc.show()
+            return int(ExitCode.USAGE)
+        usage = exc.ctx.get_usage() if isinstance(exc, click.UsageError) and exc.ctx is not None else None
+        return _fail(ctx, int(ExitCode.USAGE), exc.format_message(), usage)
     except NodeagentError as exc:
-        return _error_exit(exc, fmt)
+        click.echo(f"nodeagent: {exc.render()}", err=True)
+        if ctx.fmt == "json":
+            ctx.flush({"message": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)})
+        return int(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("nodeagent: interrupted", err=True)
-        return 130
+        return _fail(ctx, 130, "interrupted")
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return int(ExitCode.ERROR)
     except OSError as exc:  # a file the user named or the node could not be read: say which, no traceback
         if os.environ.get("NODEAGENT_DEBUG"):
             raise
-        where = f" {exc.filename}" if exc.filename else ""
-        click.echo(f"nodeagent:{where}: {exc.strerror or exc}", err=True)
-        return int(ExitCode.ERROR)
+        where = f" {exc.filename}:" if exc.filename else ""
+        return _fail(ctx, int(ExitCode.ERROR), f"{where.lstrip()}{' ' if where else ''}{exc.strerror or exc}")
     except Exception as exc:  # a bug: one line, and the way to the traceback
         if os.environ.get("NODEAGENT_DEBUG"):
             raise
-        click.echo(f"nodeagent: internal error: {type(exc).__name__}: {exc}\n"
-                   "  hint: this is a bug in nodeagent; rerun with NODEAGENT_DEBUG=1 for the traceback and report it",
-                   err=True)
-        return int(ExitCode.ERROR)
+        return _fail(ctx, int(ExitCode.ERROR), f"internal error: {type(exc).__name__}: {exc}",
+                     "this is a bug in nodeagent; rerun with NODEAGENT_DEBUG=1 for the traceback and report it")
+    if ctx.fmt == "json":  # 2 (changes pending) and 3 (drift found) are answers, not failures
+        message, hint = ctx.failure or (f"exit {code}", None)
+        ctx.flush({"message": message, "hint": hint, "exit_code": code} if code not in (0, 2, 3) else None)
+    return code

@@ -64,6 +64,13 @@ def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | N
     loaded = _load(profile) if profile else None
     eng = ctx.engine()
     report = detect(eng, loaded)
+    if loaded is None:
+        from dataclasses import replace
+
+        from .layout import changed_since_applied
+
+        note = changed_since_applied(eng.state.last_applied())
+        report = replace(report, notes=(note, *report.notes)) if note else report
     if record:
         report = record_drift(eng, report)
     if metrics_textfile:
@@ -99,10 +106,15 @@ def history(ctx: Ctx, resource: str | None, target: str | None, event: str | Non
 @click.pass_obj
 def status(ctx: Ctx, events: int) -> None:
     """The node at a glance: last apply, drift, owned kdamonds, tiers and how full each node is. Read-only."""
+    from .layout import changed_since_applied
     from .render.ops_text import status_text
     from .status import gather_status
 
-    s = gather_status(ctx.engine(), events=events)
+    eng = ctx.engine()
+    s = gather_status(eng, events=events)
+    note = changed_since_applied(eng.state.last_applied())
+    if note and s.get("last_apply"):
+        s["last_apply"]["profile_changed"] = note
     ctx.emit(status_text(s), s)
 
 
@@ -146,31 +158,59 @@ def _unit_options(f: Any) -> Any:
     f = metrics_opt(f)
     f = click.option("--before", metavar="SERVICE", help="Apply before this service starts (the inference "
                      "service, e.g. vllm.service); it also pulls the apply in.")(f)
-    f = click.option("--prefix", default=sys.prefix, show_default="this installation's prefix", metavar="DIR",
-                     help="Installation prefix: the units run DIR/bin/nodeagent.")(f)
-    return click.argument("profile", type=click.Path(exists=True, dir_okay=False, path_type=str))(f)
+    f = click.option("--prefix", metavar="DIR", help="Installation prefix: the units run DIR/bin/nodeagent.")(f)
+    f = click.option("--exe", metavar="PATH", help="The nodeagent the units run (default: the installed console "
+                     "script running now, else the one on PATH).")(f)
+    f = click.option("--profile", "node_profile", metavar="PATH",
+                     help="The profile path the units read on the node (default: PROFILE's absolute path, "
+                          "else /etc/nodeagent/profile.yaml).")(f)
+    return click.argument("profile", required=False, type=click.Path(exists=True, dir_okay=False, path_type=str))(f)
 
 
-def _render(profile: str, prefix: str, before: str | None, metrics: str | None, interval: str) -> dict[str, str]:
+def _console_script() -> str:
+    """The installed ``nodeagent`` console script: the one running, else the one on PATH, else the prefix's."""
+    import os
+    import shutil
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "nodeagent" and os.path.isfile(argv0):
+        return os.path.abspath(argv0)
+    return shutil.which("nodeagent") or os.path.join(sys.prefix, "bin", "nodeagent")
+
+
+def _render(ctx: Ctx, profile: str | None, node_profile: str | None, exe: str | None, prefix: str | None,
+            before: str | None, metrics: str | None, interval: str) -> dict[str, str]:
     import os
 
     from .cli import _load
+    from .layout import PROFILE_PATH, under_root
+    from .layout import node_profile as standard_profile
     from .render.systemd import render_units
 
-    loaded = _load(profile)  # a profile that does not validate is not worth a unit
-    return render_units(os.path.abspath(profile), prefix=prefix, before=before, metrics=metrics,
-                        interval=interval, profile_name=loaded.name)
+    if profile is not None:  # a profile that does not validate is not worth a unit
+        name = _load(profile).name
+        baked = node_profile or os.path.abspath(profile)
+    elif node_profile is not None:
+        local = under_root(ctx.host, node_profile)
+        name = _load(local).name if os.path.exists(local) else None
+        baked = node_profile
+    else:
+        name, baked = _load(standard_profile(ctx.host, "units")).name, PROFILE_PATH
+    if exe is None:
+        exe = os.path.join(prefix, "bin", "nodeagent") if prefix else _console_script()
+    return render_units(baked, exe=exe, before=before, metrics=metrics, interval=interval, profile_name=name)
 
 
 @units.command("render")
 @_unit_options
 @click.pass_obj
-def units_render(ctx: Ctx, profile: str, prefix: str, before: str | None, metrics_textfile: str | None,
-                 interval: str) -> None:
-    """Print the units and the udev rule for PROFILE (nothing is written)."""
+def units_render(ctx: Ctx, profile: str | None, node_profile: str | None, exe: str | None, prefix: str | None,
+                 before: str | None, metrics_textfile: str | None, interval: str) -> None:
+    """Print the units and the udev rule (nothing is written). They run the installed nodeagent on the node's
+    profile, /etc/nodeagent/profile.yaml, unless PROFILE, --profile or --exe say otherwise."""
     from .render.systemd import destination
 
-    files = _render(profile, prefix, before, metrics_textfile, interval)
+    files = _render(ctx, profile, node_profile, exe, prefix, before, metrics_textfile, interval)
     ctx.emit("\n".join(f"# ==> {destination(n)} <==\n{t}" for n, t in files.items()),
              {destination(n): t for n, t in files.items()})
 
@@ -178,14 +218,15 @@ def units_render(ctx: Ctx, profile: str, prefix: str, before: str | None, metric
 @units.command("install")
 @_unit_options
 @click.pass_obj
-def units_install(ctx: Ctx, profile: str, prefix: str, before: str | None, metrics_textfile: str | None,
-                  interval: str) -> None:
+def units_install(ctx: Ctx, profile: str | None, node_profile: str | None, exe: str | None, prefix: str | None,
+                  before: str | None, metrics_textfile: str | None, interval: str) -> None:
     """Write the units to /etc/systemd/system and the rule to /etc/udev/rules.d (under --root)."""
     import os
 
+    from .layout import under_root
     from .render.systemd import destination
 
-    files = _render(profile, prefix, before, metrics_textfile, interval)
+    files = _render(ctx, profile, node_profile, exe, prefix, before, metrics_textfile, interval)
     host = ctx.host
     if host.is_real and os.geteuid() != 0:
         raise NeedsRootError("units install writes under /etc and needs root", hint="run it with sudo")
@@ -193,10 +234,17 @@ def units_install(ctx: Ctx, profile: str, prefix: str, before: str | None, metri
     for name, text in files.items():
         host.fs.write_file_atomic(destination(name), text)
         written.append(destination(name))
-    lines = [f"wrote {p}" for p in written]
-    lines += ["next: systemctl daemon-reload && udevadm control --reload && "
-              "systemctl enable --now nodeagent-apply.service nodeagent-drift.timer"]
-    ctx.emit("\n".join(lines), {"written": written})
+    if host.is_real:
+        lines = [f"wrote {p}" for p in written]
+        lines += ["next: systemctl daemon-reload && udevadm control --reload && "
+                  "systemctl enable --now nodeagent-apply.service nodeagent-drift.timer"]
+    else:  # nothing on this machine changed: say where the files are, and that no systemd here runs them
+        what = "simulated node" if host.simulated else "root"
+        lines = [f"{what} at {host.root}: wrote the units there, not into this machine's systemd"]
+        lines += [f"wrote {under_root(host, p)}" for p in written]
+        lines += ["on a real node, next: systemctl daemon-reload && udevadm control --reload && "
+                  "systemctl enable --now nodeagent-apply.service nodeagent-drift.timer"]
+    ctx.emit("\n".join(lines), {"written": written, "root": str(host.root), "simulated": host.simulated})
 
 
 @click.command()

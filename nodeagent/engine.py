@@ -79,25 +79,31 @@ class Engine:
     def apply(self, loaded: LoadedProfile, *, dry_run: bool = False, allow_disruptive: bool = False,
               confirm: Callable[[Plan], bool] | None = None,
               progress: Callable[[str, int, int], None] | None = None,
-              skip_checks: frozenset[str] = frozenset(), scope: Collection[str] | None = None) -> Result:
+              skip_checks: frozenset[str] = frozenset(), scope: Collection[str] | None = None,
+              on_plan: Callable[[CheckReport, Plan], None] | None = None) -> Result:
         """Run the preflight checks, then plan and (unless ``dry_run``) execute that very plan, verify, record.
 
         An error-severity check that fails (and is not in ``skip_checks``) stops here: nothing is written. A
         blocked plan (a problem that makes the whole profile inapplicable) writes nothing either. A disruptive
         change without ``allow_disruptive`` is skipped as ``blocked`` while the rest is applied. With ``scope``
         only the changes that concern those hot-plugged devices are planned and applied. Every apply that
-        gets the lock is written to the history journal.
+        gets the lock is written to the history journal. ``on_plan(checks, plan)`` is called once both are known,
+        before ``confirm`` and before anything is written (the CLI prints them there).
         """
         if dry_run:
             facts = self.facts()
             report = self.checks(loaded, facts, skip_checks)
-            return Result(self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope),
-                          dry_run=True, checks=report)
+            plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
+            if on_plan is not None:
+                on_plan(report, plan)
+            return Result(plan, dry_run=True, checks=report)
         self.require_root()
         with self.state.locked(self.lock_timeout):
             facts = self.facts()
             report = self.checks(loaded, facts, skip_checks)
             plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
+            if on_plan is not None:
+                on_plan(report, plan)
             if not report.ok:
                 result = Result(plan, checks=report)
                 self._history(loaded, result, scope)

@@ -22,6 +22,7 @@ from typing import Any
 
 from .errors import UsageError
 from .host import Host
+from .timestamps import rfc3339
 
 JOURNAL = "/var/lib/nodeagent/journal.jsonl"
 MAX_BYTES = 1024 * 1024
@@ -31,7 +32,7 @@ EVENTS = ("apply", "drift", "resolved", "revert", "hotplug")
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(ts)
 
 
 class Journal:

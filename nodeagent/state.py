@@ -89,4 +89,6 @@ class StateStore:
 
 
 def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    from .timestamps import rfc3339
+
+    return rfc3339()

@@ -53,17 +53,46 @@ def parse_percent(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a percentage such as 90%, got {value!r}")
     if isinstance(value, str):
-        text = value.strip()
-        num = text[:-1] if text.endswith("%") else text
-        try:
-            value = float(num)
-        except ValueError:
-            raise ValueError(f"expected a percentage such as 90%, got {text!r}") from None
+        m = _PERCENT.fullmatch(value)
+        if not m:
+            raise ValueError(f"expected a percentage such as 90%, got {value.strip()!r}")
+        value = float(m.group(1))
     if isinstance(value, int | float):
         if not 0 <= value <= 100:
-            raise ValueError(f"expected a percentage from 0 to 100, got {value}")
+            raise ValueError(f"expected a percentage from 0 to 100, got {value:g}")
         return float(value)
     raise ValueError(f"expected a percentage such as 90%, got {value!r}")
+
+
+_PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*%?\s*")
+
+
+# JSON Schema patterns for the strings the parsers above accept, built from the same tables (``nodeagent
+# schema``): an editor or linter using the schema accepts exactly the spellings the loader accepts.
+_NUMBER = r"[0-9]+(\.[0-9]+)?"
+
+
+def _spelling(unit: str, fold_case: bool) -> str:
+    if not fold_case:
+        return re.escape(unit)
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in unit)
+
+
+def _unit_pattern(units: dict[str, int], fold_case: bool) -> str:
+    names = sorted((u for u in units if u), key=lambda u: (-len(u), u))
+    alt = "|".join(_spelling(u, fold_case) for u in names)
+    optional = "?" if "" in units else ""
+    return rf"^\s*{_NUMBER}\s*({alt}){optional}\s*$"
+
+
+SIZE_PATTERN = _unit_pattern(_SIZE_UNITS, fold_case=True)
+DURATION_PATTERN = _unit_pattern(_DURATION_US, fold_case=False)
+#: 0 to 100, ``%`` optional (``percent_sign=True``: required), as :func:`parse_percent` reads a string.
+_PCT_NUMBER = r"0*([0-9]{1,2}(\.[0-9]+)?|100(\.0+)?)"
+
+
+def percent_pattern(percent_sign: bool = False) -> str:
+    return rf"^\s*{_PCT_NUMBER}\s*%{'' if percent_sign else '?'}\s*$"
 
 
 def format_size(n: int) -> str:

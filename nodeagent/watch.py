@@ -95,7 +95,9 @@ class Watcher:
         """One scoped apply for ``events``. False when it could not start (the state lock is held by another
         run): the caller keeps the events and tries again later."""
         names = sorted({e.sysname for e in events})
-        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        from .render.ops_text import fold_names
+
+        shown = fold_names(names)
         self.log(f"hot-plug: {shown}: reconciling")
         try:
             result = self.engine.apply(self.loaded, scope=names)

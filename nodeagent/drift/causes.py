@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HostError
@@ -119,7 +119,7 @@ def rebooted_since_apply(host: Host, item: DriftItem, last: dict[str, Any]) -> l
     applied = _ts(str(last.get("time", "")))
     if not m or applied is None or int(m.group(1)) <= applied:
         return []
-    booted = datetime.fromtimestamp(int(m.group(1))).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    booted = datetime.fromtimestamp(int(m.group(1)), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     msg = (f"the node booted at {booted}, after the last apply ({last.get('time')}): kernel settings start "
            "from their boot defaults and nothing applied the profile since — is nodeagent-apply.service enabled?")
     if item.target == "memory.auto_online_blocks":

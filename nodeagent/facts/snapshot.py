@@ -74,7 +74,7 @@ def capture(host: Host) -> Snapshot:
     store = StateStore(host)
     state = store.load_all()
     return Snapshot("live", gather(host), state, tuple(store.warnings),
-                    {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "nodeagent": __version__})
+                    {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "nodeagent": __version__})
 
 
 def to_document(snap: Snapshot) -> dict[str, Any]:

@@ -95,7 +95,10 @@ def _message(err: dict, path: tuple) -> str:
     if kind == "extra_forbidden":
         model = _model_at(path[:-1])
         allowed = sorted((f.alias or n) for n, f in model.model_fields.items()) if model else []
-        return "unknown key" + (f"; allowed here: {', '.join(allowed)}" if allowed else "")
+        if not path[:-1]:
+            allowed = sorted([*allowed, "extends"])
+        return "unknown key" + _did_you_mean(str(path[-1]), allowed) + \
+            (f"; allowed here: {', '.join(allowed)}" if allowed else "")
     if kind == "missing":
         return "required key is missing"
     if kind == "literal_error":
@@ -105,6 +108,15 @@ def _message(err: dict, path: tuple) -> str:
     if kind in _TYPE_MESSAGES:
         return f"{_TYPE_MESSAGES[kind]}, got {got!r}"
     return err["msg"].removeprefix("Value error, ")
+
+
+def _did_you_mean(key: str, allowed: list[str]) -> str:
+    """`` (did you mean 'numa_balancing'?)`` for a misspelt key (as click does for a misspelt option)."""
+    import difflib
+
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6) or \
+        difflib.get_close_matches(key.lower().replace("-", "_"), allowed, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def validate(data: dict[str, Any], locs: dict[tuple, Loc], path_shown: str) -> NodeProfile:
@@ -146,4 +158,7 @@ def load_profile_text(text: str, shown: str = "<inline>", base_dir: Path | None 
 
 
 def schema() -> dict[str, Any]:
-    return NodeProfile.model_json_schema(by_alias=True)
+    """The JSON Schema of a profile file as written (see :mod:`nodeagent.profile.json_schema`)."""
+    from .json_schema import profile_schema
+
+    return profile_schema()

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..units import parse_percent, parse_size
+from ..units import format_size, parse_percent, parse_size
 
 Severity = Literal["error", "warning"]
 
@@ -129,6 +129,12 @@ def _path(value: Any) -> str:
     raise PydanticCustomError("path", "expected an absolute path such as /models, got {got}", {"got": repr(value)})
 
 
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # YAML's true would pass as 1 where a number is expected
+        raise PydanticCustomError("bool", "expected a number, got {got}", {"got": str(value).lower()})
+    return value
+
+
 Size = Annotated[int, BeforeValidator(_size)]
 Percent = Annotated[float, BeforeValidator(_percent)]
 PositiveInt = Annotated[int, BeforeValidator(_positive_int)]
@@ -165,7 +171,7 @@ class DiskCheck(_Strict):
 class GpuPcieCheck(_Strict):
     severity: Severity = "error"
     min_gen: Annotated[int, BeforeValidator(_int_range(1, 6))] | None = None
-    min_width: Literal[1, 2, 4, 8, 16, 32] | None = None
+    min_width: Annotated[Literal[1, 2, 4, 8, 16, 32], BeforeValidator(_not_bool)] | None = None
     min_count: NonNegativeInt = 0
 
 
@@ -181,7 +187,7 @@ class MemoryBandwidthCheck(_Strict):
     def _buffer_floor(self) -> MemoryBandwidthCheck:
         if self.buffer < 1024**2:
             raise PydanticCustomError("size", "buffer: expected at least 1MiB (smaller buffers measure caches), "
-                                      "got {got} bytes", {"got": self.buffer})
+                                      "got {got}", {"got": format_size(self.buffer)})
         return self
 
 
@@ -203,7 +209,7 @@ class CapacityCheck(_Strict):
     context_length: PositiveInt
     gpu_memory: Size | None = None  # total over all GPUs; default: nvidia-smi's memory.total
     dram_offload: Size = 0  # host DRAM the engine may use for offload (KV swap space, CPU-offloaded weights)
-    weights_overhead: Annotated[float, Field(ge=1.0, le=3.0)] = 1.2
+    weights_overhead: Annotated[float, Field(ge=1.0, le=3.0, strict=True)] = 1.2
 
 
 class CoexistenceCheck(_Strict):

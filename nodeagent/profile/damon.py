@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..units import parse_duration_us, parse_percent, parse_size
+from ..units import format_duration_us, parse_duration_us, parse_percent, parse_size
 
 ACTIONS = ("willneed", "cold", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio", "migrate_hot",
            "migrate_cold", "stat")
@@ -342,7 +342,8 @@ class Monitoring(Strict):
         if self.sample <= 0:
             raise ValueError("sample: expected a duration above 0")
         if self.sample > self.aggregate:
-            raise ValueError(f"expected sample <= aggregate, got {self.sample}us > {self.aggregate}us")
+            raise ValueError(f"expected sample <= aggregate, got {format_duration_us(self.sample)} > "
+                             f"{format_duration_us(self.aggregate)}")
         return self
 
 

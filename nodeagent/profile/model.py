@@ -107,11 +107,16 @@ class TransparentHugepage(Strict):
 class Kernel(Strict):
     """Kernel tiering knobs. Each maps to one sysctl or sysfs attribute (see ``nodeagent.facts.knobs``)."""
 
-    numa_balancing: NumaBalancing | None = None
-    numa_balancing_promote_rate_limit_mbps: Annotated[int, BeforeValidator(_int_range(0, 2**32 - 1))] | None = None
-    demotion_enabled: StrictBool | None = None
-    transparent_hugepage: TransparentHugepage | None = None
-    zone_reclaim_mode: Annotated[int, BeforeValidator(_int_range(0, 7))] | None = None
+    numa_balancing: NumaBalancing | None = Field(
+        None, description="kernel.numa_balancing: memory-tiering promotes hot pages of lower tiers (2); by name or 0-3")
+    numa_balancing_promote_rate_limit_mbps: Annotated[int, BeforeValidator(_int_range(0, 2**32 - 1))] | None = Field(
+        None, description="kernel.numa_balancing_promote_rate_limit_MBps: promotion bandwidth cap, MB/s")
+    demotion_enabled: StrictBool | None = Field(
+        None, description="/sys/kernel/mm/numa/demotion_enabled: reclaim demotes to a lower tier instead of freeing")
+    transparent_hugepage: TransparentHugepage | None = Field(
+        None, description="/sys/kernel/mm/transparent_hugepage/{enabled,defrag}")
+    zone_reclaim_mode: Annotated[int, BeforeValidator(_int_range(0, 7))] | None = Field(
+        None, description="vm.zone_reclaim_mode: 0 allocates from other nodes before reclaiming the local one")
 
 
 def _dax_name(value: Any) -> str:
@@ -208,8 +213,10 @@ class DemotionPass(Strict):
 
 
 class Memory(Strict):
-    auto_online_blocks: Annotated[str, BeforeValidator(_enum(AUTO_ONLINE_BLOCKS))] | None = None
-    dax: tuple[DaxRule, ...] | None = None
+    auto_online_blocks: Annotated[str, BeforeValidator(_enum(AUTO_ONLINE_BLOCKS))] | None = Field(
+        None, description="/sys/devices/system/memory/auto_online_blocks: offline lets daxctl choose the zone")
+    dax: tuple[DaxRule, ...] | None = Field(
+        None, description="DAX devices (CXL.mem expanders): the first rule that matches a device decides")
     demotion_pass: DemotionPass | None = None  # see DemotionPass; absent: stuck fast nodes are only reported
 
     @field_validator("dax")
@@ -229,6 +236,8 @@ class Metadata(Strict):
 
 
 class NodeProfile(Strict):
+    """A node profile: how a tiered-memory node must be. A key that is absent is unmanaged."""
+
     api_version: Literal["nodeagent/v1"] = Field(alias="apiVersion")
     kind: Literal["NodeProfile"]
     metadata: Metadata

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from ..journal import iso
@@ -12,7 +11,7 @@ from .text import change_line
 
 
 def _when(ts: float | None) -> str:
-    return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S %z") if ts else "now"
+    return iso(ts) if ts else "now"
 
 
 def drift_text(report: Any) -> str:  # nodeagent.drift.DriftReport
@@ -47,6 +46,58 @@ def drift_text(report: Any) -> str:  # nodeagent.drift.DriftReport
     return "\n".join(out)
 
 
+_KINDS = {"memory": "memory blocks", "dax": "DAX devices", "region": "CXL regions", "mem": "CXL memdevs"}
+LINE = 160  # a history line longer than this is folded ("and N more")
+
+
+def fold_names(names: list[str], runs: int = 3) -> str:
+    """Device names, long runs folded: ``dax1.0, 513 memory blocks: memory32–memory544``."""
+    import re
+
+    groups: dict[str, list[int]] = {}
+    plain: list[str] = []
+    for name in names:
+        m = re.fullmatch(r"([a-z]+)([0-9]+)", name)
+        if m:
+            groups.setdefault(m.group(1), []).append(int(m.group(2)))
+        else:
+            plain.append(name)
+    out = list(plain)
+    for prefix, ids in groups.items():
+        ids = sorted(set(ids))
+        if len(ids) <= 3:
+            out += [f"{prefix}{i}" for i in ids]
+            continue
+        spans: list[tuple[int, int]] = []
+        for i in ids:
+            if spans and i == spans[-1][1] + 1:
+                spans[-1] = (spans[-1][0], i)
+            else:
+                spans.append((i, i))
+        shown = [f"{prefix}{a}" if a == b else f"{prefix}{a}–{prefix}{b}" for a, b in spans[:runs]]
+        extra = len(spans) - runs
+        more = f" and {extra} more run{'s' if extra > 1 else ''}" if extra > 0 else ""
+        out.append(f"{len(ids)} {_KINDS.get(prefix, prefix + ' devices')}: {', '.join(shown)}{more}")
+    return ", ".join(out)
+
+
+def _fold(parts: list[str], room: int) -> str:
+    """``parts`` joined, as many as fit in ``room`` characters, then "and N more"."""
+    shown: list[str] = []
+    for i, part in enumerate(parts):
+        rest = len(parts) - i
+        tail = f" and {rest} more" if rest > 1 else ""
+        if shown and len(", ".join([*shown, part])) + len(tail) > room:
+            return ", ".join(shown) + f" and {rest} more"
+        shown.append(part)
+    return ", ".join(shown)
+
+
+def _short(value: Any, width: int = 32) -> str:
+    text = str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _event_line(e: dict[str, Any]) -> str:
     kind = e.get("event", "?")
     when = e.get("time") or iso(float(e.get("ts", 0)))
@@ -55,10 +106,11 @@ def _event_line(e: dict[str, Any]) -> str:
         failed = [c for c in e.get("changes", []) if c.get("status") in ("failed", "blocked")]
         scope = f" scope {','.join(e['scope'])}" if e.get("scope") else ""
         text = f"apply {e.get('profile')}{scope}: {e.get('status')}"
-        if applied:
-            text += " — " + ", ".join(f"{c['target']} {c.get('before')} → {c.get('after')}" for c in applied)
+        if applied:  # `history --format json` has every change in full
+            changes = [f"{c['target']} {_short(c.get('before'))} → {_short(c.get('after'))}" for c in applied]
+            text += f" — {len(applied)} changed: " + _fold(changes, LINE - len(text))
         if failed:
-            text += " — not done: " + ", ".join(f"{c['target']} ({c['status']})" for c in failed)
+            text += " — not done: " + _fold([f"{c['target']} ({c['status']})" for c in failed], LINE // 2)
     elif kind == "drift":
         text = f"drift {e.get('target')} [{e.get('resource')}]: expected {e.get('expected')}, actual {e.get('actual')}"
         if e.get("cause"):
@@ -68,7 +120,8 @@ def _event_line(e: dict[str, Any]) -> str:
     elif kind == "revert":
         text = f"revert: {e.get('status')} — " + (", ".join(e.get("reverted", [])) or "nothing to revert")
     elif kind == "hotplug":
-        text = f"hotplug {e.get('action')} {e.get('subsystem')}/{e.get('device')}: {e.get('result', '')}"
+        devices = fold_names(str(e.get("device") or "").split(","))
+        text = f"hotplug {e.get('action')} {e.get('subsystem')}: {devices}: {e.get('result', '')}"
     else:
         text = kind
     return f"{when}  {text}"
@@ -92,6 +145,8 @@ def status_text(s: dict[str, Any]) -> str:
         out.append(f"last apply: profile {last.get('profile')} at {last.get('time')}: {last.get('status')}{scope} "
                    f"({last['applied']} applied, {last['failed']} failed, {last['blocked']} blocked)")
         out += [f"  verify: {e}" for e in last.get("verify_errors", [])]
+        if last.get("profile_changed"):
+            out.append(f"  note: {last['profile_changed']}")
     else:
         out.append("last apply: none (no profile applied on this node)")
     d = s.get("drift")

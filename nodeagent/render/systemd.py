@@ -44,9 +44,11 @@ def _path(what: str, value: str) -> str:
     return value
 
 
-def render_units(profile: str, *, prefix: str, before: str | None = None, metrics: str | None = None,
-                 interval: str = "5min", profile_name: str | None = None) -> dict[str, str]:
-    """``{file name: text}`` of every unit and the udev rule, for ``profile`` (an absolute path)."""
+def render_units(profile: str, *, prefix: str | None = None, exe: str | None = None, before: str | None = None,
+                 metrics: str | None = None, interval: str = "5min",
+                 profile_name: str | None = None) -> dict[str, str]:
+    """``{file name: text}`` of every unit and the udev rule, for ``profile`` (an absolute path on the node),
+    run by ``exe`` (default ``prefix/bin/nodeagent``)."""
     import jinja2
 
     if before is not None and "." not in before:
@@ -58,7 +60,8 @@ def render_units(profile: str, *, prefix: str, before: str | None = None, metric
     params = {
         "profile": _path("PROFILE", profile),
         "profile_name": profile_name or Path(profile).stem,
-        "exe": _path("--prefix", str(Path(prefix) / "bin" / "nodeagent")),
+        "exe": _path("--exe", exe) if exe is not None else _path("--prefix", str(Path(prefix or "/usr") / "bin" /
+                                                                              "nodeagent")),
         "before": before,
         "metrics": _path("--metrics-textfile", metrics) if metrics else None,
         "interval": interval.strip(),

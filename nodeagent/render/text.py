@@ -19,6 +19,14 @@ def change_line(c: Change) -> str:
     return line + (f"\n      {c.reason}" if c.reason and c.reason != "profile sets it" else "")
 
 
+def _unchanged_count(plan: Plan) -> int:
+    """Unchanged settings, counted the way changes are: DAMON's kdamonds are one setting (``damon.kdamonds``),
+    so "5 to change, 4 unchanged" before an apply is "9 managed settings" after it."""
+    damon = [u for u in plan.unchanged if u.startswith("damon.")]
+    collapsed = 0 if any(c.target == "damon.kdamonds" for c in plan.changes) or not damon else 1
+    return len(plan.unchanged) - len(damon) + collapsed
+
+
 def plan_text(plan: Plan) -> str:
     out = [f"Plan for profile {plan.profile}" + (f" on {plan.node}" if plan.node else "") + ":"]
     if plan.changes:
@@ -28,13 +36,14 @@ def plan_text(plan: Plan) -> str:
     for w in plan.warnings:
         out.append(f"  warning: {w}")
     n = len(plan.changes)
-    summary = f"{n} to change, {len(plan.unchanged)} unchanged"
+    unchanged = _unchanged_count(plan)
+    summary = f"{n} to change, {unchanged} unchanged"
     if plan.disruptive:
         summary += f", {len(plan.disruptive)} disruptive"
     if plan.problems:
         summary += f", {len(plan.problems)} cannot be done"
     if not plan.changes and not plan.problems:
-        summary = f"No changes: the node matches the profile ({len(plan.unchanged)} managed settings)."
+        summary = f"No changes: the node matches the profile ({unchanged} managed settings)."
     out.append(summary + ("." if not summary.endswith(".") else ""))
     return "\n".join(out)
 
@@ -57,6 +66,17 @@ def result_text(result: Result) -> str:
         out.append(f"  ✗ verify: {e}")
     out.append(f"Result: {result.status}.")
     return "\n".join(out)
+
+
+def outcomes_text(result: Result, *, dry_run: bool = False) -> str:
+    """What apply says after the checks and the plan were shown: what it did, or why it did nothing."""
+    if not result.plan.changes or result.plan.blocked or (result.checks is not None and not result.checks.ok):
+        return ""  # the plan (or the checks) above said it all
+    if dry_run:
+        return "(dry run: nothing was written)"
+    if result.dry_run:
+        return "Not confirmed: nothing was written."
+    return result_text(result)
 
 
 def facts_text(f: Facts) -> str:

@@ -89,7 +89,8 @@ class Applier:
             return
         owned = self.actx.state.load("ownership.json")
         owned.setdefault("dax", {})[self.name] = {"mode": dev.mode, "zone": dev.zone, "rule":
-                                                  self.change.detail("rule"), "time": time.strftime("%FT%T%z")}
+                                                  self.change.detail("rule"),
+                                                  "time": time.strftime("%FT%TZ", time.gmtime())}
         self.actx.state.save("ownership.json", owned)
 
     def fail(self, message: str, hint: str | None = None) -> None:

@@ -108,7 +108,8 @@ def plan_pass(loaded: LoadedProfile, facts: Facts) -> ResourcePlan:
 
 
 def run_pass(host: Host, node: int, goal: int, timeout_us: int, path: str,
-             now: Callable[[], float] = time.monotonic) -> str:
+             now: Callable[[], float] = time.monotonic,
+             progress: Callable[[str, int, int], None] | None = None) -> str:
     """Demote from ``node`` through ``path`` in chunks until ``goal`` bytes are free or the time is up."""
     start = now()
     deadline = start + timeout_us / 1e6
@@ -125,6 +126,8 @@ def run_pass(host: Host, node: int, goal: int, timeout_us: int, path: str,
         if after <= free and refused:
             break
         free = after
+        if progress is not None:  # MiB freed of MiB wanted
+            progress(f"demoting from node{node} (MiB)", max(free - free0, 0) >> 20, max(goal - free0, 0) >> 20)
     took = now() - start
     stuck = _stuck(host, node)
     summary = (f"node{node}: {format_size(free0)} → {format_size(free)} free in {took:.1f}s ({writes} write(s) to "
@@ -151,4 +154,5 @@ class PlacementResource:
 
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         d = dict(change.data)
-        return run_pass(host, int(d["node"]), int(d["goal"]), int(d["timeout_us"]), str(d["path"]))
+        return run_pass(host, int(d["node"]), int(d["goal"]), int(d["timeout_us"]), str(d["path"]),
+                        progress=actx.report)

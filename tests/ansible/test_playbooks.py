@@ -137,10 +137,40 @@ def test_example_inventory_and_playbook_as_shipped(make_node, tmp_path: Path) ->
     assert {h: r["changed"] for h, r in check.recap().items()} == dict.fromkeys(hosts, 1)
     assert check.out.count("+kernel.numa_balancing: 2 (memory-tiering)") == 3  # workstation-01 runs base.yaml
     assert check.out.count("+kernel.transparent_hugepage.defrag: defer+madvise") == 4
+    # the plan's summary above each host's pairs, and the node's warnings as the play's warnings
+    assert check.out.count("nodeagent plan for profile cxl-inference on ") == 3
+    assert "would change, " in check.out
+    assert "  ~ kernel.numa_balancing: 0 (disabled) -> 2 (memory-tiering)" in check.out
+    assert "[WARNING]: check coexistence warned: " in check.out
 
     run = playbook(inv, site, env=env)
     assert run.rc == 0, run.out
+    assert "change(s) and verified them, " in run.out
+    assert '"kernel.numa_balancing: 0 (disabled) -> 2 (memory-tiering)"' in run.out  # the summary in the debug
     assert {h: r["changed"] for h, r in run.recap().items()} == dict.fromkeys(hosts, 1)
     again = playbook(inv, site, env=env)
     assert again.rc == 0, again.out
     assert {h: r["changed"] for h, r in again.recap().items()} == dict.fromkeys(hosts, 0)
+
+
+def test_failed_checks_fail_the_task_with_what_they_found_and_the_exit_code(make_node, tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text("apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: t}\n"
+                       "kernel: {transparent_hugepage: {enabled: madvise}}\n"
+                       "checks: {cpu: {require_flags: [no_such_flag]}, coexistence: {severity: warning}}\n")
+    book = tmp_path / "book.yml"
+    book.write_text(f"""
+- hosts: nodes
+  gather_facts: false
+  tasks:
+    - nodeagent.tiering.reconcile: {{profile: {profile}, root: "{{{{ nodeagent_root }}}}"}}
+""")
+    root = make_node("h100-cxl")
+    inv = write_inventory(tmp_path / "inventory.yml", {"node": root})
+    before = journal_lengths({"node": root})
+    run = playbook(inv, book, env=ansible_env(tmp_path))
+    assert run.rc == 2, run.out
+    assert "preflight checks failed (exit 4): cpu: " in run.out and "no_such_flag" in run.out
+    assert '"exit_code": 4' in run.out
+    assert "[WARNING]: check coexistence warned: " in run.out  # warnings reach the play even when it fails
+    assert journal_lengths({"node": root}) == before

@@ -91,8 +91,8 @@ def test_stuck_node_gets_one_pass_in_order(make_node, tmp_path: Path, capsys: py
     assert main(["--root", str(root), "apply", "--yes", prof]) == 0
     assert stuck(root)[0] is False
     assert free_kb(root, 0) >= 256 * 1024
-    # the pass leaves no setting to read back, so the text result says what it did
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if "placement.node0" in ln)
+    # the pass leaves no setting to read back, so the text result (the outcome, after the plan) says what it did
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "placement.node0: " in ln)
     assert line.startswith("  ✓ placement.node0: applied — node0: 41MiB → ") and "kswapd works on it again" in line
     journal = [e for e in SimKernel(root).journal() if e["result"] == "ok"]
     paths = [e["path"] for e in journal]

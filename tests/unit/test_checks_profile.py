@@ -68,8 +68,8 @@ def test_units_and_defaults() -> None:
                    "context_length": 1}}, "checks.capacity.max_batch: expected a positive integer, got -96"),
     ({"capacity": {"model": {"params": "70B", "layers": 8, "kv_heads": 8, "head_dim": 128}, "max_batch": 1,
                    "context_length": 1, "dram_offload": "-1GiB"}}, "checks.capacity.dram_offload"),
-    ({"cpu": {"require": ["avx2"]}}, "checks.cpu.require: unknown key; allowed here: reject_virtual_models, "
-                                     "require_flags, severity"),
+    ({"cpu": {"require": ["avx2"]}}, "checks.cpu.require: unknown key (did you mean 'require_flags'?); allowed here: "
+                                     "reject_virtual_models, require_flags, severity"),
     ({"bogus": {}}, "checks.bogus: unknown key; allowed here: capacity, coexistence, cpu, disk, gpu_pcie, "
                     "memory_bandwidth"),
 ])

@@ -120,7 +120,7 @@ def test_cli_exit_codes_for_bad_profiles(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["validate", str(tmp_path / "missing.yaml")]) == 65
     assert main(["--format", "json", "validate", str(p)]) == 65
     assert '"exit_code": 65' in capsys.readouterr().out
-    assert main(["validate"]) == 64
+    assert main(["validate", "--root", str(tmp_path)]) == 65  # no PROFILE, and no /etc/nodeagent/profile.yaml
     assert main(["--no-such-option"]) == 64
     assert main(["plan", str(p), "--bogus"]) == 64
     assert main(["--simulate", "no-such-preset", "facts"]) == 64

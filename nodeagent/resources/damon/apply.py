@@ -60,7 +60,7 @@ def _record(actx: ApplyContext, index: int, entry: dict[str, Any] | None) -> Non
     if entry is None:
         records.pop(str(index), None)
     else:
-        records[str(index)] = {**entry, "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        records[str(index)] = {**entry, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _save(actx, records)
 
 

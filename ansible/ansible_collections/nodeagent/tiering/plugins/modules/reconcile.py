@@ -14,8 +14,10 @@ description:
     gather facts, plan, carry out the plan, re-read the node to verify it, record what was done.
   - In check mode it only plans (C(nodeagent plan)); nothing is written, not even nodeagent's state records.
   - In diff mode every setting that is (or in check mode would be) written is returned as one
-    O(ignore:before)/O(ignore:after) pair, so C(ansible-playbook --check --diff) shows a reviewer what would
-    change on each host.
+    O(ignore:before)/O(ignore:after) pair, after the plan's summary, so C(ansible-playbook --check --diff) shows a
+    reviewer what would change on each host.
+  - The node's warnings (from the plan and from checks that warned) and the checks that were skipped reach the
+    play as warnings; a failed check fails the task with what it found, its fix and the exit code.
   - The module runs under the target's Python and imports nodeagent there. Install nodeagent into a virtualenv on
     the target and set C(ansible_python_interpreter) to that virtualenv's python (Debian 12 refuses system-wide
     pip installs).
@@ -275,6 +277,16 @@ def diff_entry(c):
             "after": f"{c.target}: {_label(c.after, c.after_label)}\n"}
 
 
+def plan_diff(plan, written, check_mode):
+    """The plan's summary as one prepared diff entry, shown above the per-setting pairs."""
+    head = f"nodeagent plan for profile {plan.profile} on {plan.node or 'the node'}"
+    verb = "would change" if check_mode else "changes"
+    lines = [f"{head}: {len(written)} {verb}, {len(plan.unchanged)} unchanged"]
+    lines += [f"  ~ {change_line(c)}" for c in written]
+    lines += [f"  ! {p.message}" for p in plan.problems]
+    return {"prepared": "\n".join(lines) + "\n"}
+
+
 def _optional(result, data, key):
     value = data.get(key, getattr(result, key, None))
     if value is not None and hasattr(value, "to_dict"):
@@ -286,13 +298,36 @@ def _problems(plan):
     return "; ".join(p.message for p in plan.problems)
 
 
+def _said(result):
+    """What a check result says beyond "pass": its failing or warning findings (with their fixes), or its reason."""
+    said = [f.message + (f" (fix: {f.remedy})" if f.remedy else "") for f in getattr(result, "findings", ())
+            if f.status != "pass"]
+    return "; ".join(said) or getattr(result, "reason", None) or getattr(result, "summary", "")
+
+
+def node_warnings(result):
+    """What an operator must read from this run, for ``module.warn``: the plan's warnings, the checks that
+    warned (with what they found) and the checks that were skipped (with why)."""
+    out = [f"{result.plan.node or 'node'}: {w}" for w in result.plan.warnings]
+    report = getattr(result, "checks", None)
+    for r in getattr(report, "results", ()):
+        if r.status == "warn":
+            out.append(f"check {r.name} warned: {_said(r)}")
+        elif r.status == "skipped":
+            out.append(f"check {r.name} skipped: {r.reason or r.summary}")
+    return out
+
+
 def failure(result, check_mode, allow_disruptive, checks):
     """``(message, exit code)`` when the run failed (or in check mode, would fail) as the CLI would, else None."""
     plan = result.plan
     if isinstance(checks, dict) and checks.get("ok") is False:
-        names = ", ".join(checks.get("failed") or []) or "see checks"
-        return (f"preflight checks failed: {names}; nothing was applied (to go ahead anyway: skip_checks)",
-                int(ExitCode.CHECK_FAILED))
+        report = getattr(result, "checks", None)
+        failed = [f"{r.name}: {_said(r)}" for r in getattr(report, "failed", ())]
+        names = "; ".join(failed) or ", ".join(checks.get("failed") or []) or "see checks"
+        code = int(ExitCode.CHECK_FAILED)
+        return (f"preflight checks failed (exit {code}): {names}; nothing was applied (to go ahead anyway: "
+                "skip_checks)", code)
     if plan.blocked and not result.outcomes:
         verb = "would be" if check_mode else "was"
         return (f"nothing {verb} applied: the plan has problems this node cannot carry out: {_problems(plan)}",
@@ -341,13 +376,14 @@ def report(result, check_mode, allow_disruptive, want_diff):
         value = _optional(result, data, key)
         if value is not None:
             ret[key] = value
+    unchanged = len(plan.unchanged)
     if want_diff and written:
-        ret["diff"] = [diff_entry(c) for c in written]
+        ret["diff"] = [plan_diff(plan, written, check_mode)] + [diff_entry(c) for c in written]
     if check_mode:
-        ret["msg"] = (f"check mode: {len(written)} change(s) would be made" if written
+        ret["msg"] = (f"check mode: {len(written)} change(s) would be made, {unchanged} unchanged" if written
                       else "check mode: the node matches the profile")
     elif written:
-        ret["msg"] = f"applied {len(written)} change(s) and verified them"
+        ret["msg"] = f"applied {len(written)} change(s) and verified them, {unchanged} unchanged"
     else:
         ret["msg"] = "the node matches the profile"
     return ret, failure(result, check_mode, allow_disruptive, ret.get("checks"))
@@ -364,6 +400,8 @@ def run(module):
     for w in warnings:
         module.warn(w)
     result = engine.apply(loaded, dry_run=module.check_mode, allow_disruptive=p["allow_disruptive"], **kwargs)
+    for w in node_warnings(result):
+        module.warn(w)
     ret, failed = report(result, module.check_mode, p["allow_disruptive"], module._diff)
     if failed is not None:
         ret["msg"], ret["exit_code"] = failed
