@@ -164,7 +164,7 @@ def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
     names = ", ".join(r.name for r in report.failed)
     tail = "; nothing was written" if applying else ""
     click.echo(f"nodeagent: error-severity checks failed: {names}{tail}\n  hint: fix the node as each check says, "
-               f"or --skip-checks {report.failed[0].name} to go ahead anyway", err=True)
+               f"or {report.skip_hint} to go ahead anyway", err=True)
     return click.exceptions.Exit(ExitCode.CHECK_FAILED)
 
 

@@ -52,6 +52,6 @@ def report_text(report: CheckReport, *, applying: bool = False) -> str:
         names = ", ".join(r.name for r in report.failed)
         summary += (f". Error-severity checks failed ({names})"
                     + (": nothing was written." if applying else "."))
-        summary += f" To go ahead anyway: --skip-checks {report.failed[0].name}"
+        summary += f" To go ahead anyway: {report.skip_hint}"
     out.append(summary + ("" if summary.endswith(".") else "."))
     return "\n".join(out)
