@@ -77,6 +77,7 @@ _DMI_VIRT = (("QEMU", "kvm"), ("KVM", "kvm"), ("VMware", "vmware"), ("innotek", 
 
 def read_virtualization(host: Host, cpu: CpuInfo | None) -> Virtualization:
     evidence: list[str] = []
+    problems: list[str] = []
     kinds: list[str] = []
     if cpu is not None and cpu.has_hypervisor_flag:
         evidence.append("/proc/cpuinfo: the 'hypervisor' flag is set")
@@ -98,11 +99,11 @@ def read_virtualization(host: Host, cpu: CpuInfo | None) -> Virtualization:
             if out and out != "none":
                 evidence.append(f"systemd-detect-virt --vm: {out}")
                 kinds.insert(0, out)
-        except CommandError:
-            pass
+        except CommandError as exc:  # the other signs stand; the evidence says why this one is missing
+            problems.append(f"systemd-detect-virt could not run: {exc}")
     if not evidence:
-        return Virtualization(None)
-    return Virtualization(kinds[0] if kinds else "unknown", tuple(evidence))
+        return Virtualization(None, tuple(problems))
+    return Virtualization(kinds[0] if kinds else "unknown", tuple(evidence + problems))
 
 
 def read_cmdline(host: Host) -> str:
@@ -239,14 +240,20 @@ class GpuMemory:
 
 def read_gpu_memory(host: Host) -> GpuMemory | None:
     """Total GPU memory from ``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits``; None
-    when nvidia-smi is not installed or fails."""
+    when nvidia-smi is not installed or lists no GPU. A :class:`CommandError` (naming the command, why, and the
+    fix) when it is installed but could not start or failed: the caller says so instead of skipping quietly."""
     if not host.commands.which("nvidia-smi"):
         return None
-    try:
-        res = host.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                       timeout=30, ok_codes=(0,))
-    except CommandError:
-        return None
+    res = host.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                   timeout=30)
+    if res.returncode != 0:
+        # nvidia-smi prints its reason on stdout ("NVIDIA-SMI has failed because it couldn't communicate with
+        # the NVIDIA driver..."), not stderr.
+        lines = (res.stderr.strip() or res.stdout.strip()).splitlines()
+        raise CommandError(f"nvidia-smi --query-gpu=name,memory.total exited {res.returncode}: "
+                           f"{lines[0] if lines else 'no message'}", path=res.argv[0], returncode=res.returncode,
+                           hint="check that the NVIDIA driver is loaded (lsmod | grep nvidia; dmesg | grep NVRM) "
+                                "and that nvidia-smi runs by hand")
     names, mibs = [], []
     for line in res.stdout.splitlines():
         name, sep, mib = line.rpartition(",")
