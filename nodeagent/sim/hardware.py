@@ -6,6 +6,7 @@ A :data:`~nodeagent.sim.presets.LAYERS` step lays out, from the preset:
 - ``/sys/devices/pci0000:XX/<root port>/<gpu>`` with ``vendor device class current_link_speed current_link_width
   max_link_speed max_link_width numa_node`` (the root port has its own ``max_link_*``: the slot's limit), linked
   from ``/sys/bus/pci/devices/<addr>``, plus an NVMe controller so that enumeration has something to skip;
+- ``/proc/self/mountinfo`` with cgroup v2 where the preset mounts it (:func:`lay_out_mountinfo`);
 - ``/proc/mounts`` (and ``/proc/self/mounts``), the mount points as directories, and a simulator-private usage
   table (``.nodeagent-sim/statvfs.json``) that :func:`statvfs` answers from — the host layer's
   ``host.statvfs(path)`` lands here for a simulated root, so nothing is ever asked of this machine's disks;
@@ -105,6 +106,53 @@ def _mounts(k: SimKernel, p: Preset) -> None:
     k.tree.file("/proc/mounts", text, RO)
     k.tree.file("/proc/self/mounts", text, RO)
     (k.meta_dir / STATVFS).write_text(json.dumps(table, indent=1))
+
+
+def lay_out_mountinfo(k: SimKernel, p: Preset) -> None:
+    """``/proc/self/mountinfo`` as a systemd host shows it: the root filesystem, the kernel's pseudo filesystems,
+    cgroup v2 where the preset mounts it (unified at ``/sys/fs/cgroup``, or systemd's hybrid layout with the v1
+    controllers beside a controller-less ``/sys/fs/cgroup/unified``), then the preset's other mounts."""
+    mounts = p.mounts or (MountDef("/", "/dev/vda1", "ext4", 20 * 1024**3, 6 * 1024**3),)
+    root = next((m for m in mounts if m.path == "/"), mounts[0])
+    rows: list[tuple[int, str, str, str, str, str]] = []  # parent id, mount point, options, type, source, super
+
+    def add(parent: int, point: str, opts: str, fstype: str, source: str, sup: str = "rw") -> int:
+        rows.append((parent, point, opts, fstype, source, sup))
+        return 20 + len(rows)
+
+    top = add(1, "/", "rw,relatime", root.fstype, root.device, "rw,errors=remount-ro" if root.fstype == "ext4"
+              else "rw,attr2,inode64,noquota")
+    sys_id = add(top, "/sys", "rw,nosuid,nodev,noexec,relatime", "sysfs", "sysfs")
+    add(top, "/proc", "rw,nosuid,nodev,noexec,relatime", "proc", "proc")
+    dev = add(top, "/dev", "rw,nosuid,relatime", "devtmpfs", "udev", "rw,size=65536k,nr_inodes=1048576,mode=755")
+    add(dev, "/dev/pts", "rw,nosuid,noexec,relatime", "devpts", "devpts", "rw,gid=5,mode=620,ptmxmode=000")
+    if p.cgroup_hybrid:
+        cg = add(sys_id, "/sys/fs/cgroup", "ro,nosuid,nodev,noexec", "tmpfs", "tmpfs", "ro,mode=755,inode64")
+        add(cg, "/sys/fs/cgroup/unified", "rw,nosuid,nodev,noexec,relatime", "cgroup2", "cgroup2", "rw,nsdelegate")
+        for ctl in ("systemd", "memory", "cpu,cpuacct", "pids"):
+            add(cg, f"/sys/fs/cgroup/{ctl}", "rw,nosuid,nodev,noexec,relatime", "cgroup", "cgroup",
+                "rw,xattr,name=systemd" if ctl == "systemd" else f"rw,{ctl}")
+            k.tree.dir(f"/sys/fs/cgroup/{ctl}")
+        k.tree.dir("/sys/fs/cgroup/unified")
+    elif p.cgroup2_mount:
+        add(sys_id if p.cgroup2_mount.startswith("/sys/") else top, p.cgroup2_mount,
+            "rw,nosuid,nodev,noexec,relatime", "cgroup2", "cgroup2", "rw,nsdelegate,memory_recursiveprot")
+        k.tree.dir(p.cgroup2_mount)
+    for m in mounts:
+        if m is not root:
+            add(top, m.path, "rw,relatime", m.fstype, m.device,
+                "rw,attr2,inode64,noquota" if m.fstype == "xfs" else "rw")
+    lines = []
+    for i, (parent, point, opts, fstype, source, sup) in enumerate(rows):
+        shared = f" shared:{i + 1}" if point != "/sys/fs/cgroup" or not p.cgroup_hybrid else ""
+        lines.append(f"{21 + i} {parent} 0:{21 + i} / {_escape(point)} {opts}{shared} - {fstype} "
+                     f"{_escape(source)} {sup}")
+    k.tree.file("/proc/self/mountinfo", "\n".join(lines) + "\n", RO)
+
+
+def _escape(path: str) -> str:
+    """The kernel's octal escapes in mount paths (space, tab, newline, backslash)."""
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in path)
 
 
 def _usage(size: int, used: int, inodes: int, inodes_used: int) -> dict[str, int]:
@@ -260,3 +308,4 @@ for row in DATA["rows"]:
 
 
 LAYERS.append(lay_out)
+LAYERS.append(lay_out_mountinfo)

@@ -96,6 +96,10 @@ class Preset:
     files: dict[str, str] = field(default_factory=dict)  # extra /etc files (tuned, sysctl.d, udev rules)
     daxctl: bool | None = None  # the (fake) daxctl in /usr/bin; None: installed when the preset has DAX devices
     daxctl_udev_rule: bool = False  # Debian's daxctl package: udev rule + /etc/daxctl.conf.d reconfiguring on add
+    # Where cgroup v2 is mounted (None: not at all); hybrid: systemd's legacy layout, v1 controllers (memory
+    # among them) under a tmpfs at /sys/fs/cgroup and a controller-less v2 at /sys/fs/cgroup/unified.
+    cgroup2_mount: str | None = "/sys/fs/cgroup"
+    cgroup_hybrid: bool = False
 
 
 BASE_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 "
