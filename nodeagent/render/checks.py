@@ -17,8 +17,13 @@ def _evidence_line(r: CheckResult) -> str | None:
         return (f"evidence: model {ev.get('model')!r}, vendor {ev.get('vendor')}, {ev.get('cpus')} CPUs, "
                 f"virtualization {virt}" + (f" ({'; '.join(ev['virtualization_evidence'])})"
                                             if ev.get("virtualization_evidence") else ""))
-    if r.name == "gpu_pcie" and ev.get("gpus"):
-        return "evidence: " + ", ".join(f"{g['address']} {g['link']} (max {g['max_link']})" for g in ev["gpus"])
+    if r.name == "gpu_pcie" and (ev.get("gpus") or ev.get("display_only")):
+        parts = [", ".join(f"{g['address']} {g['link']} (max {g['max_link']})" for g in ev.get("gpus", []))]
+        if ev.get("display_only"):
+            parts.append("display-only, not judged: " + ", ".join(
+                f"{d['address']} {d['vendor']}" + (f" ({d['driver']})" if d.get("driver") else "")
+                for d in ev["display_only"]))
+        return "evidence: " + "; ".join(p for p in parts if p)
     return None
 
 

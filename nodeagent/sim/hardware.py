@@ -3,9 +3,12 @@ and the fake ``nvidia-smi`` / ``systemd-detect-virt`` executables.
 
 A :data:`~nodeagent.sim.presets.LAYERS` step lays out, from the preset:
 
-- ``/sys/devices/pci0000:XX/<root port>/<gpu>`` with ``vendor device class current_link_speed current_link_width
-  max_link_speed max_link_width numa_node`` (the root port has its own ``max_link_*``: the slot's limit), linked
-  from ``/sys/bus/pci/devices/<addr>``, plus an NVMe controller so that enumeration has something to skip;
+- the preset's PCI tree as the kernel lays it out: ``/sys/devices/pciDDDD:BB/<root port>/[<switch upstream port>/
+  <downstream port>/]<device>``, each with ``vendor device class numa_node``, the PCIe ones with
+  ``current_link_speed`` ("32.0 GT/s PCIe") ``current_link_width max_link_speed max_link_width`` (a conventional
+  PCI device, like a BMC's VGA behind its bridge, has none), a ``driver`` link into ``/sys/bus/pci/drivers``, and
+  every function linked from ``/sys/bus/pci/devices/<addr>``; by default each GPU on its own root port, an NVMe
+  drive, and the console (an ASPEED BMC VGA bound to ``ast``, or QEMU's VGA bound to ``bochs-drm`` in a guest);
 - ``/proc/self/mountinfo`` with cgroup v2 where the preset mounts it (:func:`lay_out_mountinfo`);
 - ``/proc/mounts`` (and ``/proc/self/mounts``), the mount points as directories, and a simulator-private usage
   table (``.nodeagent-sim/statvfs.json``) that :func:`statvfs` answers from — the host layer's
@@ -28,7 +31,7 @@ from pathlib import Path
 
 from ..kfmt import parse_meminfo
 from .kernel import MARKER, SimKernel
-from .presets import LAYERS, GpuDef, MountDef, Preset
+from .presets import LAYERS, GpuDef, MountDef, PciDef, Preset, aspeed_bmc, gpu_pci, nvme, qemu_vga, root_port
 from .tree import RO
 
 STATVFS = "statvfs.json"
@@ -63,28 +66,51 @@ def lay_out(k: SimKernel, p: Preset) -> None:
 
 # -- PCI ------------------------------------------------------------------------------------------------------
 
+def default_pci(p: Preset) -> tuple[PciDef, ...]:
+    """The PCI tree of a preset that gives none: each GPU on its own root port (the slot's maximum is the GPU's),
+    one NVMe drive, and the console — an ASPEED BMC VGA on a server, QEMU's VGA in a guest."""
+    # Root ports as AMD numbers its GPP bridges (00:01.1, 00:02.1...): clear of 00:01.0, where q35 puts its VGA.
+    roots = [root_port(f"{g.pci.split(':')[0]}:00:{i + 1:02x}.1", gpu_pci(g), numa_node=g.numa_node,
+                       link=(g.link_speed, g.link_width, g.max_link_speed, g.max_link_width))
+             for i, g in enumerate(p.gpus)]
+    n = len(roots) + 1
+    roots.append(root_port(f"0000:00:{n:02x}.1", nvme("0000:01:00.0", 0), numa_node=0))
+    if p.display == "aspeed":
+        roots.append(aspeed_bmc(0x02, f"0000:00:{n + 1:02x}.1"))
+    return tuple(roots)
+
+
 def _pci(k: SimKernel, p: Preset) -> None:
     t = k.tree
-    devices = [(g.pci, g.vendor, g.device, g.pci_class, g.link_speed, g.link_width, g.max_link_speed,
-                g.max_link_width, g.numa_node) for g in p.gpus]
-    # One NVMe controller beside the GPUs: enumeration must skip what is not a display controller.
-    devices.append(("0000:01:00.0", "0x144d", "0xa80a", "0x010802", "16.0 GT/s PCIe", 4, "16.0 GT/s PCIe", 4, 0))
-    for i, (addr, vendor, device, cls, speed, width, max_speed, max_width, numa) in enumerate(devices):
-        domain = addr.split(":")[0]
-        base = f"/sys/devices/pci{domain}:00/{domain}:00:{i + 1:02x}.0"  # the device's root port
-        # The root port: the slot's capability (Gen5 x16 unless the GPU's own maximum is lower).
-        t.file(f"{base}/max_link_speed", max_speed, RO)
-        t.file(f"{base}/max_link_width", max_width, RO)
-        t.file(f"{base}/current_link_speed", speed, RO)
-        t.file(f"{base}/current_link_width", width, RO)
-        t.file(f"{base}/class", "0x060400", RO)
-        dev = f"{base}/{addr}"
-        for name, value in (("vendor", vendor), ("device", device), ("class", cls),
-                            ("current_link_speed", speed), ("current_link_width", width),
-                            ("max_link_speed", max_speed), ("max_link_width", max_width), ("numa_node", numa),
-                            ("subsystem_vendor", vendor), ("enable", 1)):
+    roots = p.pci or default_pci(p)
+    for rp in roots:
+        domain, bus = rp.address.split(":")[:2]
+        add_pci_device(k, f"/sys/devices/pci{domain}:{bus}", rp)
+    if p.display == "qemu":
+        add_pci_device(k, "/sys/devices/pci0000:00", qemu_vga())
+    t.dir("/sys/bus/pci/drivers")
+
+
+def add_pci_device(k: SimKernel, parent: str, d: PciDef) -> None:
+    """One function's directory as the kernel lays it out, its ``/sys/bus/pci/devices`` link, its ``driver``
+    link (and the driver's link back), then the devices of its secondary bus inside it."""
+    t = k.tree
+    dev = f"{parent}/{d.address}"
+    for name, value in (("vendor", d.vendor), ("device", d.device), ("class", d.pci_class),
+                        ("subsystem_vendor", d.vendor), ("numa_node", d.numa_node), ("enable", 1)):
+        t.file(f"{dev}/{name}", value, RO)
+    if d.link is not None:
+        speed, width, max_speed, max_width = d.link
+        for name, value in (("current_link_speed", speed), ("current_link_width", width),
+                            ("max_link_speed", max_speed), ("max_link_width", max_width)):
             t.file(f"{dev}/{name}", value, RO)
-        t.link(f"/sys/bus/pci/devices/{addr}", f"../../..{dev[4:]}")
+    t.link(f"/sys/bus/pci/devices/{d.address}", f"../../..{dev[4:]}")
+    if d.driver:
+        drv = f"/sys/bus/pci/drivers/{d.driver}"
+        t.link(f"{dev}/driver", os.path.relpath(drv, dev))
+        t.link(f"{drv}/{d.address}", os.path.relpath(dev, drv))
+    for c in d.children:
+        add_pci_device(k, dev, c)
 
 
 # -- mounts and their usage --------------------------------------------------------------------------------------
