@@ -114,13 +114,15 @@ def facts(ctx: Ctx, save: str | None) -> None:
     from .facts import snapshot
     from .render.text import facts_text
 
-    snap = snapshot.capture(ctx.host)
+    snap = snapshot.capture(ctx.host, hardware=True)
     if save:
         try:
             snapshot.save(snap, save)
         except OSError as exc:
             raise UsageError(f"--save {save}: cannot write: {exc.strerror}") from None
-    ctx.emit(facts_text(snap.facts), snap.facts.to_dict())
+    from .render.hardware import hardware_text
+
+    ctx.emit(facts_text(snap.facts) + hardware_text(snap.facts.sections.get(snapshot.HARDWARE)), snap.facts.to_dict())
 
 
 @cli.command()

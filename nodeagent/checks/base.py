@@ -125,3 +125,4 @@ class CheckContext:
 
     desired_knobs: dict[str, Any] = field(default_factory=dict)  # knob key → value the profile sets
     loaded: Any = None  # the whole LoadedProfile, for checks about how settings combine (placement)
+    hardware: Any = None  # facts.hardware.Hardware: the node (live), or a saved facts file (offline checks)

@@ -150,7 +150,7 @@ class CapacityCheckImpl:
             hbm, src = spec.gpu_memory, f"{gb(spec.gpu_memory)} from the profile's gpu_memory"
         else:
             try:
-                mem = read_gpu_memory(host)
+                mem = ctx.hardware.gpu_memory() if ctx.hardware is not None else read_gpu_memory(host)
             except CommandError as exc:  # installed but could not start or failed: say which and why, no skip
                 return [Finding("fail", f"no GPU memory figure: {exc}", exc.hint)], {"gpu_memory_error": str(exc)}
             if mem is None:

@@ -28,13 +28,14 @@ from typing import Any
 
 from ..facts import Facts
 from ..facts.hardware import (
+    Hardware,
+    LiveHardware,
     PciGpu,
     PciHop,
     PciLink,
     is_gpu_class,
     oversubscription,
     pci_devices,
-    read_pci_displays,
     udev_pci_devices,
 )
 from ..host import Host
@@ -61,7 +62,8 @@ class GpuPcieCheckImpl:
 
     def run(self, host: Host, spec: GpuPcieCheck, facts: Facts, ctx: CheckContext) -> tuple[list[Finding],
                                                                                              dict[str, Any]]:
-        devices = read_pci_displays(host)
+        hw: Hardware = ctx.hardware or LiveHardware(host)
+        devices = hw.pci()
         gpus = [d for d in devices if d.kind == "gpu"]
         shared = oversubscription(gpus)
         evidence: dict[str, Any] = {"gpus": [gpu_evidence(g) for g in gpus]}
@@ -72,7 +74,7 @@ class GpuPcieCheckImpl:
         if shared:
             evidence["oversubscription"] = shared
         findings: list[Finding] = []
-        if host.is_real:
+        if not hw.offline and host.is_real:
             findings += self._cross_check(host, evidence)
         if not gpus:
             seen = "; ".join(f"{d.address} is {d.why}" for d in devices)

@@ -44,9 +44,10 @@ def parse_skips(names: Iterable[str]) -> frozenset[str]:
 
 def run_checks(host: Host, loaded: LoadedProfile, facts: Facts, skip: frozenset[str] = frozenset()) -> CheckReport:
     """Run every check the profile configures (read-only). A check that raises is reported, never a crash."""
+    from ..facts.hardware import LiveHardware
     from ..resources.knobs import desired
 
-    ctx = CheckContext(desired_knobs=desired(loaded), loaded=loaded)
+    ctx = CheckContext(desired_knobs=desired(loaded), loaded=loaded, hardware=LiveHardware(host))
     spec_all = loaded.profile.checks
     results: list[CheckResult] = []
     for check in CHECKS:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from ..errors import CommandError
+from ..errors import CommandError, HostError
 from ..host import Host
 
 PCI = "/sys/bus/pci/devices"
@@ -58,8 +60,36 @@ def read_cpuinfo(host: Host) -> CpuInfo | None:
     if not flag_sets:
         return None
     common = set.intersection(*flag_sets)
+    first = (re.search(r"^(?:flags|features)\s*:(.*)$", text, re.M) or re.match("()", "")).group(1).split()
     distinct = tuple(dict.fromkeys(models))
-    return CpuInfo(models[0], vendor, len(models), tuple(sorted(common)), distinct if len(distinct) > 1 else ())
+    # in the kernel's order (the first CPU's), as /proc/cpuinfo prints them
+    flags = tuple(dict.fromkeys(f for f in first if f in common)) or tuple(sorted(common))
+    return CpuInfo(models[0], vendor, len(models), flags, distinct if len(distinct) > 1 else ())
+
+
+#: Generic hypervisor CPU models: (pattern on the model name, what it is). They expose a lowest-common-denominator
+#: instruction set whatever the host has.
+GENERIC_MODELS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), what) for p, what in (
+    (r"^Common KVM processor$", "QEMU's kvm64 model"),
+    (r"^Common 32-bit KVM processor$", "QEMU's kvm32 model"),
+    (r"^QEMU Virtual CPU version", "QEMU's qemu64/qemu32 model"),
+    (r"^QEMU TCG CPU version", "QEMU's TCG (software-emulated) CPU"),
+    (r"^Virtual CPU [0-9a-f]+$", "a generic hypervisor CPU model"),
+))
+#: QEMU's named models (``-cpu Haswell``, ``EPYC-Rome``...): real instruction sets, but fixed ones — the guest
+#: sees that model's flags, not the host's.
+NAMED_QEMU_MODELS = re.compile(
+    r"^(Intel (Core|Xeon) Processor \(|Intel Core i7 9xx|Intel Xeon E3-12xx|Intel Xeon E312xx|Westmere E56xx|"
+    r"AMD Opteron \d+ \(Gen|AMD Opteron \d+xx class|AMD EPYC(-\w+)? Processor|Hygon Dhyana Processor)")
+
+def classify_model(model: str) -> tuple[str, str] | None:
+    """``("generic", what)``, ``("named", what)`` or None for a model name that looks like real hardware."""
+    for pattern, what in GENERIC_MODELS:
+        if pattern.search(model):
+            return "generic", what
+    if NAMED_QEMU_MODELS.search(model):
+        return "named", "a named QEMU CPU model"
+    return None
 
 
 @dataclass(frozen=True)
@@ -518,7 +548,170 @@ def existing_ancestor(host: Host, path: str) -> str:
     return cur
 
 
-__all__ = ["CpuInfo", "GpuMemory", "Mount", "PciGpu", "PciHop", "PciLink", "Virtualization",
+# -- hardware facts: gathered once, saved, read back -------------------------------------------------------------
+
+#: Filesystem types that hold no data a disk check could mean (the kernel's and systemd's pseudo filesystems).
+PSEUDO_FS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "tmpfs", "ramfs", "cgroup", "cgroup2", "securityfs",
+                       "debugfs", "tracefs", "bpf", "mqueue", "hugetlbfs", "pstore", "configfs", "fusectl",
+                       "autofs", "binfmt_misc", "nsfs", "efivarfs", "rpc_pipefs", "selinuxfs", "devfs",
+                       "fuse.gvfsd-fuse", "fuse.portal"})
+
+
+@dataclass(frozen=True)
+class DiskFacts:
+    """One mounted filesystem and its usage (``statvfs``), as the disk check reads it."""
+
+    path: str
+    device: str
+    fstype: str
+    usage: dict[str, int] | None  # StatVfs fields; None when it could not be read
+    error: str | None = None
+
+
+class Hardware:
+    """Where the checks read hardware from: the node itself (:class:`LiveHardware`) or a saved facts file
+    (:class:`SavedHardware`). Same answers either way, so a check judges a saved node as it would the live one."""
+
+    offline = False
+
+    def cpuinfo(self) -> CpuInfo | None:
+        raise NotImplementedError
+
+    def virtualization(self, cpu: CpuInfo | None) -> Virtualization:
+        raise NotImplementedError
+
+    def cmdline(self) -> str:
+        raise NotImplementedError
+
+    def pci(self) -> list[PciGpu]:
+        raise NotImplementedError
+
+    def gpu_memory(self) -> GpuMemory | None:
+        raise NotImplementedError
+
+
+class LiveHardware(Hardware):
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._cache: dict[str, Any] = {}
+
+    def _once(self, key: str, fn: Callable[[], Any]) -> Any:
+        if key not in self._cache:
+            self._cache[key] = fn()
+        return self._cache[key]
+
+    def cpuinfo(self) -> CpuInfo | None:
+        return self._once("cpu", lambda: read_cpuinfo(self.host))  # type: ignore[no-any-return]
+
+    def virtualization(self, cpu: CpuInfo | None) -> Virtualization:
+        return self._once("virt", lambda: read_virtualization(self.host, cpu))  # type: ignore[no-any-return]
+
+    def cmdline(self) -> str:
+        return read_cmdline(self.host)
+
+    def pci(self) -> list[PciGpu]:
+        return self._once("pci", lambda: read_pci_displays(self.host))  # type: ignore[no-any-return]
+
+    def gpu_memory(self) -> GpuMemory | None:
+        return read_gpu_memory(self.host)
+
+
+class SavedHardware(Hardware):
+    """The ``hardware`` section of a facts file (see :func:`gather`)."""
+
+    offline = True
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+
+    def cpuinfo(self) -> CpuInfo | None:
+        c = self.doc.get("cpu")
+        if not c:
+            return None
+        return CpuInfo(c["model"], c["vendor"], int(c["count"]), tuple(c["flags"]), tuple(c.get("models", ())))
+
+    def virtualization(self, cpu: CpuInfo | None) -> Virtualization:
+        v = self.doc.get("virtualization") or {}
+        return Virtualization(v.get("kind"), tuple(v.get("evidence", ())))
+
+    def cmdline(self) -> str:
+        return str(self.doc.get("cmdline", ""))
+
+    def pci(self) -> list[PciGpu]:
+        return [pci_from_dict(d) for d in self.doc.get("pci", [])]
+
+    def gpu_memory(self) -> GpuMemory | None:
+        m = self.doc.get("gpu_memory")
+        if not m:
+            if self.doc.get("gpu_memory_error"):
+                raise CommandError(f"when the facts were captured: {self.doc['gpu_memory_error']}")
+            return None
+        return GpuMemory(tuple(m["names"]), int(m["total_bytes"]), tuple(m["per_gpu_mib"]), m["source"])
+
+    def disks(self) -> list[DiskFacts]:
+        return [DiskFacts(d["path"], d["device"], d["fstype"], d.get("usage"), d.get("error"))
+                for d in self.doc.get("disks", [])]
+
+
+def pci_from_dict(d: dict[str, Any]) -> PciGpu:
+    """A :class:`PciGpu` back from ``dataclasses.asdict``."""
+    d = dict(d)
+    d["link"] = PciLink(**d["link"])
+    d["upstream_link"] = PciLink(**d["upstream_link"]) if d.get("upstream_link") else None
+    d["hops"] = tuple(PciHop(h["device"], h["port"], h["port_role"], PciLink(**h["link"]))
+                      for h in d.get("hops", ()))
+    d["path"] = tuple(d.get("path", ()))
+    return PciGpu(**d)
+
+
+def gather(host: Host, *, commands: bool = True) -> dict[str, Any]:
+    """The node's hardware facts, read from files (so a static copy of /sys and /proc works): CPU model and
+    flags, the virtual CPU model and hypervisor, the kernel command line, every GPU / display-only device with
+    its link, the hops to its root port and its NUMA node, the mounted filesystems with their usage. GPU memory
+    where known: AMD's ``mem_info_vram_total`` file, else nvidia-smi when ``commands`` and it is installed."""
+
+    cpu = read_cpuinfo(host)
+    virt = read_virtualization(host, cpu)
+    doc: dict[str, Any] = {"cpu": None, "virtualization": {"kind": virt.kind, "evidence": list(virt.evidence)},
+                           "cmdline": read_cmdline(host), "arch": arch(host, cpu)}
+    if cpu is not None:
+        kind = classify_model(cpu.model)
+        doc["cpu"] = {"model": cpu.model, "vendor": cpu.vendor, "count": cpu.count, "flags": list(cpu.flags),
+                      "models": list(cpu.models), "virtual_model": kind[1] if kind else None,
+                      "virtual_model_kind": kind[0] if kind else None}
+    devices = read_pci_displays(host)
+    doc["pci"] = [asdict(d) for d in devices]
+    doc["pci_oversubscription"] = oversubscription([d for d in devices if d.kind == "gpu"])
+    vram = [(d, _int_opt(host.read_opt(f"{PCI}/{d.address}/mem_info_vram_total"))) for d in devices
+            if d.kind == "gpu"]
+    known = [(d, b) for d, b in vram if b]
+    doc["gpu_memory"] = None
+    if known:
+        doc["gpu_memory"] = {"names": [f"{d.vendor_name} {d.device}" for d, _ in known],
+                             "total_bytes": sum(b or 0 for _, b in known),
+                             "per_gpu_mib": [(b or 0) // 1024**2 for _, b in known], "source": "mem_info_vram_total"}
+    elif commands:
+        try:
+            mem = read_gpu_memory(host)
+        except CommandError as exc:
+            doc["gpu_memory_error"] = str(exc)
+        else:
+            doc["gpu_memory"] = asdict(mem) if mem else None
+    disks = []
+    for m in read_mounts(host):
+        if m.fstype in PSEUDO_FS or any(d.path == m.path for d in disks):
+            continue
+        try:
+            st = host.statvfs(m.path)
+            disks.append(DiskFacts(m.path, m.device, m.fstype, asdict(st)))
+        except HostError as exc:
+            disks.append(DiskFacts(m.path, m.device, m.fstype, None, exc.message))
+    doc["disks"] = [asdict(d) for d in disks]
+    return doc
+
+
+__all__ = ["CpuInfo", "DiskFacts", "GpuMemory", "Hardware", "LiveHardware", "SavedHardware", "classify_model",
+           "gather", "Mount", "PciGpu", "PciHop", "PciLink", "Virtualization",
            "arch", "classify", "cmdline_params", "existing_ancestor", "is_gpu_class", "mount_of", "oversubscription",
            "pci_devices", "read_cmdline", "read_cpuinfo", "read_gpu_memory", "read_gpus", "read_mounts",
            "read_pci_displays",
