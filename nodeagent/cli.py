@@ -173,12 +173,19 @@ def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
 @cli.command()
 @profile_arg
 @skip_checks_opt
+@click.option("--facts", "facts_path", metavar="FILE|DIR",
+              help="Judge saved facts (`facts --save`) instead of this node: one file, or every *.json in DIR.")
 @click.pass_obj
-def check(ctx: Ctx, profile: str, skip_checks: tuple[str, ...]) -> None:
+def check(ctx: Ctx, profile: str, skip_checks: tuple[str, ...], facts_path: str | None) -> None:
     """Run the profile's preflight checks alone (read-only). Exit 4 when an error-severity check fails."""
     from .checks import parse_skips
     from .render.checks import report_text
 
+    if facts_path is not None:
+        from .cli_check_offline import check_offline
+
+        check_offline(ctx, _load(profile), facts_path)
+        return
     loaded = _load(profile)
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
@@ -200,7 +207,7 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
                          hint="drop --root/--simulate, or drop --facts to plan against that node")
     loaded = _load(profile)
     old = _load(baseline) if baseline is not None else None
-    snaps = snapshot.read_all(facts_path) if facts_path is not None else [snapshot.capture(ctx.host)]
+    snaps = snapshot.read_all(facts_path) if facts_path is not None else [snapshot.capture(ctx.host, hardware=True)]
     reviews = review(loaded, snaps, baseline=old, allow_disruptive=allow_disruptive)
     if ctx.fmt == "markdown":
         click.echo(review_markdown(reviews, loaded, old, offline=facts_path is not None), nl=False)

@@ -65,7 +65,8 @@ class DiskCheckImpl:
             why = disk.error if disk and disk.error else "no filesystem in the saved facts holds it"
             return [Finding("warn", f"{path}: cannot judge offline: {why}", "capture the facts again on the node "
                             "(`nodeagent facts --save FILE`)")], ev
-        out, ev = self._judge(item, path, StatVfs(**disk.usage), mount, ev)
+        shown = path if path == disk.path else f"{path} (on {disk.path}: whether the path exists is not in saved facts)"
+        out, ev = self._judge(item, path, StatVfs(**disk.usage), mount, ev, shown)
         if item.must_exist and path != disk.path:
             out.append(Finding("pass", f"{path}: must_exist not judged offline (the facts record filesystems, not "
                                "paths)"))
@@ -91,14 +92,14 @@ class DiskCheckImpl:
         return self._judge(item, measured, st, mount_of(mounts, measured), ev)
 
     @staticmethod
-    def _judge(item: DiskPath, measured: str, st: StatVfs, mount: Mount | None,
-               ev: dict[str, Any]) -> tuple[list[Finding], dict[str, Any]]:
+    def _judge(item: DiskPath, measured: str, st: StatVfs, mount: Mount | None, ev: dict[str, Any],
+               prefix: str | None = None) -> tuple[list[Finding], dict[str, Any]]:
         path = item.path
         where = f"{mount.path} ({mount.device}, {mount.fstype})" if mount else measured
         ev.update({"mount": mount.path if mount else None, "device": mount.device if mount else None,
                    "size": st.size, "used": st.used, "free": st.free, "used_percent": round(st.used_percent, 1),
                    "inodes": st.files, "inodes_free": st.files_free})
-        prefix = path if measured == path else f"{path} (missing; measured on {measured})"
+        prefix = prefix or (path if measured == path else f"{path} (missing; measured on {measured})")
         state = f"{st.used_percent:.0f}% used, {_gb(st.free)} free of {_gb(st.size)} on {where}"
         findings: list[Finding] = []
         cleanup = (f"free space on {mount.path if mount else measured}: remove unused model checkpoints and caches "

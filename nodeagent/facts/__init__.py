@@ -62,7 +62,7 @@ class Facts:
             block_size_bytes=d.get("block_size_bytes"), possible_nodes=list(d["possible_nodes"]),
             nodes=[NumaNode(**n) for n in d["nodes"]],
             tiers={int(t["tier"]): list(t["nodes"]) for t in d["tiers"]},
-            simulated=d.get("simulated"), sections=dict(d.get("sections", {})),
+            simulated=d.get("simulated"), sections=dict(d.get("sections", {})), format=d["format"],
         )
 
 

@@ -60,3 +60,20 @@ def report_text(report: CheckReport, *, applying: bool = False) -> str:
         summary += f" To go ahead anyway: {report.skip_hint}"
     out.append(summary + ("" if summary.endswith(".") else "."))
     return "\n".join(out)
+
+
+def offline_text(pairs: list[tuple[Any, CheckReport]]) -> str:
+    """``check --facts``: each saved node's report, and which checks could not run from saved facts."""
+    from ..checks.offline import offline_names
+
+    out = []
+    for snap, report in pairs:
+        out.append(f"[{snap.source}]")
+        out.append(report_text(report))
+        for w in snap.warnings:
+            out.append(f"  warning: {w}")
+        names = offline_names(report)
+        if names:
+            out.append(f"  offline: {', '.join(names)} cannot run from saved facts (reasons above); run "
+                       "`nodeagent check` on the node for them.")
+    return "\n".join(out)

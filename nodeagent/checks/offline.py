@@ -1,0 +1,80 @@
+"""Checks against saved facts (``nodeagent check PROFILE --facts DIR``, the review's checks column).
+
+Every check that can judge a node from its facts file runs exactly as on the node — the same code, reading the
+hardware through :class:`~nodeagent.facts.hardware.SavedHardware` instead of the host. The others are reported
+``skipped`` saying why they need the node itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import HostError
+from ..facts.hardware import SavedHardware
+from ..facts.snapshot import HARDWARE, Snapshot
+from ..profile import LoadedProfile
+from .base import CheckContext, CheckReport, CheckResult, Skip, fold, skipped
+from .registry import CHECKS, _error_finding
+
+#: Checks that read the node itself, and what they would need from it.
+NEEDS_THE_NODE = {
+    "memory_bandwidth": "it is a bandwidth probe: it measures the node's memory, which saved facts cannot",
+    "coexistence": "it reads the node's TuneD profile, sysctl.d files, udev rules and running kdamonds, which a "
+                   "facts file does not hold",
+}
+#: Checks that need the facts file's hardware section (format v2).
+NEEDS_HARDWARE = frozenset({"cpu", "disk", "gpu_pcie"})
+
+
+def run_offline(loaded: LoadedProfile, snap: Snapshot) -> CheckReport:
+    """The profile's checks judged from one saved node (read-only; nothing of this machine is read)."""
+    from ..resources.knobs import desired
+
+    doc = snap.facts.sections.get(HARDWARE)
+    ctx = CheckContext(desired_knobs=desired(loaded), loaded=loaded,
+                       hardware=SavedHardware(doc) if isinstance(doc, dict) else None)
+    spec_all = loaded.profile.checks
+    results: list[CheckResult] = []
+    for check in CHECKS:
+        spec = getattr(spec_all, check.name)
+        if spec is None:
+            continue
+        if check.name in NEEDS_THE_NODE:
+            results.append(skipped(check.name, spec.severity, f"cannot run offline: {NEEDS_THE_NODE[check.name]}"
+                                   + _saved_result(snap, check.name)))
+            continue
+        if ctx.hardware is None and (check.name in NEEDS_HARDWARE or
+                                     (check.name == "capacity" and spec.gpu_memory is None)):
+            results.append(skipped(check.name, spec.severity, "cannot run offline: the facts file has no hardware "
+                                   f"facts (format {snap.facts.format}); capture them again with `nodeagent facts "
+                                   "--save FILE`"))
+            continue
+        try:
+            findings, evidence = check.run(None, spec, snap.facts, ctx)  # type: ignore[arg-type]
+            result = fold(check.name, spec.severity, findings, {**evidence, "offline": True})
+        except Skip as exc:
+            result = skipped(check.name, spec.severity, str(exc))
+        except HostError as exc:
+            result = fold(check.name, spec.severity, [_error_finding(exc)], {"offline": True})
+        results.append(result)
+    return CheckReport(loaded.name, snap.label, tuple(results))
+
+
+def _saved_result(snap: Snapshot, name: str) -> str:
+    """What a check report saved beside the facts said, when there is one."""
+    for r in snap.checks or []:
+        if r.get("name") == name and r.get("status"):
+            return f"; the facts file holds a {r['status']} result of it: {r.get('summary', '')}"
+    return ""
+
+
+def offline_names(report: CheckReport) -> list[str]:
+    """The checks of ``report`` that could not run from saved facts."""
+    return [r.name for r in report.results if r.status == "skipped" and (r.reason or "").startswith("cannot run "
+                                                                                                   "offline")]
+
+
+def to_dict(pairs: list[tuple[Snapshot, CheckReport]]) -> dict[str, Any]:
+    return {"offline": True, "ok": all(r.ok for _, r in pairs),
+            "nodes": [{"facts_file": s.source, **r.to_dict(), "cannot_run_offline": offline_names(r)}
+                      for s, r in pairs]}
