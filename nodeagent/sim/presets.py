@@ -1,5 +1,12 @@
 """Documented simulated nodes, and a generator of large ones for benchmarks.
 
+Where the shapes come from: the server presets follow ``lspci -tv``, ``numactl -H`` and ``/proc/cpuinfo`` of
+the machines they name (Supermicro AS-8125GS H100 servers, an HGX H100 board as DGX H100 documents it, a
+Sapphire Rapids node with SNC-2), the guests follow QEMU's q35 machine and the real 6.12 guest of
+tests/realkernel. Every server has its BMC's VGA (ASPEED AST2600 behind its PCIe-to-PCI bridge, bound to
+``ast``); every guest QEMU's standard VGA (1234:1111, bochs-drm). /proc/cpuinfo has the fields of
+shared/reference/cpuinfo-*.txt.
+
 =====================  ===========================================================================================
 ``h100-cxl``           2 sockets (nodes 0-1, 1 TiB DRAM, 192 CPUs), five 96 GB GPUs, two 2 TiB CXL.mem expanders
                        as devdax ``dax0.0``/``dax1.0`` (target nodes 2, 3) not yet onlined; 2 GiB memory blocks;
@@ -7,13 +14,18 @@
 ``h100-cxl-autoonline`` the same node as it boots with dax_cxl/kmem auto-binding: both expanders already
                        system-ram, online in ZONE_NORMAL, nodes 2-3 in memory_tier22.
 ``l40-kvm64``          KVM guest, 8 vCPUs of QEMU's ``kvm64`` model (``Common KVM processor``: no avx2/fma),
-                       153 GiB RAM, three L40 GPUs, model disk 94 % full; kernel 6.8.
+                       153 GiB RAM, three L40 GPUs passed through on q35 root ports, QEMU's std VGA on
+                       00:01.0, model disk 94 % full; kernel 6.8 — the field report's guest. :func:`capture_like`
+                       lays it out as a static copy of such a guest's /sys and /proc (no simulator, no commands).
 ``workstation``        bare metal, one 96 GB GPU, AVX-512, 256 GiB DRAM, no CXL; kernel 6.18.
 ``qemu-3node``         the real-kernel test guest: node 0 with 2 CPUs, node 1 CPU-less DRAM, legacy-pmem
                        ``dax0.0`` (1006 MiB at 0x181200000) that becomes node 2; 128 MiB blocks; kernel 6.12.
 ``hgx-h100``           2-socket HGX H100 (Xeon 8480+, 2 TiB DRAM): 8 GPUs behind 4 PCIe switches (2 per Gen5 x16
                        uplink), ConnectX-7 NICs and NVMe on the switches, ASPEED BMC VGA bound to ``ast``; no CXL;
                        kernel 6.8.
+``snc2-cxl``           2-socket Sapphire Rapids with SNC-2: 4 DRAM nodes (0-3) on 2 sockets, a 512 GiB CXL.mem
+                       expander per socket as devdax (nodes 4, 5; both halves of a socket equidistant from it),
+                       four H100 NVL GPUs, ASPEED BMC VGA; kernel 6.12.
 ``stress``             8 CXL devices of 2 TiB in 128 MiB blocks, online (131,072 blocks): the benchmark's
                        converged large node.
 =====================  ===========================================================================================
@@ -347,6 +359,35 @@ def _hgx() -> Preset:
     )
 
 
+def _snc2_cxl() -> Preset:
+    """A 2-socket Sapphire Rapids node booted with sub-NUMA clustering (SNC-2, the BIOS's "SNC2" setting): each
+    socket is two DRAM nodes, so four DRAM nodes on two sockets (nodes 0-1 on socket 0, 2-3 on socket 1, SLIT 12
+    between the halves of a socket, 21 across), and one 512 GiB CXL.mem expander per socket as devdax (target
+    nodes 4, 5). Both halves of a socket are the same distance (14) from that socket's expander: distance ties
+    are normal here. Four H100 NVL GPUs, two per socket, the ASPEED BMC VGA; kernel 6.12."""
+    cores = 28  # per SNC half: 56-core sockets, 2 threads per core
+    nodes = []
+    for n in range(4):
+        cpus = tuple(list(range(n * cores, (n + 1) * cores)) + list(range(4 * cores + n * cores,
+                                                                         4 * cores + (n + 1) * cores)))
+        nodes.append(NumaDef(n, cpus, n * 256 * GiB, 256 * GiB, used=(12 if n == 0 else 6) * GiB))
+    cxl = (simdax.DaxDef("dax0.0", 0, 4, 1 * TiB, 512 * GiB, kind="cxl", numa_node=0),
+           simdax.DaxDef("dax1.0", 1, 5, 1 * TiB + 512 * GiB, 512 * GiB, kind="cxl", numa_node=2))
+    gpus = tuple(GpuDef(pci=f"0000:{bus:02x}:00.0", numa_node=(0, 1, 2, 3)[i])
+                 for i, bus in enumerate((0x1a, 0x3a, 0x9a, 0xba)))
+    return Preset(
+        name="snc2-cxl", description="2-socket SNC-2 node: 4 DRAM nodes on 2 sockets, a CXL expander per socket",
+        kernel="6.12.0-nodeagent-sim", block_size=2 * GiB, nodes=tuple(nodes), possible_nodes=6, dax=cxl,
+        cpu_model="Intel(R) Xeon(R) Platinum 8480+", cpu_vendor="GenuineIntel", cpu_flags=SPR_FLAGS, sockets=2,
+        dmi_vendor="Supermicro", dmi_product="SYS-221H-TNR", hostname="snc2-cxl", gpus=gpus,
+        mounts=(MountDef("/", "/dev/nvme0n1p2", "ext4", 960 * GiB, 90 * GiB),
+                MountDef("/models", "/dev/nvme1n1", "xfs", 7680 * GiB, 2100 * GiB)),
+        distances={0: (10, 12, 21, 21, 14, 24), 1: (12, 10, 21, 21, 14, 24), 2: (21, 21, 10, 12, 24, 14),
+                   3: (21, 21, 12, 10, 24, 14), 4: (14, 14, 24, 24, 10, 26), 5: (24, 24, 14, 14, 26, 10)},
+        node_tier={4: memory.KMEM_TIER, 5: memory.KMEM_TIER},
+    )
+
+
 def large(n_devices: int = 8, device_size: int = 2 * TiB, block_size: int = 128 * 1024**2,
           online_zone: str | None = "Movable", name: str = "stress") -> Preset:
     """A big CXL node for benchmarks: ``n_devices`` expanders on nodes 2.., optionally already online."""
@@ -366,6 +407,7 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "workstation": _workstation,
     "qemu-3node": _qemu_3node,
     "hgx-h100": _hgx,
+    "snc2-cxl": _snc2_cxl,
     "stress": large,
     "small": lambda: large(1, 64 * GiB, 128 * 1024**2, name="small"),
 }
@@ -486,18 +528,45 @@ def _cpus(k: SimKernel, p: Preset) -> None:
         t.file(f"/sys/devices/system/cpu/{name}", format_list(cpus), RO)
     node_of = {c: n.id for n in p.nodes for c in n.cpus}
     per_socket = max(len(cpus) // max(p.sockets, 1), 1)
+    family, model, stepping, microcode, cache, bugs = _cpu_ids(p)
+    socket_of = {c: (node_of[c] * p.sockets // max(len(p.nodes), 1) if p.sockets > 1 else 0) for c in cpus}
     blocks = []
     for c in cpus:
+        # the fields and their order as a 6.x kernel prints them (shared/reference/cpuinfo-*.txt)
         blocks.append("\n".join([
-            f"processor\t: {c}", f"vendor_id\t: {p.cpu_vendor}", "cpu family\t: 25", "model\t\t: 17",
-            f"model name\t: {p.cpu_model}", "stepping\t: 1", "cpu MHz\t\t: 2596.132",
-            f"physical id\t: {node_of[c] if p.sockets > 1 else 0}", f"siblings\t: {per_socket}",
-            f"core id\t\t: {c % per_socket}", f"cpu cores\t: {per_socket}",
-            f"flags\t\t: {' '.join(p.cpu_flags)}", "bogomips\t: 5192.26", "address sizes\t: 48 bits physical",
+            f"processor\t: {c}", f"vendor_id\t: {p.cpu_vendor}", f"cpu family\t: {family}", f"model\t\t: {model}",
+            f"model name\t: {p.cpu_model}", f"stepping\t: {stepping}", f"microcode\t: {microcode}",
+            "cpu MHz\t\t: 2596.132", f"cache size\t: {cache}", f"physical id\t: {socket_of[c]}",
+            f"siblings\t: {per_socket}", f"core id\t\t: {c % per_socket}", f"cpu cores\t: {per_socket}",
+            f"apicid\t\t: {c}", f"initial apicid\t: {c}", "fpu\t\t: yes", "fpu_exception\t: yes",
+            "cpuid level\t: 13" if p.cpu_model == "Common KVM processor" else "cpuid level\t: 32", "wp\t\t: yes",
+            f"flags\t\t: {' '.join(p.cpu_flags)}", f"bugs\t\t: {bugs}", "bogomips\t: 5192.26",
+            "clflush size\t: 64", "cache_alignment\t: 64", "address sizes\t: 48 bits physical, 48 bits virtual",
+            "power management:",
         ]))
     t.file("/proc/cpuinfo", "\n\n".join(blocks) + "\n", RO)
     t.file("/sys/class/dmi/id/sys_vendor", p.dmi_vendor, RO)
     t.file("/sys/class/dmi/id/product_name", p.dmi_product, RO)
+
+
+#: (cpu family, model, stepping, microcode, cache size, bugs) as /proc/cpuinfo shows them, by model name.
+_CPU_IDS = {
+    "Common KVM processor": (15, 6, 1, "0x1", "16384 KB", "cpu_meltdown spectre_v1 spectre_v2 spec_store_bypass "
+                             "l1tf mds swapgs itlb_multihit mmio_unknown"),
+    "Intel(R) Xeon(R) Platinum 8480+": (6, 143, 8, "0x2b0004b1", "107520 KB", "spectre_v1 spectre_v2 "
+                                        "spec_store_bypass swapgs eibrs_pbrsb bhi"),
+    "AMD Ryzen Threadripper PRO 7985WX 64-Cores": (25, 24, 1, "0xa108105", "1024 KB", "sysret_ss_attrs spectre_v1 "
+                                                   "spectre_v2 spec_store_bypass srso"),
+}
+_AMD_IDS = (25, 17, 1, "0xa101148", "1024 KB", "sysret_ss_attrs spectre_v1 spectre_v2 spec_store_bypass srso")
+
+
+def _cpu_ids(p: Preset) -> tuple[int, int, int, str, str, str]:
+    if p.cpu_model in _CPU_IDS:
+        return _CPU_IDS[p.cpu_model]
+    if p.cpu_vendor == "GenuineIntel":
+        return (6, 6, 3, "0x1", "16384 KB", "spectre_v1 spectre_v2 spec_store_bypass")
+    return _AMD_IDS
 
 
 def _memory(k: SimKernel, p: Preset) -> None:
@@ -523,6 +592,20 @@ def layer_names() -> list[str]:
 
 def create(root: Path, name: str, *, kernel: str | None = None) -> Path:
     return build(get(name), root, kernel=kernel)
+
+
+def capture_like(name: str, dest: Path) -> Path:
+    """Lay out preset ``name`` as a static capture of the node's /sys, /proc and /etc (what ``tar`` of a real
+    node gives): no simulator marker, no fake executables — so nodeagent treats it as another machine's root,
+    runs no command for it and writes nothing; the facts come from the files alone."""
+    dest = Path(dest)
+    tmp = dest.with_name(dest.name + ".sim")
+    build(get(name), tmp)
+    shutil.copytree(tmp, dest, symlinks=True, ignore=shutil.ignore_patterns(MARKER))
+    for tool in ("nvidia-smi", "systemd-detect-virt", "daxctl"):
+        (dest / "usr/bin" / tool).unlink(missing_ok=True)
+    remove(tmp)
+    return dest
 
 
 def remove(root: Path) -> None:

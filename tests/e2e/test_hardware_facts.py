@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from nodeagent.facts import hardware
+from nodeagent.host import open_host
+from nodeagent.sim.presets import capture_like
 from tests.e2e.cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,13 +39,10 @@ def test_facts_show_cpu_gpus_display_only_and_disks(make_node, capsys) -> None:
     assert gpu["numa_node"] == 0 and gpu["path"][0] == "0000:18:01.0" and len(gpu["hops"]) == 2
 
 
-def test_a_static_copy_of_a_guest_shows_its_cpu_model_and_flags(make_node, scratch_dir: Path, capsys) -> None:
+def test_a_static_copy_of_a_guest_shows_its_cpu_model_and_flags(scratch_dir: Path, capsys) -> None:
     """A copy of /sys and /proc (no simulator marker: no command may run) still has the hardware facts."""
-    copy = scratch_dir / "copy"
-    shutil.copytree(make_node("l40-kvm64"), copy, symlinks=True)
-    shutil.rmtree(copy / ".nodeagent-sim")
-    for tool in ("nvidia-smi", "systemd-detect-virt"):
-        (copy / "usr/bin" / tool).unlink()
+    copy = capture_like("l40-kvm64", scratch_dir / "copy")
+    assert not (copy / ".nodeagent-sim").exists() and not (copy / "usr/bin/nvidia-smi").exists()
     code, out, err = run(["--root", str(copy), "facts"], capsys)
     assert code == 0, err
     assert "cpu: 8 × Common KVM processor (GenuineIntel, x86_64) — QEMU's kvm64 model; virtualization kvm" in out
@@ -126,3 +124,28 @@ def test_markdown_review_has_a_checks_column(make_node, tmp_path: Path, capsys) 
     assert "`coexistence` cannot run offline" in out
     code, out, _ = run(["--format", "json", "plan", PROFILE, "--facts", str(tmp_path)], capsys)
     assert {n["checks_source"] for n in json.loads(out)["nodes"]} == {"offline"}
+
+
+def _reference(name: str) -> Path:
+    for base in Path(__file__).resolve().parents[3:5]:
+        if (base / "shared/reference" / name).is_file():
+            return base / "shared/reference" / name
+    pytest.skip(f"shared/reference/{name} is not here (it is beside the repository in CI and dev trees)")
+
+
+def _fields(text: str) -> list[str]:
+    return [line.partition(":")[0].strip() for line in text.split("\n\n")[0].splitlines() if ":" in line]
+
+
+def test_cpuinfo_parses_the_real_capture_and_the_simulator_prints_its_fields(make_node, scratch_dir: Path) -> None:
+    ref = _reference("cpuinfo-amd-epyc-vm-6.18.txt")
+    node = scratch_dir / "ref"
+    (node / "proc").mkdir(parents=True)
+    (node / "proc/cpuinfo").write_text(ref.read_text())
+    cpu = hardware.read_cpuinfo(open_host(node))
+    assert cpu is not None and (cpu.model, cpu.vendor, cpu.count) == ("AMD EPYC", "AuthenticAMD", 1)
+    assert {"avx2", "fma", "avx512f", "hypervisor"} <= set(cpu.flags) and cpu.flags[0] == "fpu"
+    assert hardware.classify_model(cpu.model) is None  # a host-like model: not the kvm64 class
+    real = [f for f in _fields(ref.read_text()) if f != "TLB size"]  # TLB size: AMD only
+    for preset in ("h100-cxl", "l40-kvm64", "hgx-h100"):
+        assert _fields((make_node(preset) / "proc/cpuinfo").read_text()) == real, preset
