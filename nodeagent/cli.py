@@ -184,7 +184,7 @@ def check(ctx: Ctx, profile: str, skip_checks: tuple[str, ...], facts_path: str 
     if facts_path is not None:
         from .cli_check_offline import check_offline
 
-        check_offline(ctx, _load(profile), facts_path)
+        check_offline(ctx, _load(profile), facts_path, parse_skips(skip_checks))
         return
     loaded = _load(profile)
     skips = parse_skips(skip_checks)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import HostError
 from ..facts.hardware import SavedHardware
 from ..facts.snapshot import HARDWARE, Snapshot
 from ..profile import LoadedProfile
-from .base import CheckContext, CheckReport, CheckResult, Skip, fold, skipped
-from .registry import CHECKS, _error_finding
+from .base import CheckContext, CheckReport, CheckResult, skipped
+from .registry import configured, run_one
 
 #: Checks that read the node itself, and what they would need from it.
 NEEDS_THE_NODE = {
@@ -26,18 +25,17 @@ NEEDS_THE_NODE = {
 NEEDS_HARDWARE = frozenset({"cpu", "disk", "gpu_pcie"})
 
 
-def run_offline(loaded: LoadedProfile, snap: Snapshot) -> CheckReport:
+def run_offline(loaded: LoadedProfile, snap: Snapshot, skip: frozenset[str] = frozenset()) -> CheckReport:
     """The profile's checks judged from one saved node (read-only; nothing of this machine is read)."""
     from ..resources.knobs import desired
 
     doc = snap.facts.sections.get(HARDWARE)
     ctx = CheckContext(desired_knobs=desired(loaded), loaded=loaded,
                        hardware=SavedHardware(doc) if isinstance(doc, dict) else None)
-    spec_all = loaded.profile.checks
     results: list[CheckResult] = []
-    for check in CHECKS:
-        spec = getattr(spec_all, check.name)
-        if spec is None:
+    for check, spec in configured(loaded):
+        if check.name in skip:
+            results.append(skipped(check.name, spec.severity, "skipped by --skip-checks"))
             continue
         if check.name in NEEDS_THE_NODE:
             results.append(skipped(check.name, spec.severity, f"cannot run offline: {NEEDS_THE_NODE[check.name]}"
@@ -49,14 +47,7 @@ def run_offline(loaded: LoadedProfile, snap: Snapshot) -> CheckReport:
                                    f"facts (format {snap.facts.format}); capture them again with `nodeagent facts "
                                    "--save FILE`"))
             continue
-        try:
-            findings, evidence = check.run(None, spec, snap.facts, ctx)  # type: ignore[arg-type]
-            result = fold(check.name, spec.severity, findings, {**evidence, "offline": True})
-        except Skip as exc:
-            result = skipped(check.name, spec.severity, str(exc))
-        except HostError as exc:
-            result = fold(check.name, spec.severity, [_error_finding(exc)], {"offline": True})
-        results.append(result)
+        results.append(run_one(check, None, spec, snap.facts, ctx, {"offline": True}))
     return CheckReport(loaded.name, snap.label, tuple(results))
 
 

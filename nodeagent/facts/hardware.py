@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import CommandError, HostError
 from ..host import Host
+from ..host.mountinfo import unescape
 
 PCI = "/sys/bus/pci/devices"
 #: PCI class codes of GPUs: VGA-compatible (0x0300) and 3D controllers (0x0302, what datacenter GPUs report).
@@ -515,17 +516,13 @@ class Mount:
     fstype: str
 
 
-def _unescape(text: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
-
-
 def read_mounts(host: Host) -> list[Mount]:
     text = host.read_opt("/proc/self/mounts") or host.read_opt("/proc/mounts") or ""
     out = []
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 3:
-            out.append(Mount(_unescape(parts[0]), _unescape(parts[1]), parts[2]))
+            out.append(Mount(unescape(parts[0]), unescape(parts[1]), parts[2]))
     return out
 
 

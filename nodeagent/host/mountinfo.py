@@ -81,17 +81,18 @@ def visible(mounts: list[MountEntry], m: MountEntry) -> bool:
 
 
 def cgroup2_mounts(mounts: list[MountEntry]) -> list[MountEntry]:
-    """The visible cgroup v2 mounts, whole hierarchies (``root`` ``/``) first."""
-    found = [m for m in mounts if m.fstype == "cgroup2" and visible(mounts, m)]
-    return sorted(found, key=lambda m: m.root != "/")
+    """The visible mounts of a whole cgroup v2 hierarchy (``root`` ``/``: a bind mount of a child cgroup shows
+    that cgroup, not the root)."""
+    return [m for m in mounts if m.fstype == "cgroup2" and m.root == "/" and visible(mounts, m)]
 
 
 def is_cgroup2_root_file(mounts: list[MountEntry], path: str) -> bool:
-    """True when ``path`` is a file at the top of a visible cgroup v2 mount (``<mount>/memory.reclaim``), not in a
-    child cgroup, not in a v1 hierarchy, not under something mounted over the cgroup."""
+    """True when ``path`` is a file at the top of a visible mount of a whole cgroup v2 hierarchy
+    (``<mount>/memory.reclaim``): not in a child cgroup (nor a bind mount of one), not in a v1 hierarchy, not under
+    something mounted over the cgroup."""
     norm = os.path.normpath(path)
     m = mount_at(mounts, norm)
-    return m is not None and m.fstype == "cgroup2" and os.path.dirname(norm) == m.mount_point
+    return m is not None and m.fstype == "cgroup2" and m.root == "/" and os.path.dirname(norm) == m.mount_point
 
 
 def memcg_reclaim(fs: Reader) -> tuple[str | None, str | None]:

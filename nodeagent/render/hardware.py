@@ -7,6 +7,14 @@ from typing import Any
 
 from ..units import format_size
 
+
+def _size(n: int) -> str:
+    """``df -h``-like: 1648GiB, 12.5TiB."""
+    for unit, f in (("TiB", 1024**4), ("GiB", 1024**3)):
+        if n >= 10 * f or (unit == "GiB" and n >= f):
+            return f"{n / f:.1f}{unit}".replace(".0" + unit, unit)
+    return format_size(n)
+
 #: Flags worth naming present or absent on one line (what the cpu check and inference stacks look for).
 NOTABLE_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "hypervisor")
 
@@ -53,7 +61,7 @@ def hardware_text(doc: dict[str, Any] | None) -> str:
         out.append(f"  shared uplink {s['uplink']} ({s['link']}): {len(s['gpus'])} GPUs, {s['ratio']}")
     mem = doc.get("gpu_memory")
     if mem:
-        out.append(f"  GPU memory: {format_size(mem['total_bytes'])} ({len(mem['per_gpu_mib'])} × "
+        out.append(f"  GPU memory: {_size(mem['total_bytes'])} ({len(mem['per_gpu_mib'])} × "
                    f"{mem['names'][0]}, {mem['source']})")
     elif doc.get("gpu_memory_error"):
         out.append(f"  GPU memory: unknown ({doc['gpu_memory_error']})")
@@ -64,6 +72,6 @@ def hardware_text(doc: dict[str, Any] | None) -> str:
             continue
         size, free = u["blocks"] * u["block_size"], u["blocks_avail"] * u["block_size"]
         inodes = f", {u['files_free']:,} of {u['files']:,} inodes free" if u["files"] else ""
-        out.append(f"  disk {disk['path']}: {disk['device']} {disk['fstype']}, {format_size(free)} free of "
-                   f"{format_size(size)}{inodes}")
+        out.append(f"  disk {disk['path']}: {disk['device']} {disk['fstype']}, {_size(free)} free of "
+                   f"{_size(size)}{inodes}")
     return "\n".join(out)

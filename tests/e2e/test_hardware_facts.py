@@ -90,6 +90,8 @@ def test_offline_bandwidth_probe_cannot_run_and_says_so(make_node, tmp_path: Pat
     assert "- memory_bandwidth [error] skipped: cannot run offline: it is a bandwidth probe" in out
     assert "offline: memory_bandwidth cannot run from saved facts" in out
     assert "✓ cpu [error] pass" in out
+    code, out, _ = run(["check", str(prof), "--skip-checks", "cpu", "--facts", str(tmp_path / "w.json")], capsys)
+    assert code == 0 and "- cpu [error] skipped: skipped by --skip-checks" in out
     code, _, err = run(["--root", str(root), "check", str(prof), "--facts", str(tmp_path)], capsys)
     assert code == 64 and "--root and --simulate do not apply" in err
 

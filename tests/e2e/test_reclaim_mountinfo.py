@@ -46,6 +46,8 @@ def test_mountinfo_parsing_of_a_hybrid_host() -> None:
     more = parse_mountinfo("50 27 0:40 / /srv/cg\\040v2 rw - cgroup2 cgroup2 rw\n"
                            "51 27 0:41 / /sys/fs/cgroup/unified rw - tmpfs tmpfs rw\n" + HYBRID.splitlines()[-1])
     assert is_cgroup2_root_file(more[:1], "/srv/cg v2/memory.reclaim")
+    child = parse_mountinfo("52 27 0:38 /system.slice /run/slice rw - cgroup2 cgroup2 rw\n")
+    assert not is_cgroup2_root_file(child, "/run/slice/memory.reclaim") and cgroup2_mounts(child) == []
     assert not is_cgroup2_root_file(more[:2], "/sys/fs/cgroup/unified/memory.reclaim")
 
 
