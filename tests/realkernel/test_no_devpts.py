@@ -2,7 +2,8 @@
 empty tmpfs over /dev/pts, as in a minimal container or a unit with PrivateDevices=yes), `apply` still runs the
 real daxctl, reads its JSON, and onlines dax0.0 as system RAM.
 
-One boot. Before the fix every daxctl run failed with ``cannot run …/daxctl: None`` here.
+One boot. Before the fix every daxctl run failed with ``cannot run …/daxctl: None`` here. The same boot then
+reads the facts: cgroup v2 found from the real /proc/self/mountinfo, hardware facts from the real sysfs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def test_apply_converges_without_devpts(guest: harness.Guest) -> None:
         harness.Step("hide-devpts", f"mount -t tmpfs none /dev/pts && ! {py} -c 'import os; os.openpty()'"),
         harness.Step("apply", f"{py} -m nodeagent apply --yes --skip-checks all {PROFILE}"),
         harness.Step("daxctl", "daxctl list -d dax0.0"),
+        # the same boot, read-only: the real mount table gives the cgroup v2 mount, sysfs the hardware facts
+        harness.Step("facts", f"{py} -m nodeagent --format json facts"),
     ]
     res = guest.run_steps(steps, timeout=300, label="no-devpts")
     for name in ("namespace", "hide-devpts"):
@@ -36,3 +39,10 @@ def test_apply_converges_without_devpts(guest: harness.Guest) -> None:
     assert "None" not in apply.output and "cannot start" not in apply.output
     (dev,) = json.loads(res["daxctl"].stdout)
     assert dev["chardev"] == "dax0.0" and dev["mode"] == "system-ram"
+    facts = json.loads(res["facts"].stdout)
+    reclaim = facts["sections"]["reclaim"]
+    assert (reclaim["cgroup2_mount"], reclaim["memcg_reclaim_path"]) == ("/sys/fs/cgroup",
+                                                                         "/sys/fs/cgroup/memory.reclaim")
+    hw = facts["sections"]["hardware"]
+    assert hw["cpu"]["model"] and "hypervisor" in hw["cpu"]["flags"] and hw["virtualization"]["kind"]
+    assert not [d for d in hw["pci"] if d["kind"] == "gpu"]  # a guest with no GPU: nothing judged as one
