@@ -45,7 +45,7 @@ def result_text(r: CheckResult) -> list[str]:
     return out
 
 
-def report_text(report: CheckReport, *, applying: bool = False) -> str:
+def report_text(report: CheckReport, *, applying: bool = False, hint: bool = True) -> str:
     out = [f"Checks for profile {report.profile} on {report.node}:"]
     if not report.results:
         out.append("  (the profile configures no checks)")
@@ -57,7 +57,8 @@ def report_text(report: CheckReport, *, applying: bool = False) -> str:
         names = ", ".join(r.name for r in report.failed)
         summary += (f". Error-severity checks failed ({names})"
                     + (": nothing was written." if applying else "."))
-        summary += f" To go ahead anyway: {report.skip_hint}"
+        if hint:
+            summary += f" To go ahead anyway: {report.skip_hint}"
     out.append(summary + ("" if summary.endswith(".") else "."))
     return "\n".join(out)
 
@@ -69,7 +70,7 @@ def offline_text(pairs: list[tuple[Any, CheckReport]]) -> str:
     out = []
     for snap, report in pairs:
         out.append(f"[{snap.source}]")
-        out.append(report_text(report))
+        out.append(report_text(report, hint=False))
         for w in snap.warnings:
             out.append(f"  warning: {w}")
         names = offline_names(report)
