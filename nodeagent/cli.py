@@ -108,13 +108,15 @@ def validate(ctx: Ctx, profile: str) -> None:
 @cli.command()
 @click.option("--save", "save", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Also write the facts as JSON to FILE (for offline planning).")
+@click.option("--measure-bandwidth", is_flag=True,
+              help="Also measure each NUMA node's memory bandwidth into the facts (takes seconds).")
 @click.pass_obj
-def facts(ctx: Ctx, save: str | None) -> None:
+def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool) -> None:
     """Show what the node looks like now. Read-only: never writes to the node."""
     from .facts import snapshot
     from .render.text import facts_text
 
-    snap = snapshot.capture(ctx.host, hardware=True)
+    snap = snapshot.capture(ctx.host, hardware=True, bandwidth=measure_bandwidth)
     if save:
         try:
             snapshot.save(snap, save)

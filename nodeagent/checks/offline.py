@@ -12,12 +12,13 @@ from typing import Any
 from ..facts.hardware import SavedHardware
 from ..facts.snapshot import HARDWARE, Snapshot
 from ..profile import LoadedProfile
-from .base import CheckContext, CheckReport, CheckResult, skipped
+from .base import CheckContext, CheckReport, CheckResult, Finding, fold, skipped
 from .registry import configured, run_one
 
 #: Checks that read the node itself, and what they would need from it.
 NEEDS_THE_NODE = {
-    "memory_bandwidth": "it is a bandwidth probe: it measures the node's memory, which saved facts cannot",
+    "memory_bandwidth": "it is a bandwidth probe: it measures the node's memory, and these facts hold no "
+                        "measurement (capture them with `nodeagent facts --save FILE --measure-bandwidth`)",
     "coexistence": "it reads the node's TuneD profile, sysctl.d files, udev rules and running kdamonds, which a "
                    "facts file does not hold",
 }
@@ -37,6 +38,11 @@ def run_offline(loaded: LoadedProfile, snap: Snapshot, skip: frozenset[str] = fr
         if check.name in skip:
             results.append(skipped(check.name, spec.severity, "skipped by --skip-checks"))
             continue
+        measured = (ctx.hardware.doc.get("memory_bandwidth") or {}) if ctx.hardware is not None else {}
+        if check.name == "memory_bandwidth" and measured.get("nodes"):
+            results.append(fold(check.name, spec.severity, _bandwidth_findings(snap, spec, measured),
+                                {**measured, "offline": True, "source": "measured when the facts were captured"}))
+            continue
         if check.name in NEEDS_THE_NODE:
             results.append(skipped(check.name, spec.severity, f"cannot run offline: {NEEDS_THE_NODE[check.name]}"
                                    + _saved_result(snap, check.name)))
@@ -49,6 +55,24 @@ def run_offline(loaded: LoadedProfile, snap: Snapshot, skip: frozenset[str] = fr
             continue
         results.append(run_one(check, None, spec, snap.facts, ctx, {"offline": True}))
     return CheckReport(loaded.name, snap.label, tuple(results))
+
+
+def _bandwidth_findings(snap: Snapshot, spec: Any, measured: dict[str, Any]) -> list[Finding]:
+    """``memory_bandwidth`` judged on the figures ``facts --save --measure-bandwidth`` recorded."""
+    from ..host import CopyRun
+    from .bandwidth import MemoryBandwidthCheckImpl
+
+    buffer, iterations = int(measured["buffer"]), int(measured["iterations"])
+    out = []
+    for ev in measured["nodes"]:
+        node = snap.facts.node(int(ev["node"]))
+        if node is None or (spec.nodes is not None and node.id not in spec.nodes):
+            continue
+        single = CopyRun(node.id, (0,), buffer, iterations, float(ev["single_seconds"]))
+        full = CopyRun(node.id, tuple(range(int(ev["threads"]))), buffer, iterations, float(ev["all_seconds"]))
+        f = MemoryBandwidthCheckImpl._judge(node, int(ev["measured_from_node"]), single, full, spec)
+        out.append(Finding(f.status, f.message + " (measured when the facts were captured)", f.remedy))
+    return out or [Finding("warn", "the saved measurement covers none of the nodes this check names", None)]
 
 
 def _saved_result(snap: Snapshot, name: str) -> str:

@@ -661,6 +661,22 @@ def pci_from_dict(d: dict[str, Any]) -> PciGpu:
     return PciGpu(**d)
 
 
+def measure_bandwidth(host: Host, facts: Any) -> dict[str, Any]:
+    """Copy bandwidth of every node with memory, as the memory_bandwidth check measures it (takes seconds: only
+    on request, ``facts --save FILE --measure-bandwidth``); the check's evidence, figures per node."""
+    from ..checks.bandwidth import MemoryBandwidthCheckImpl
+    from ..checks.base import CheckContext, Skip
+    from ..profile.checks import MemoryBandwidthCheck
+
+    try:
+        findings, evidence = MemoryBandwidthCheckImpl().run(host, MemoryBandwidthCheck(min_gbps=0.001), facts,
+                                                            CheckContext())
+    except Skip as exc:
+        return {"nodes": [], "error": str(exc)}
+    errors = [f.message for f in findings if f.status != "pass"]
+    return {**evidence, **({"errors": errors} if errors else {})}
+
+
 def gather(host: Host, *, commands: bool = True) -> dict[str, Any]:
     """The node's hardware facts, read from files (so a static copy of /sys and /proc works): CPU model and
     flags, the virtual CPU model and hypervisor, the kernel command line, every GPU / display-only device with

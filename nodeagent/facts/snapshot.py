@@ -74,9 +74,10 @@ class Snapshot:
         return node if stem == self.facts.hostname else f"{stem}: {node}"
 
 
-def capture(host: Host, *, hardware: bool = False) -> Snapshot:
+def capture(host: Host, *, hardware: bool = False, bandwidth: bool = False) -> Snapshot:
     """Gather the node's facts and nodeagent's records (read-only: a corrupt record is reported, not moved).
-    ``hardware``: also the hardware facts (``facts``, ``facts --save``, reviews) — never for plan or drift."""
+    ``hardware``: also the hardware facts (``facts``, ``facts --save``, reviews) — never for plan or drift;
+    ``bandwidth``: and measure each node's memory bandwidth into them (seconds of copying)."""
     from .. import __version__
     from ..state import StateStore
     from .hardware import gather as gather_hardware
@@ -86,6 +87,10 @@ def capture(host: Host, *, hardware: bool = False) -> Snapshot:
     facts = gather(host)
     if hardware:
         facts.sections[HARDWARE] = gather_hardware(host)
+        if bandwidth:
+            from .hardware import measure_bandwidth
+
+            facts.sections[HARDWARE]["memory_bandwidth"] = measure_bandwidth(host, facts)
     return Snapshot("live", facts, state, tuple(store.warnings),
                     {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "nodeagent": __version__})
 

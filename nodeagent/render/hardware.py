@@ -65,6 +65,9 @@ def hardware_text(doc: dict[str, Any] | None) -> str:
                    f"{mem['names'][0]}, {mem['source']})")
     elif doc.get("gpu_memory_error"):
         out.append(f"  GPU memory: unknown ({doc['gpu_memory_error']})")
+    for ev in (doc.get("memory_bandwidth") or {}).get("nodes", []):
+        out.append(f"  memory bandwidth node{ev['node']}: {ev['all_cpus_gbps']:g} GB/s with {ev['threads']} CPUs, "
+                   f"{ev['single_thread_gbps']:g} GB/s with one")
     for disk in doc.get("disks", []):
         u = disk.get("usage")
         if not u:

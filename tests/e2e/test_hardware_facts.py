@@ -151,3 +151,20 @@ def test_cpuinfo_parses_the_real_capture_and_the_simulator_prints_its_fields(mak
     real = [f for f in _fields(ref.read_text()) if f != "TLB size"]  # TLB size: AMD only
     for preset in ("h100-cxl", "l40-kvm64", "hgx-h100"):
         assert _fields((make_node(preset) / "proc/cpuinfo").read_text()) == real, preset
+
+
+def test_measured_bandwidth_is_saved_and_judged_offline(make_node, tmp_path: Path, capsys) -> None:
+    root = make_node("l40-kvm64")  # 11.7 GB/s all-CPU: the field report's kvm64 guest
+    code, out, err = run(["--root", str(root), "facts", "--measure-bandwidth", "--save", str(tmp_path / "n.json")],
+                         capsys)
+    assert code == 0, err
+    assert "memory bandwidth node0: 11.7 GB/s with 8 CPUs" in out
+    prof = tmp_path / "bw.yaml"
+    prof.write_text("apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: bw}\n"
+                    "checks:\n  memory_bandwidth: {min_gbps: 40}\n")
+    code, live, _ = run(["--root", str(root), "check", str(prof)], capsys)
+    code_off, out, _ = run(["check", str(prof), "--facts", str(tmp_path / "n.json")], capsys)
+    assert code == code_off == 4
+    assert "node node0: 11.7 GB/s with 8 CPUs, 5.9 GB/s with one (256MiB buffers) — below min_gbps 40 " \
+           "(measured when the facts were captured)" in out
+    assert "below min_gbps 40" in live
