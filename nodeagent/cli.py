@@ -155,20 +155,24 @@ def validate(ctx: Ctx, profile: str | None) -> None:
 @cli.command()
 @click.option("--save", "save", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Also write the facts as JSON to FILE (for offline planning).")
+@click.option("--measure-bandwidth", is_flag=True,
+              help="Also measure each NUMA node's memory bandwidth into the facts (takes seconds).")
 @click.pass_obj
-def facts(ctx: Ctx, save: str | None) -> None:
+def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool) -> None:
     """Show what the node looks like now. Read-only: never writes to the node."""
     from .facts import snapshot
     from .render.text import facts_text
 
-    snap = snapshot.capture(ctx.host)
+    snap = snapshot.capture(ctx.host, hardware=True, bandwidth=measure_bandwidth)
     if save:
         try:
             snapshot.save(snap, save)
         except OSError as exc:
             raise UsageError(f"--save {save}: cannot write: {exc.strerror}") from None
         click.echo(f"nodeagent: saved the facts to {os.path.abspath(save)} (for `plan --facts`)", err=True)
-    ctx.emit(facts_text(snap.facts), snap.facts.to_dict())
+    from .render.hardware import hardware_text
+
+    ctx.emit(facts_text(snap.facts) + hardware_text(snap.facts.sections.get(snapshot.HARDWARE)), snap.facts.to_dict())
 
 
 @cli.command()
@@ -215,7 +219,7 @@ def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
     names = ", ".join(r.name for r in report.failed)
     tail = "; nothing was written" if applying else ""
     message = f"error-severity checks failed: {names}{tail}"
-    hint = f"fix the node as each check says, or --skip-checks {report.failed[0].name} to go ahead anyway"
+    hint = f"fix the node as each check says, or {report.skip_hint} to go ahead anyway"
     click.echo(f"nodeagent: {message}\n  hint: {hint}", err=True)
     ctx = click.get_current_context().find_object(Ctx)
     if ctx is not None:
@@ -226,12 +230,19 @@ def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
 @cli.command()
 @profile_arg
 @skip_checks_opt
+@click.option("--facts", "facts_path", metavar="FILE|DIR",
+              help="Judge saved facts (`facts --save`) instead of this node: one file, or every *.json in DIR.")
 @click.pass_obj
-def check(ctx: Ctx, profile: str | None, skip_checks: tuple[str, ...]) -> None:
+def check(ctx: Ctx, profile: str | None, skip_checks: tuple[str, ...], facts_path: str | None) -> None:
     """Run the profile's preflight checks alone (read-only). Exit 4 when an error-severity check fails."""
     from .checks import parse_skips
     from .render.checks import report_text
 
+    if facts_path is not None:
+        from .cli_check_offline import check_offline
+
+        check_offline(ctx, _load(_profile(ctx, profile)), facts_path, parse_skips(skip_checks))
+        return
     loaded = _load(_profile(ctx, profile))
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
@@ -253,7 +264,7 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
                          hint="drop --root/--simulate, or drop --facts to plan against that node")
     loaded = _load(profile)
     old = _load(baseline) if baseline is not None else None
-    snaps = snapshot.read_all(facts_path) if facts_path is not None else [snapshot.capture(ctx.host)]
+    snaps = snapshot.read_all(facts_path) if facts_path is not None else [snapshot.capture(ctx.host, hardware=True)]
     reviews = review(loaded, snaps, baseline=old, allow_disruptive=allow_disruptive)
     if ctx.fmt == "markdown":
         click.echo(review_markdown(reviews, loaded, old, offline=facts_path is not None), nl=False)

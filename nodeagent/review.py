@@ -24,6 +24,7 @@ from .errors import ExitCode
 from .facts.snapshot import Snapshot
 from .plan import Change, Plan, Problem
 from .profile import LoadedProfile
+from .profile.checks import CHECK_NAMES
 from .resources.base import PlanContext
 
 
@@ -110,8 +111,9 @@ class NodeReview:
     plan: Plan
     baseline: Plan | None = None
     delta: PlanDelta | None = None
-    checks: list[dict[str, Any]] | None = None  # check results, when the source carried them
+    checks: list[dict[str, Any]] | None = None  # check results: captured with the facts, or judged from them
     facts_summary: dict[str, Any] = field(default_factory=dict)
+    checks_source: str | None = None  # "captured" (a check report saved with the facts) | "offline" (judged)
 
     @property
     def label(self) -> str:
@@ -125,6 +127,7 @@ class NodeReview:
             out["delta"] = self.delta.to_dict()
         if self.checks is not None:
             out["checks"] = self.checks
+            out["checks_source"] = self.checks_source
         return out
 
 
@@ -146,7 +149,12 @@ def review(loaded: LoadedProfile, snapshots: list[Snapshot], *, baseline: Loaded
         if baseline is not None:
             old = plan_offline(baseline, snap, allow_disruptive=allow_disruptive)
             delta = diff_plans(old, plan)
-        out.append(NodeReview(snap, plan, old, delta, snap.checks, _summary(snap)))
+        checks, source = snap.checks, "captured" if snap.checks is not None else None
+        if checks is None and any(getattr(loaded.profile.checks, n, None) is not None for n in CHECK_NAMES):
+            from .checks.offline import run_offline
+
+            checks, source = [r.to_dict() for r in run_offline(loaded, snap).results], "offline"
+        out.append(NodeReview(snap, plan, old, delta, checks, _summary(snap), source))
     return out
 
 

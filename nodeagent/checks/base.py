@@ -92,12 +92,18 @@ class CheckReport:
     def ok(self) -> bool:
         return not self.failed
 
+    @property
+    def skip_hint(self) -> str | None:
+        """The options that go ahead despite every failed check (``--skip-checks cpu --skip-checks disk``)."""
+        return " ".join(f"--skip-checks {r.name}" for r in self.failed) or None
+
     def counts(self) -> dict[str, int]:
         return {s: sum(1 for r in self.results if r.status == s) for s in STATUSES}
 
     def to_dict(self) -> dict[str, Any]:
         return {"profile": self.profile, "node": self.node, "ok": self.ok, "counts": self.counts(),
-                "failed": [r.name for r in self.failed], "results": [r.to_dict() for r in self.results]}
+                "failed": [r.name for r in self.failed], "skip_hint": self.skip_hint,
+                "results": [r.to_dict() for r in self.results]}
 
 
 class Check(Protocol):
@@ -119,3 +125,4 @@ class CheckContext:
 
     desired_knobs: dict[str, Any] = field(default_factory=dict)  # knob key → value the profile sets
     loaded: Any = None  # the whole LoadedProfile, for checks about how settings combine (placement)
+    hardware: Any = None  # facts.hardware.Hardware: the node (live), or a saved facts file (offline checks)

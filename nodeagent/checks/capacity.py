@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import CommandError
 from ..facts import Facts
 from ..facts.dax import from_facts as dax_facts
 from ..facts.hardware import read_gpu_memory
@@ -148,7 +149,10 @@ class CapacityCheckImpl:
         if spec.gpu_memory is not None:
             hbm, src = spec.gpu_memory, f"{gb(spec.gpu_memory)} from the profile's gpu_memory"
         else:
-            mem = read_gpu_memory(host)
+            try:
+                mem = ctx.hardware.gpu_memory() if ctx.hardware is not None else read_gpu_memory(host)
+            except CommandError as exc:  # installed but could not start or failed: say which and why, no skip
+                return [Finding("fail", f"no GPU memory figure: {exc}", exc.hint)], {"gpu_memory_error": str(exc)}
             if mem is None:
                 raise Skip("no GPU memory figure: nvidia-smi is not installed or failed, and the profile gives no "
                            "capacity.gpu_memory")

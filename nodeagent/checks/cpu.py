@@ -15,29 +15,22 @@ Example::
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..facts import Facts
-from ..facts.hardware import Virtualization, cmdline_params, read_cmdline, read_cpuinfo, read_virtualization
+from ..facts.hardware import (  # noqa: F401  (classify_model and its tables are this check's vocabulary)
+    GENERIC_MODELS,
+    NAMED_QEMU_MODELS,
+    Hardware,
+    LiveHardware,
+    Virtualization,
+    classify_model,
+    cmdline_params,
+)
 from ..host import Host
 from ..profile.checks import CpuCheck
 from .base import CheckContext, Finding, Skip
 
-#: Generic hypervisor CPU models: (pattern on the model name, what it is). They expose a lowest-common-denominator
-#: instruction set whatever the host has.
-GENERIC_MODELS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), what) for p, what in (
-    (r"^Common KVM processor$", "QEMU's kvm64 model"),
-    (r"^Common 32-bit KVM processor$", "QEMU's kvm32 model"),
-    (r"^QEMU Virtual CPU version", "QEMU's qemu64/qemu32 model"),
-    (r"^QEMU TCG CPU version", "QEMU's TCG (software-emulated) CPU"),
-    (r"^Virtual CPU [0-9a-f]+$", "a generic hypervisor CPU model"),
-))
-#: QEMU's named models (``-cpu Haswell``, ``EPYC-Rome``...): real instruction sets, but fixed ones — the guest
-#: sees that model's flags, not the host's.
-NAMED_QEMU_MODELS = re.compile(
-    r"^(Intel (Core|Xeon) Processor \(|Intel Core i7 9xx|Intel Xeon E3-12xx|Intel Xeon E312xx|Westmere E56xx|"
-    r"AMD Opteron \d+ \(Gen|AMD Opteron \d+xx class|AMD EPYC(-\w+)? Processor|Hygon Dhyana Processor)")
 #: Kernel parameters that hide CPU features from everything above the kernel.
 HIDING_PARAMS = ("clearcpuid", "noxsave", "noxsaveopt", "noxsaves", "noavx", "noavx2", "noavx512")
 
@@ -46,26 +39,18 @@ PASSTHROUGH_FIX = ("give the VM the host's CPU: CPU type 'host' (Proxmox: cpu: h
                    "boot: a reboot from inside the guest keeps the old CPU model")
 
 
-def classify_model(model: str) -> tuple[str, str] | None:
-    """``("generic", what)``, ``("named", what)`` or None for a model name that looks like real hardware."""
-    for pattern, what in GENERIC_MODELS:
-        if pattern.search(model):
-            return "generic", what
-    if NAMED_QEMU_MODELS.search(model):
-        return "named", "a named QEMU CPU model"
-    return None
-
-
 class CpuCheckImpl:
     name = "cpu"
 
     def run(self, host: Host, spec: CpuCheck, facts: Facts, ctx: CheckContext) -> tuple[list[Finding],
                                                                                          dict[str, Any]]:
-        cpu = read_cpuinfo(host)
+        hw: Hardware = ctx.hardware or LiveHardware(host)
+        cpu = hw.cpuinfo()
         if cpu is None:
-            raise Skip("/proc/cpuinfo is missing or has no processor entries")
-        virt = read_virtualization(host, cpu)
-        params = cmdline_params(read_cmdline(host))
+            raise Skip("/proc/cpuinfo is missing or has no processor entries"
+                       + (" in the saved facts" if hw.offline else ""))
+        virt = hw.virtualization(cpu)
+        params = cmdline_params(hw.cmdline())
         hiding = [f"{k}={v}" if v else k for k, v in params.items() if k in HIDING_PARAMS]
         evidence: dict[str, Any] = {
             "model": cpu.model, "vendor": cpu.vendor, "cpus": cpu.count,

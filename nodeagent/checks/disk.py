@@ -20,8 +20,8 @@ from typing import Any
 
 from ..errors import HostError, MissingError
 from ..facts import Facts
-from ..facts.hardware import existing_ancestor, mount_of, read_mounts
-from ..host import Host
+from ..facts.hardware import DiskFacts, Mount, SavedHardware, existing_ancestor, mount_of, read_mounts
+from ..host import Host, StatVfs
 from ..profile.checks import DiskCheck, DiskPath
 from ..units import format_size
 from .base import CheckContext, Finding
@@ -40,14 +40,37 @@ class DiskCheckImpl:
 
     def run(self, host: Host, spec: DiskCheck, facts: Facts, ctx: CheckContext) -> tuple[list[Finding],
                                                                                           dict[str, Any]]:
-        mounts = read_mounts(host)
+        hw = ctx.hardware
+        saved = hw.disks() if isinstance(hw, SavedHardware) else None
+        mounts = read_mounts(host) if saved is None else [Mount(d.device, d.path, d.fstype) for d in saved]
         findings: list[Finding] = []
         evidence: dict[str, Any] = {"paths": []}
+        if saved is not None:
+            evidence["offline"] = True
         for item in spec.paths:
-            f, ev = self._one(host, item, mounts)
+            f, ev = self._one(host, item, mounts) if saved is None else self._saved(item, mounts, saved)
             findings += f
             evidence["paths"].append(ev)
         return findings, evidence
+
+    def _saved(self, item: DiskPath, mounts: list[Mount], saved: list[DiskFacts]) -> tuple[list[Finding],
+                                                                                            dict[str, Any]]:
+        """From a facts file: the usage of the filesystem that holds the path (whether the path itself exists
+        was not recorded, so ``must_exist`` cannot be judged offline)."""
+        path = item.path
+        ev: dict[str, Any] = {"path": path}
+        mount = mount_of(mounts, path)
+        disk = next((d for d in saved if mount and d.path == mount.path), None)
+        if disk is None or disk.usage is None:
+            why = disk.error if disk and disk.error else "no filesystem in the saved facts holds it"
+            return [Finding("warn", f"{path}: cannot judge offline: {why}", "capture the facts again on the node "
+                            "(`nodeagent facts --save FILE`)")], ev
+        shown = path if path == disk.path else f"{path} (on {disk.path}: whether the path exists is not in saved facts)"
+        out, ev = self._judge(item, path, StatVfs(**disk.usage), mount, ev, shown)
+        if item.must_exist and path != disk.path:
+            out.append(Finding("pass", f"{path}: must_exist not judged offline (the facts record filesystems, not "
+                               "paths)"))
+        return out, ev
 
     def _one(self, host: Host, item: DiskPath, mounts: list) -> tuple[list[Finding], dict[str, Any]]:
         path = item.path
@@ -66,12 +89,17 @@ class DiskCheckImpl:
             return [Finding("fail", f"{path}: no such path", "fix the path in the profile")], {**ev, "exists": False}
         except HostError as exc:
             return [Finding("fail", f"{path}: cannot read its usage: {exc.message}", exc.hint)], ev
-        mount = mount_of(mounts, measured)
+        return self._judge(item, measured, st, mount_of(mounts, measured), ev)
+
+    @staticmethod
+    def _judge(item: DiskPath, measured: str, st: StatVfs, mount: Mount | None, ev: dict[str, Any],
+               prefix: str | None = None) -> tuple[list[Finding], dict[str, Any]]:
+        path = item.path
         where = f"{mount.path} ({mount.device}, {mount.fstype})" if mount else measured
         ev.update({"mount": mount.path if mount else None, "device": mount.device if mount else None,
                    "size": st.size, "used": st.used, "free": st.free, "used_percent": round(st.used_percent, 1),
                    "inodes": st.files, "inodes_free": st.files_free})
-        prefix = path if measured == path else f"{path} (missing; measured on {measured})"
+        prefix = prefix or (path if measured == path else f"{path} (missing; measured on {measured})")
         state = f"{st.used_percent:.0f}% used, {_gb(st.free)} free of {_gb(st.size)} on {where}"
         findings: list[Finding] = []
         cleanup = (f"free space on {mount.path if mount else measured}: remove unused model checkpoints and caches "

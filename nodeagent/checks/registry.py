@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ..errors import HostError, UsageError
 from ..facts import Facts
@@ -44,32 +45,43 @@ def parse_skips(names: Iterable[str]) -> frozenset[str]:
 
 def run_checks(host: Host, loaded: LoadedProfile, facts: Facts, skip: frozenset[str] = frozenset()) -> CheckReport:
     """Run every check the profile configures (read-only). A check that raises is reported, never a crash."""
+    from ..facts.hardware import LiveHardware
     from ..resources.knobs import desired
 
-    ctx = CheckContext(desired_knobs=desired(loaded), loaded=loaded)
-    spec_all = loaded.profile.checks
+    ctx = CheckContext(desired_knobs=desired(loaded), loaded=loaded, hardware=LiveHardware(host))
     results: list[CheckResult] = []
-    for check in CHECKS:
-        spec = getattr(spec_all, check.name)
-        if spec is None:
-            continue
+    for check, spec in configured(loaded):
         if check.name in skip:
             results.append(skipped(check.name, spec.severity, "skipped by --skip-checks"))
             continue
         start = time.monotonic()
-        try:
-            findings, evidence = check.run(host, spec, facts, ctx)
-            result = fold(check.name, spec.severity, findings, evidence)
-        except Skip as exc:
-            result = skipped(check.name, spec.severity, str(exc))
-        except HostError as exc:
-            result = fold(check.name, spec.severity, [_error_finding(exc)], {})
+        result = run_one(check, host, spec, facts, ctx)
         evidence = dict(result.evidence)
         evidence["seconds"] = round(time.monotonic() - start, 3)
         results.append(CheckResult(result.name, result.severity, result.status, result.summary, result.findings,
                                    evidence, result.reason))
     node = (facts.hostname or "node") + (f" (simulated {facts.simulated})" if facts.simulated else "")
     return CheckReport(loaded.name, node, tuple(results))
+
+
+def configured(loaded: LoadedProfile) -> Iterator[tuple[Check, Any]]:
+    """The checks the profile configures, in report order, each with its section of the profile."""
+    for check in CHECKS:
+        spec = getattr(loaded.profile.checks, check.name)
+        if spec is not None:
+            yield check, spec
+
+
+def run_one(check: Check, host: Host | None, spec: object, facts: Facts, ctx: CheckContext,
+            extra: dict[str, object] | None = None) -> CheckResult:
+    """One check's result: its findings folded under its severity, a Skip as skipped, a HostError as a failure."""
+    try:
+        findings, evidence = check.run(host, spec, facts, ctx)  # type: ignore[arg-type]
+        return fold(check.name, spec.severity, findings, {**evidence, **(extra or {})})  # type: ignore[attr-defined]
+    except Skip as exc:
+        return skipped(check.name, spec.severity, str(exc))  # type: ignore[attr-defined]
+    except HostError as exc:
+        return fold(check.name, spec.severity, [_error_finding(exc)], dict(extra or {}))  # type: ignore[attr-defined]
 
 
 def _error_finding(exc: HostError) -> Finding:

@@ -17,7 +17,9 @@ from ..kfmt import kernel_version, parse_list
 from .knobs import KNOBS
 from .numa import _BLOCKS, NumaNode, read_nodes, read_tiers
 
-FORMAT = "nodeagent-facts/v1"
+FORMAT = "nodeagent-facts/v2"  # v2: the hardware section (facts.snapshot documents the version rule)
+#: The formats this nodeagent reads: the current one and the previous one.
+READS = ("nodeagent-facts/v1", FORMAT)
 
 #: name → gatherer(host) returning JSON-able data; filled by fact modules of other resource kinds.
 SECTIONS: dict[str, Callable[[Host], Any]] = {}
@@ -53,14 +55,14 @@ class Facts:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Facts:
-        if d.get("format") != FORMAT:
+        if d.get("format") not in READS:
             raise ValueError(f"not a nodeagent facts document (format {d.get('format')!r}, expected {FORMAT!r})")
         return cls(
             hostname=d["hostname"], kernel_release=d["kernel_release"], knobs=dict(d["knobs"]),
             block_size_bytes=d.get("block_size_bytes"), possible_nodes=list(d["possible_nodes"]),
             nodes=[NumaNode(**n) for n in d["nodes"]],
             tiers={int(t["tier"]): list(t["nodes"]) for t in d["tiers"]},
-            simulated=d.get("simulated"), sections=dict(d.get("sections", {})),
+            simulated=d.get("simulated"), sections=dict(d.get("sections", {})), format=d["format"],
         )
 
 

@@ -8,7 +8,10 @@ kswapd for that node. Switching demotion and NUMA balancing's memory-tiering mod
 
 - per node: ``unreclaimable`` and the zone watermarks (``min``/``low``/``high``/``promo``, pages summed over the
   node's zones) from ``/proc/zoneinfo``;
-- ``memcg_reclaim``: the root cgroup's ``memory.reclaim`` exists (cgroup v2 with the memory controller, 5.19);
+- ``memcg_reclaim``: the root cgroup's ``memory.reclaim`` exists (cgroup v2 with the memory controller, 5.19),
+  and ``memcg_reclaim_path``: where — at the top of the cgroup v2 mount that ``/proc/self/mountinfo`` shows
+  (``/sys/fs/cgroup`` on a unified systemd host, anywhere else an administrator mounted it; ``cgroup2_mount``
+  names it even when it has no memory controller, as in a hybrid hierarchy);
 - ``node_reclaim``: nodes with ``/sys/devices/system/node/nodeN/reclaim`` (per-node proactive reclaim, 6.17);
 - ``swap_total_kb`` from ``/proc/meminfo``.
 """
@@ -20,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..host import Host
+from ..host.mountinfo import memcg_reclaim
 from ..kfmt import parse_list, parse_meminfo
 from . import SECTIONS, Facts
 
 NODE = "/sys/devices/system/node"
-MEMCG_RECLAIM = "/sys/fs/cgroup/memory.reclaim"
+MEMCG_RECLAIM = "/sys/fs/cgroup/memory.reclaim"  # where facts gathered before mountinfo was read had it
 WATERMARKS = ("min", "low", "high", "promo")
 
 
@@ -41,6 +45,8 @@ class ReclaimFacts:
     node_reclaim: tuple[int, ...]
     swap_total_kb: int
     known: bool = True  # False: facts gathered before this section existed (offline planning of old facts)
+    memcg_reclaim_path: str | None = None  # the root cgroup's memory.reclaim, on the cgroup v2 mount
+    cgroup2_mount: str | None = None
 
     def unreclaimable(self, node: int) -> bool:
         info = self.nodes.get(node)
@@ -75,9 +81,12 @@ def gather(host: Host) -> dict[str, Any]:
     zones = parse_zoneinfo(host.read_opt("/proc/zoneinfo") or "")
     online = parse_list(host.read_opt(f"{NODE}/online") or "")
     swap = parse_meminfo(host.read_opt("/proc/meminfo") or "").get("SwapTotal", 0)
+    path, mount = memcg_reclaim(host.fs)
     return {
         "nodes": {str(n): z for n, z in sorted(zones.items())},
-        "memcg_reclaim": host.fs.exists(MEMCG_RECLAIM),
+        "memcg_reclaim": path is not None,
+        "memcg_reclaim_path": path,
+        "cgroup2_mount": mount,
         "node_reclaim": [n for n in online if host.fs.exists(f"{NODE}/node{n}/reclaim")],
         "swap_total_kb": swap,
     }
@@ -89,8 +98,10 @@ def from_facts(facts: Facts) -> ReclaimFacts:
         return ReclaimFacts({}, False, (), 0, known=False)
     nodes = {int(n): NodeReclaim(bool(z.get("unreclaimable")), {k: int(z.get(k, 0)) for k in WATERMARKS})
              for n, z in data.get("nodes", {}).items()}
-    return ReclaimFacts(nodes, bool(data.get("memcg_reclaim")), tuple(data.get("node_reclaim", ())),
-                        int(data.get("swap_total_kb", 0)))
+    has = bool(data.get("memcg_reclaim"))
+    return ReclaimFacts(nodes, has, tuple(data.get("node_reclaim", ())), int(data.get("swap_total_kb", 0)),
+                        memcg_reclaim_path=(data.get("memcg_reclaim_path") or MEMCG_RECLAIM) if has else None,
+                        cgroup2_mount=data.get("cgroup2_mount"))
 
 
 SECTIONS["reclaim"] = gather

@@ -3,21 +3,29 @@
 A facts file is one JSON object::
 
     {
-      "format": "nodeagent-facts/v1",          # the version of this format; any other is refused (exit 65)
+      "format": "nodeagent-facts/v2",          # the version of this format (the rule below)
       "hostname": "gpu-17", "kernel_release": "6.12.0-...", "simulated": null,
       "knobs": {"kernel.numa_balancing": "0", ...},   # each managed knob's raw kernel text, null when absent
       "block_size_bytes": 2147483648, "possible_nodes": [0, 1, 2, 3],
       "nodes": [{"id": 0, "cpulist": "0-47", "has_memory": true, ...}, ...],
       "tiers": [{"tier": 4, "nodes": [0, 1]}, ...],
       "sections": {...},                        # one entry per further fact section (DAX devices, DAMON...)
+                                                # and "hardware" (v2): CPU, GPUs and display-only devices with
+                                                # their PCIe links, filesystems with their usage (facts.hardware)
       "state": {"last_applied": {...}, "originals": {...}, "ownership": {...}},   # nodeagent's own records
       "captured": {"time": "2025-...", "nodeagent": "0.1.0"},
       "checks": {"results": [...]}               # optional: a `nodeagent check --format json` report of the node
     }
 
-It holds what the planner reads and nothing else: kernel attributes nodeagent manages, the NUMA layout, and
-nodeagent's own records (what it created, what it last applied). No environment, no credentials, no file
-contents outside nodeagent's scope. Planning against it (:func:`nodeagent.review.plan_offline`) is the same pure
+The version rule: a change that an older reader would misread (a field renamed, a meaning changed, a section
+offline checks rely on) takes the next version; adding an optional field does not. This nodeagent reads the
+current format and the previous one (v1 has no hardware section: offline checks that need it say so), and
+refuses a newer one with exit 65 ("written by a newer nodeagent"), as it refuses an older one it cannot read.
+
+It holds what the planner and the offline checks read and nothing else: kernel attributes nodeagent manages,
+the NUMA layout, the hardware, and nodeagent's own records (what it created, what it last applied). No
+environment, no credentials, no file contents outside nodeagent's scope. Planning against it
+(:func:`nodeagent.review.plan_offline`) is the same pure
 ``make_plan`` the node runs, so the plan is the one the node would make.
 """
 
@@ -32,7 +40,7 @@ from typing import Any
 
 from ..errors import ExitCode, NodeagentError, UsageError
 from ..host import Host
-from . import FORMAT, SECTIONS, Facts, gather
+from . import FORMAT, READS, SECTIONS, Facts, gather
 
 SUFFIX = ".json"
 
@@ -66,15 +74,34 @@ class Snapshot:
         return node if stem == self.facts.hostname else f"{stem}: {node}"
 
 
-def capture(host: Host) -> Snapshot:
-    """Gather the node's facts and nodeagent's records (read-only: a corrupt record is reported, not moved)."""
+def capture(host: Host, *, hardware: bool = False, bandwidth: bool = False) -> Snapshot:
+    """Gather the node's facts and nodeagent's records (read-only: a corrupt record is reported, not moved).
+    ``hardware``: also the hardware facts (``facts``, ``facts --save``, reviews) — never for plan or drift;
+    ``bandwidth``: and measure each node's memory bandwidth into them (seconds of copying)."""
     from .. import __version__
     from ..state import StateStore
+    from .hardware import gather as gather_hardware
 
     store = StateStore(host)
     state = store.load_all()
-    return Snapshot("live", gather(host), state, tuple(store.warnings),
+    facts = gather(host)
+    if hardware:
+        facts.sections[HARDWARE] = gather_hardware(host)
+        if bandwidth:
+            from .hardware import measure_bandwidth
+
+            facts.sections[HARDWARE]["memory_bandwidth"] = measure_bandwidth(host, facts)
+    return Snapshot("live", facts, state, tuple(store.warnings),
                     {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "nodeagent": __version__})
+
+
+#: The section of the hardware facts (gathered only on request: see :func:`capture`).
+HARDWARE = "hardware"
+
+
+def _version(fmt: str) -> int | None:
+    m = re.fullmatch(r"nodeagent-facts/v(\d+)", fmt)
+    return int(m.group(1)) if m else None
 
 
 def to_document(snap: Snapshot) -> dict[str, Any]:
@@ -111,11 +138,17 @@ def from_document(doc: Any, shown: str) -> Snapshot:
         raise FactsFileError(f"{shown}: not a nodeagent facts file (no \"format\" field)",
                              hint="a facts file is what `nodeagent facts --save FILE` writes")
     fmt = doc["format"]
-    if fmt != FORMAT:
-        if isinstance(fmt, str) and re.fullmatch(r"nodeagent-facts/v\d+", fmt):
-            raise FactsFileError(f"{shown}: facts format {fmt}, but this nodeagent reads {FORMAT}",
+    if fmt not in READS:
+        version = _version(fmt) if isinstance(fmt, str) else None
+        reads = " and ".join(READS)
+        if version is not None and version > (_version(FORMAT) or 0):
+            raise FactsFileError(f"{shown}: facts format {fmt} was written by a newer nodeagent; this one reads "
+                                 f"{reads}", hint="upgrade nodeagent where you plan, or capture the facts with "
+                                 "this version (`nodeagent facts --save FILE`)")
+        if version is not None:
+            raise FactsFileError(f"{shown}: facts format {fmt} is too old; this nodeagent reads {reads}",
                                  hint="capture the facts again with this nodeagent version "
-                                      "(`nodeagent facts --save FILE`), or plan with the matching nodeagent")
+                                      "(`nodeagent facts --save FILE`)")
         raise FactsFileError(f"{shown}: not a nodeagent facts file (format {fmt!r}, expected {FORMAT!r})")
     try:
         facts = Facts.from_dict(doc)

@@ -1,5 +1,9 @@
 """External commands (daxctl, systemd-detect-virt, nvidia-smi...) run through ``sh``, rooted like the files.
 
+Every command runs with ``LANG=C``, stdin from ``/dev/null`` and its output on pipes — never a pseudo-terminal,
+which a minimal container, a chroot or a unit with ``PrivateDevices=yes`` cannot open. A command that cannot
+start raises a :class:`CommandError` naming the binary, the errno and the fix.
+
 On the real root (``/``) a binary is resolved on the host's PATH. On a simulated root it is resolved inside the
 simulated tree (the simulator installs fake, faithful executables there), and on any other root nothing is
 run: a binary of this host would describe this host, not the node under the root.
@@ -7,7 +11,9 @@ run: a binary of this host would describe this host, not the node under the root
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -17,6 +23,35 @@ from ..errors import CommandError
 
 #: Where binaries are looked up inside a simulated root, like a stock PATH.
 ROOTED_PATH = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin")
+
+
+#: What to do when a command cannot start, by errno.
+_START_FIX = {
+    errno.ENOENT: "reinstall the package that provides {name} (the file, or the interpreter its first line "
+                  "names, is missing)",
+    errno.EACCES: "make {exe} executable (chmod +x) and check that its filesystem is not mounted noexec",
+    errno.ENOEXEC: "{exe} is not a program this machine can run (wrong architecture, or a script without a "
+                   "#! line): reinstall it",
+    errno.ENOMEM: "free memory on the node and run again",
+    errno.EAGAIN: "the process limit is reached (ulimit -u, TasksMax= of the unit): raise it and run again",
+    errno.EMFILE: "the open-file limit is reached (ulimit -n, LimitNOFILE= of the unit): raise it and run again",
+    errno.ENFILE: "the system's open-file table is full: close files or raise fs.file-max, and run again",
+    errno.ETXTBSY: "{exe} is being written to (a package upgrade?): wait for it to finish and run again",
+}
+
+
+def _child_errno(text: str) -> int | None:
+    """The errno of the child's failed exec, from the traceback text sh reports it with."""
+    m = re.search(r"\[Errno (\d+)\]", text)
+    return int(m.group(1)) if m else None
+
+
+def cannot_start(exe: str, err: int | None, text: str = "") -> CommandError:
+    """The error of a command that could not start: the binary, the errno text and what to do about it."""
+    name = os.path.basename(exe)
+    why = f"{os.strerror(err)} (errno {errno.errorcode.get(err, err)})" if err else (text or "unknown error")
+    fix = _START_FIX.get(err or 0, "check that {exe} runs by hand on the node, then run again")
+    return CommandError(f"cannot start {exe}: {why}", path=exe, hint=fix.format(name=name, exe=exe))
 
 
 @dataclass(frozen=True)
@@ -65,12 +100,16 @@ class CommandRunner:
             full_env.update(env)
         start = time.monotonic()
         try:
+            # Pipes, never a pseudo-terminal: a tool's output must not depend on one (daxctl's JSON, nvidia-smi's
+            # CSV), and a node may have none to give (a container, a chroot, an initramfs, PrivateDevices=yes).
             proc = sh.Command(exe)(*argv[1:], _env=full_env, _timeout=timeout, _ok_code=list(range(256)),
-                                   _return_cmd=True, _in=None)
+                                   _return_cmd=True, _in=None, _tty_in=False, _tty_out=False)
         except sh.TimeoutException:
             raise CommandError(f"{name} did not finish within {timeout:.0f}s", path=exe) from None
-        except OSError as exc:
-            raise CommandError(f"cannot run {exe}: {exc.strerror}", path=exe) from None
+        except sh.ForkException as exc:  # the child could not exec: sh hands back its traceback as text
+            raise cannot_start(exe, _child_errno(str(exc))) from None
+        except OSError as exc:  # the parent could not set the child up (pipes, fork)
+            raise cannot_start(exe, exc.errno, str(exc)) from None
         result = CommandResult(tuple([exe, *argv[1:]]), proc.exit_code,
                                proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"),
                                time.monotonic() - start)

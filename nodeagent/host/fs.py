@@ -42,16 +42,33 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/sys/devices/system/memory/memory[0-9]+/(state|online)",
         r"/sys/kernel/mm/damon/admin/kdamonds/.*",
         # The placement demotion pass (resources/placement.py): one bounded proactive reclaim of a fast node that
-        # kswapd gave up on — the node's own file (6.17), else the root cgroup's memory.reclaim (5.19). Nothing
-        # else under /sys/fs/cgroup: nodeagent never configures cgroups.
+        # kswapd gave up on — the node's own file (6.17), else the root cgroup's memory.reclaim (5.19, below).
         r"/sys/devices/system/node/node[0-9]+/reclaim",
-        r"/sys/fs/cgroup/memory\.reclaim",
         r"/var/lib/nodeagent/.*",
         # `nodeagent units install`: only nodeagent's own unit files and udev rule, nothing else under /etc.
         r"/etc/systemd/system/nodeagent-[a-z-]+@?\.(service|timer)",
         r"/etc/udev/rules.d/[0-9]{2}-nodeagent\.rules",
     )
 )
+
+#: Paths allowed only at the top of a mount of this filesystem type, as the root's /proc/self/mountinfo shows it
+#: at the time of the write: the root cgroup's memory.reclaim wherever cgroup v2 is mounted — never in a child
+#: cgroup, never in a v1 hierarchy (type "cgroup"), never outside a cgroup2 mount. Nothing else of a cgroup:
+#: nodeagent never configures cgroups.
+WRITE_ALLOW_MOUNTED: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(/[^/]+)+/memory\.reclaim"), "cgroup2"),
+)
+
+
+def allowed_by_mount(fs: RootedFS, path: str) -> bool:
+    """:data:`WRITE_ALLOW_MOUNTED`: ``path`` matches and sits at the top of a mount of the named type."""
+    from .mountinfo import is_cgroup2_root_file, read_mountinfo
+
+    for pattern, fstype in WRITE_ALLOW_MOUNTED:
+        if pattern.fullmatch(path) and fstype == "cgroup2" and is_cgroup2_root_file(read_mountinfo(fs), path):
+            return True
+    return False
+
 
 _ERRNO_ERRORS: dict[int, type[HostError]] = {
     errno.ENOENT: MissingError,
@@ -181,7 +198,7 @@ class RootedFS:
 
     # -- writes --------------------------------------------------------------------------------------
     def allowed(self, path: str) -> bool:
-        return any(p.fullmatch(path) for p in WRITE_ALLOW)
+        return any(p.fullmatch(path) for p in WRITE_ALLOW) or allowed_by_mount(self, path)
 
     def _require_allowed(self, path: str, verb: str = "write") -> None:
         if not self.allowed(path):

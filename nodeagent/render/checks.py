@@ -17,8 +17,13 @@ def _evidence_line(r: CheckResult) -> str | None:
         return (f"evidence: model {ev.get('model')!r}, vendor {ev.get('vendor')}, {ev.get('cpus')} CPUs, "
                 f"virtualization {virt}" + (f" ({'; '.join(ev['virtualization_evidence'])})"
                                             if ev.get("virtualization_evidence") else ""))
-    if r.name == "gpu_pcie" and ev.get("gpus"):
-        return "evidence: " + ", ".join(f"{g['address']} {g['link']} (max {g['max_link']})" for g in ev["gpus"])
+    if r.name == "gpu_pcie" and (ev.get("gpus") or ev.get("display_only")):
+        parts = [", ".join(f"{g['address']} {g['link']} (max {g['max_link']})" for g in ev.get("gpus", []))]
+        if ev.get("display_only"):
+            parts.append("display-only, not judged: " + ", ".join(
+                f"{d['address']} {d['vendor']}" + (f" ({d['driver']})" if d.get("driver") else "")
+                for d in ev["display_only"]))
+        return "evidence: " + "; ".join(p for p in parts if p)
     return None
 
 
@@ -40,7 +45,7 @@ def result_text(r: CheckResult) -> list[str]:
     return out
 
 
-def report_text(report: CheckReport, *, applying: bool = False) -> str:
+def report_text(report: CheckReport, *, applying: bool = False, hint: bool = True) -> str:
     out = [f"Checks for profile {report.profile} on {report.node}:"]
     if not report.results:
         out.append("  (the profile configures no checks)")
@@ -52,6 +57,24 @@ def report_text(report: CheckReport, *, applying: bool = False) -> str:
         names = ", ".join(r.name for r in report.failed)
         summary += (f". Error-severity checks failed ({names})"
                     + (": nothing was written." if applying else "."))
-        summary += f" To go ahead anyway: --skip-checks {report.failed[0].name}"
+        if hint:
+            summary += f" To go ahead anyway: {report.skip_hint}"
     out.append(summary + ("" if summary.endswith(".") else "."))
+    return "\n".join(out)
+
+
+def offline_text(pairs: list[tuple[Any, CheckReport]]) -> str:
+    """``check --facts``: each saved node's report, and which checks could not run from saved facts."""
+    from ..checks.offline import offline_names
+
+    out = []
+    for snap, report in pairs:
+        out.append(f"[{snap.source}]")
+        out.append(report_text(report, hint=False))
+        for w in snap.warnings:
+            out.append(f"  warning: {w}")
+        names = offline_names(report)
+        if names:
+            out.append(f"  offline: {', '.join(names)} cannot run from saved facts (reasons above); run "
+                       "`nodeagent check` on the node for them.")
     return "\n".join(out)

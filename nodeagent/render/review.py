@@ -127,12 +127,19 @@ def _delta_view(delta: PlanDelta) -> dict[str, Any]:
             "no_longer_managed": list(delta.no_longer_managed), "newly_managed": list(delta.newly_managed)}
 
 
-def _checks_view(checks: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+def _checks_view(checks: list[dict[str, Any]] | None, source: str | None = None) -> dict[str, Any] | None:
     if checks is None:
         return None
     bad = [c for c in checks if c.get("status") in ("fail", "warn")]
-    return {"total": len(checks), "failed": [c for c in bad if c.get("status") == "fail"],
-            "warned": [c for c in bad if c.get("status") == "warn"]}
+    failed = [c for c in bad if c.get("status") == "fail"]
+    warned = [c for c in bad if c.get("status") == "warn"]
+    offline = [c for c in checks if c.get("status") == "skipped"
+               and str(c.get("reason") or "").startswith("cannot run offline")]
+    passed = sum(1 for c in checks if c.get("status") == "pass")
+    cell = ", ".join([f"❌ {c['name']}" for c in failed] + [f"⚠️ {c['name']}" for c in warned]) or \
+        (f"✅ {passed} passed" if passed else "–")
+    return {"total": len(checks), "failed": failed, "warned": warned, "offline": [c["name"] for c in offline],
+            "source": source, "cell": cell}
 
 
 def review_markdown(reviews: list[NodeReview], profile: LoadedProfile, baseline: LoadedProfile | None = None,
@@ -145,7 +152,7 @@ def review_markdown(reviews: list[NodeReview], profile: LoadedProfile, baseline:
                       "simulated": f.simulated, "captured": r.snapshot.captured.get("time"),
                       "plan": _plan_view(r.plan),
                       "delta": _delta_view(r.delta) if r.delta is not None else None,
-                      "checks": _checks_view(r.checks)})
+                      "checks": _checks_view(r.checks, getattr(r, "checks_source", None))})
     return _environment().get_template("review.md.j2").render(
         profile={"name": profile.name, "path": profile.path},
         baseline={"name": baseline.name, "path": baseline.path} if baseline is not None else None,

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from ..errors import HostError
 from ..facts import Facts
-from ..facts.reclaim import MEMCG_RECLAIM, NODE, from_facts, parse_zoneinfo
+from ..facts.reclaim import NODE, from_facts, parse_zoneinfo
 from ..host import Host
 from ..kfmt import parse_meminfo
 from ..plan import Change, Problem
@@ -82,12 +82,14 @@ def plan_pass(loaded: LoadedProfile, facts: Facts) -> ResourcePlan:
             continue
         if node in rf.node_reclaim:
             path, how = f"{NODE}/node{node}/reclaim", f"node{node}/reclaim"
-        elif rf.memcg_reclaim:
-            path, how = MEMCG_RECLAIM, "the root cgroup's memory.reclaim (reclaims from every node; on this one " \
-                "by demotion)"
+        elif rf.memcg_reclaim_path:
+            path, how = rf.memcg_reclaim_path, "the root cgroup's memory.reclaim (reclaims from every node; on " \
+                "this one by demotion)"
         else:
+            where = (f"no memory.reclaim on the cgroup v2 mount {rf.cgroup2_mount}" if rf.cgroup2_mount
+                     else "no cgroup v2 mount in /proc/self/mountinfo")
             rp.problems.append(Problem(KIND, target, f"memory.demotion_pass: node{node} is stuck, and this kernel "
-                                       "offers no proactive reclaim (no /sys/fs/cgroup/memory.reclaim: cgroup v2 "
+                                       f"offers no proactive reclaim ({where}: cgroup v2 "
                                        "with the memory controller, 5.19; no node reclaim file: 6.17)",
                                        hint="mount cgroup v2 with the memory controller, or restart the workload "
                                        "after applying the profile", blocking=False))
@@ -116,7 +118,7 @@ def run_pass(host: Host, node: int, goal: int, timeout_us: int, path: str,
     _, free0 = _free(host, node)
     free, writes, refused = free0, 0, None
     while free < goal and now() < deadline:
-        ask = min(goal - free, CHUNK) if path == MEMCG_RECLAIM else goal - free
+        ask = min(goal - free, CHUNK) if path.endswith("/memory.reclaim") else goal - free
         try:
             host.write(path, str(max(ask, 4096)))
         except HostError as exc:  # EAGAIN: the kernel reclaimed less than asked

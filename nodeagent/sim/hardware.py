@@ -3,9 +3,13 @@ and the fake ``nvidia-smi`` / ``systemd-detect-virt`` executables.
 
 A :data:`~nodeagent.sim.presets.LAYERS` step lays out, from the preset:
 
-- ``/sys/devices/pci0000:XX/<root port>/<gpu>`` with ``vendor device class current_link_speed current_link_width
-  max_link_speed max_link_width numa_node`` (the root port has its own ``max_link_*``: the slot's limit), linked
-  from ``/sys/bus/pci/devices/<addr>``, plus an NVMe controller so that enumeration has something to skip;
+- the preset's PCI tree as the kernel lays it out: ``/sys/devices/pciDDDD:BB/<root port>/[<switch upstream port>/
+  <downstream port>/]<device>``, each with ``vendor device class numa_node``, the PCIe ones with
+  ``current_link_speed`` ("32.0 GT/s PCIe") ``current_link_width max_link_speed max_link_width`` (a conventional
+  PCI device, like a BMC's VGA behind its bridge, has none), a ``driver`` link into ``/sys/bus/pci/drivers``, and
+  every function linked from ``/sys/bus/pci/devices/<addr>``; by default each GPU on its own root port, an NVMe
+  drive, and the console (an ASPEED BMC VGA bound to ``ast``, or QEMU's VGA bound to ``bochs-drm`` in a guest);
+- ``/proc/self/mountinfo`` with cgroup v2 where the preset mounts it (:func:`lay_out_mountinfo`);
 - ``/proc/mounts`` (and ``/proc/self/mounts``), the mount points as directories, and a simulator-private usage
   table (``.nodeagent-sim/statvfs.json``) that :func:`statvfs` answers from — the host layer's
   ``host.statvfs(path)`` lands here for a simulated root, so nothing is ever asked of this machine's disks;
@@ -27,7 +31,7 @@ from pathlib import Path
 
 from ..kfmt import parse_meminfo
 from .kernel import MARKER, SimKernel
-from .presets import LAYERS, GpuDef, MountDef, Preset
+from .presets import LAYERS, GpuDef, MountDef, PciDef, Preset, aspeed_bmc, gpu_pci, nvme, qemu_vga, root_port
 from .tree import RO
 
 STATVFS = "statvfs.json"
@@ -62,28 +66,51 @@ def lay_out(k: SimKernel, p: Preset) -> None:
 
 # -- PCI ------------------------------------------------------------------------------------------------------
 
+def default_pci(p: Preset) -> tuple[PciDef, ...]:
+    """The PCI tree of a preset that gives none: each GPU on its own root port (the slot's maximum is the GPU's),
+    one NVMe drive, and the console — an ASPEED BMC VGA on a server, QEMU's VGA in a guest."""
+    # Root ports as AMD numbers its GPP bridges (00:01.1, 00:02.1...): clear of 00:01.0, where q35 puts its VGA.
+    roots = [root_port(f"{g.pci.split(':')[0]}:00:{i + 1:02x}.1", gpu_pci(g), numa_node=g.numa_node,
+                       link=(g.link_speed, g.link_width, g.max_link_speed, g.max_link_width))
+             for i, g in enumerate(p.gpus)]
+    n = len(roots) + 1
+    roots.append(root_port(f"0000:00:{n:02x}.1", nvme("0000:01:00.0", 0), numa_node=0))
+    if p.display == "aspeed":
+        roots.append(aspeed_bmc(0x02, f"0000:00:{n + 1:02x}.1"))
+    return tuple(roots)
+
+
 def _pci(k: SimKernel, p: Preset) -> None:
     t = k.tree
-    devices = [(g.pci, g.vendor, g.device, g.pci_class, g.link_speed, g.link_width, g.max_link_speed,
-                g.max_link_width, g.numa_node) for g in p.gpus]
-    # One NVMe controller beside the GPUs: enumeration must skip what is not a display controller.
-    devices.append(("0000:01:00.0", "0x144d", "0xa80a", "0x010802", "16.0 GT/s PCIe", 4, "16.0 GT/s PCIe", 4, 0))
-    for i, (addr, vendor, device, cls, speed, width, max_speed, max_width, numa) in enumerate(devices):
-        domain = addr.split(":")[0]
-        base = f"/sys/devices/pci{domain}:00/{domain}:00:{i + 1:02x}.0"  # the device's root port
-        # The root port: the slot's capability (Gen5 x16 unless the GPU's own maximum is lower).
-        t.file(f"{base}/max_link_speed", max_speed, RO)
-        t.file(f"{base}/max_link_width", max_width, RO)
-        t.file(f"{base}/current_link_speed", speed, RO)
-        t.file(f"{base}/current_link_width", width, RO)
-        t.file(f"{base}/class", "0x060400", RO)
-        dev = f"{base}/{addr}"
-        for name, value in (("vendor", vendor), ("device", device), ("class", cls),
-                            ("current_link_speed", speed), ("current_link_width", width),
-                            ("max_link_speed", max_speed), ("max_link_width", max_width), ("numa_node", numa),
-                            ("subsystem_vendor", vendor), ("enable", 1)):
+    roots = p.pci or default_pci(p)
+    for rp in roots:
+        domain, bus = rp.address.split(":")[:2]
+        add_pci_device(k, f"/sys/devices/pci{domain}:{bus}", rp)
+    if p.display == "qemu":
+        add_pci_device(k, "/sys/devices/pci0000:00", qemu_vga())
+    t.dir("/sys/bus/pci/drivers")
+
+
+def add_pci_device(k: SimKernel, parent: str, d: PciDef) -> None:
+    """One function's directory as the kernel lays it out, its ``/sys/bus/pci/devices`` link, its ``driver``
+    link (and the driver's link back), then the devices of its secondary bus inside it."""
+    t = k.tree
+    dev = f"{parent}/{d.address}"
+    for name, value in (("vendor", d.vendor), ("device", d.device), ("class", d.pci_class),
+                        ("subsystem_vendor", d.vendor), ("numa_node", d.numa_node), ("enable", 1)):
+        t.file(f"{dev}/{name}", value, RO)
+    if d.link is not None:
+        speed, width, max_speed, max_width = d.link
+        for name, value in (("current_link_speed", speed), ("current_link_width", width),
+                            ("max_link_speed", max_speed), ("max_link_width", max_width)):
             t.file(f"{dev}/{name}", value, RO)
-        t.link(f"/sys/bus/pci/devices/{addr}", f"../../..{dev[4:]}")
+    t.link(f"/sys/bus/pci/devices/{d.address}", f"../../..{dev[4:]}")
+    if d.driver:
+        drv = f"/sys/bus/pci/drivers/{d.driver}"
+        t.link(f"{dev}/driver", os.path.relpath(drv, dev))
+        t.link(f"{drv}/{d.address}", os.path.relpath(dev, drv))
+    for c in d.children:
+        add_pci_device(k, dev, c)
 
 
 # -- mounts and their usage --------------------------------------------------------------------------------------
@@ -105,6 +132,53 @@ def _mounts(k: SimKernel, p: Preset) -> None:
     k.tree.file("/proc/mounts", text, RO)
     k.tree.file("/proc/self/mounts", text, RO)
     (k.meta_dir / STATVFS).write_text(json.dumps(table, indent=1))
+
+
+def lay_out_mountinfo(k: SimKernel, p: Preset) -> None:
+    """``/proc/self/mountinfo`` as a systemd host shows it: the root filesystem, the kernel's pseudo filesystems,
+    cgroup v2 where the preset mounts it (unified at ``/sys/fs/cgroup``, or systemd's hybrid layout with the v1
+    controllers beside a controller-less ``/sys/fs/cgroup/unified``), then the preset's other mounts."""
+    mounts = p.mounts or (MountDef("/", "/dev/vda1", "ext4", 20 * 1024**3, 6 * 1024**3),)
+    root = next((m for m in mounts if m.path == "/"), mounts[0])
+    rows: list[tuple[int, str, str, str, str, str]] = []  # parent id, mount point, options, type, source, super
+
+    def add(parent: int, point: str, opts: str, fstype: str, source: str, sup: str = "rw") -> int:
+        rows.append((parent, point, opts, fstype, source, sup))
+        return 20 + len(rows)
+
+    top = add(1, "/", "rw,relatime", root.fstype, root.device, "rw,errors=remount-ro" if root.fstype == "ext4"
+              else "rw,attr2,inode64,noquota")
+    sys_id = add(top, "/sys", "rw,nosuid,nodev,noexec,relatime", "sysfs", "sysfs")
+    add(top, "/proc", "rw,nosuid,nodev,noexec,relatime", "proc", "proc")
+    dev = add(top, "/dev", "rw,nosuid,relatime", "devtmpfs", "udev", "rw,size=65536k,nr_inodes=1048576,mode=755")
+    add(dev, "/dev/pts", "rw,nosuid,noexec,relatime", "devpts", "devpts", "rw,gid=5,mode=620,ptmxmode=000")
+    if p.cgroup_hybrid:
+        cg = add(sys_id, "/sys/fs/cgroup", "ro,nosuid,nodev,noexec", "tmpfs", "tmpfs", "ro,mode=755,inode64")
+        add(cg, "/sys/fs/cgroup/unified", "rw,nosuid,nodev,noexec,relatime", "cgroup2", "cgroup2", "rw,nsdelegate")
+        for ctl in ("systemd", "memory", "cpu,cpuacct", "pids"):
+            add(cg, f"/sys/fs/cgroup/{ctl}", "rw,nosuid,nodev,noexec,relatime", "cgroup", "cgroup",
+                "rw,xattr,name=systemd" if ctl == "systemd" else f"rw,{ctl}")
+            k.tree.dir(f"/sys/fs/cgroup/{ctl}")
+        k.tree.dir("/sys/fs/cgroup/unified")
+    elif p.cgroup2_mount:
+        add(sys_id if p.cgroup2_mount.startswith("/sys/") else top, p.cgroup2_mount,
+            "rw,nosuid,nodev,noexec,relatime", "cgroup2", "cgroup2", "rw,nsdelegate,memory_recursiveprot")
+        k.tree.dir(p.cgroup2_mount)
+    for m in mounts:
+        if m is not root:
+            add(top, m.path, "rw,relatime", m.fstype, m.device,
+                "rw,attr2,inode64,noquota" if m.fstype == "xfs" else "rw")
+    lines = []
+    for i, (parent, point, opts, fstype, source, sup) in enumerate(rows):
+        shared = f" shared:{i + 1}" if point != "/sys/fs/cgroup" or not p.cgroup_hybrid else ""
+        lines.append(f"{21 + i} {parent} 0:{21 + i} / {_escape(point)} {opts}{shared} - {fstype} "
+                     f"{_escape(source)} {sup}")
+    k.tree.file("/proc/self/mountinfo", "\n".join(lines) + "\n", RO)
+
+
+def _escape(path: str) -> str:
+    """The kernel's octal escapes in mount paths (space, tab, newline, backslash)."""
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in path)
 
 
 def _usage(size: int, used: int, inodes: int, inodes_used: int) -> dict[str, int]:
@@ -260,3 +334,4 @@ for row in DATA["rows"]:
 
 
 LAYERS.append(lay_out)
+LAYERS.append(lay_out_mountinfo)

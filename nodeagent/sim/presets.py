@@ -1,5 +1,12 @@
 """Documented simulated nodes, and a generator of large ones for benchmarks.
 
+Where the shapes come from: the server presets follow ``lspci -tv``, ``numactl -H`` and ``/proc/cpuinfo`` of
+the machines they name (Supermicro AS-8125GS H100 servers, an HGX H100 board as DGX H100 documents it, a
+Sapphire Rapids node with SNC-2), the guests follow QEMU's q35 machine and the real 6.12 guest of
+tests/realkernel. Every server has its BMC's VGA (ASPEED AST2600 behind its PCIe-to-PCI bridge, bound to
+``ast``); every guest QEMU's standard VGA (1234:1111, bochs-drm). /proc/cpuinfo has the fields of
+shared/reference/cpuinfo-*.txt.
+
 =====================  ===========================================================================================
 ``h100-cxl``           2 sockets (nodes 0-1, 1 TiB DRAM, 192 CPUs), five 96 GB GPUs, two 2 TiB CXL.mem expanders
                        as devdax ``dax0.0``/``dax1.0`` (target nodes 2, 3) not yet onlined; 2 GiB memory blocks;
@@ -7,10 +14,18 @@
 ``h100-cxl-autoonline`` the same node as it boots with dax_cxl/kmem auto-binding: both expanders already
                        system-ram, online in ZONE_NORMAL, nodes 2-3 in memory_tier22.
 ``l40-kvm64``          KVM guest, 8 vCPUs of QEMU's ``kvm64`` model (``Common KVM processor``: no avx2/fma),
-                       153 GiB RAM, three L40 GPUs, model disk 94 % full; kernel 6.8.
+                       153 GiB RAM, three L40 GPUs passed through on q35 root ports, QEMU's std VGA on
+                       00:01.0, model disk 94 % full; kernel 6.8 — the field report's guest. :func:`capture_like`
+                       lays it out as a static copy of such a guest's /sys and /proc (no simulator, no commands).
 ``workstation``        bare metal, one 96 GB GPU, AVX-512, 256 GiB DRAM, no CXL; kernel 6.18.
 ``qemu-3node``         the real-kernel test guest: node 0 with 2 CPUs, node 1 CPU-less DRAM, legacy-pmem
                        ``dax0.0`` (1006 MiB at 0x181200000) that becomes node 2; 128 MiB blocks; kernel 6.12.
+``hgx-h100``           2-socket HGX H100 (Xeon 8480+, 2 TiB DRAM): 8 GPUs behind 4 PCIe switches (2 per Gen5 x16
+                       uplink), ConnectX-7 NICs and NVMe on the switches, ASPEED BMC VGA bound to ``ast``; no CXL;
+                       kernel 6.8.
+``snc2-cxl``           2-socket Sapphire Rapids with SNC-2: 4 DRAM nodes (0-3) on 2 sockets, a 512 GiB CXL.mem
+                       expander per socket as devdax (nodes 4, 5; both halves of a socket equidistant from it),
+                       four H100 NVL GPUs, ASPEED BMC VGA; kernel 6.12.
 ``stress``             8 CXL devices of 2 TiB in 128 MiB blocks, online (131,072 blocks): the benchmark's
                        converged large node.
 =====================  ===========================================================================================
@@ -58,6 +73,76 @@ class GpuDef:
     numa_node: int = 0
 
 
+#: A PCIe link as sysfs shows it: (current_link_speed, current_link_width, max_link_speed, max_link_width).
+Link = tuple[str, int, str, int]
+GEN5_X16: Link = ("32.0 GT/s PCIe", 16, "32.0 GT/s PCIe", 16)
+GEN4_X4: Link = ("16.0 GT/s PCIe", 4, "16.0 GT/s PCIe", 4)
+
+
+@dataclass(frozen=True)
+class PciDef:
+    """A PCI function under ``/sys/devices/pciDDDD:BB/...``: what its sysfs directory holds, and the devices
+    below it (a bridge's secondary bus). ``link`` None: a conventional PCI device (no PCIe capability, so no
+    link attributes: a BMC's VGA behind its PCIe-to-PCI bridge, QEMU's VGA on the root bus)."""
+
+    address: str
+    vendor: str
+    device: str
+    pci_class: str
+    driver: str | None = None
+    link: Link | None = GEN4_X4
+    numa_node: int = -1
+    children: tuple[PciDef, ...] = ()
+
+
+def root_port(address: str, child: PciDef | tuple[PciDef, ...], *, link: Link | None = None, numa_node: int = -1,
+              vendor: str = "0x1022", device: str = "0x14ab") -> PciDef:
+    """A root port (AMD Genoa's GPP bridge 1022:14ab by default) with the devices of its secondary bus; its link
+    is the one below it (the kernel reads the same Link Status from both ends), maximum the slot's."""
+    kids = child if isinstance(child, tuple) else (child,)
+    return PciDef(address, vendor, device, "0x060400", "pcieport", link or kids[0].link or GEN5_X16, numa_node, kids)
+
+
+def gpu_pci(g: GpuDef, driver: str | None = "nvidia") -> PciDef:
+    return PciDef(g.pci, g.vendor, g.device, g.pci_class, driver,
+                  (g.link_speed, g.link_width, g.max_link_speed, g.max_link_width), g.numa_node)
+
+
+def aspeed_bmc(bus: int, rp: str, numa_node: int = 0, vendor: str = "0x1022", device: str = "0x14ab") -> PciDef:
+    """The BMC video every server has: ASPEED AST2600 (1a03:2000, bound to ``ast``), a conventional PCI device
+    behind ASPEED's PCIe-to-PCI bridge (1a03:1150), whose link to the root port trains at Gen2 x1."""
+    vga = PciDef(f"0000:{bus + 1:02x}:00.0", "0x1a03", "0x2000", "0x030000", "ast", None, numa_node)
+    bridge = PciDef(f"0000:{bus:02x}:00.0", "0x1a03", "0x1150", "0x060400", None,
+                    ("5.0 GT/s PCIe", 1, "5.0 GT/s PCIe", 1), numa_node, (vga,))
+    return root_port(rp, bridge, numa_node=numa_node, vendor=vendor, device=device)
+
+
+def qemu_vga() -> PciDef:
+    """QEMU's standard VGA (1234:1111) at 00:01.0 on the q35 root bus, bound to ``bochs-drm``: no PCIe link."""
+    return PciDef("0000:00:01.0", "0x1234", "0x1111", "0x030000", "bochs-drm", None, -1)
+
+
+def nvme(address: str, numa_node: int = -1, device: str = "0xa80a") -> PciDef:
+    """A Samsung PM9A3-class NVMe drive (144d:a80a, class 0x010802), Gen4 x4."""
+    return PciDef(address, "0x144d", device, "0x010802", "nvme", GEN4_X4, numa_node)
+
+
+def connectx7(address: str, numa_node: int = -1) -> PciDef:
+    """An NVIDIA/Mellanox ConnectX-7 NIC (15b3:1021, class 0x020000, mlx5_core), Gen5 x16."""
+    return PciDef(address, "0x15b3", "0x1021", "0x020000", "mlx5_core", GEN5_X16, numa_node)
+
+
+def pcie_switch(bus: int, endpoints: list[PciDef], numa_node: int, *, uplink: Link = GEN5_X16) -> PciDef:
+    """A PCIe switch (Broadcom PEX89104, 1000:c030) under its root port at ``0000:BB:01.0``: the upstream port on
+    bus BB+1, one downstream port per endpoint on bus BB+2, each endpoint alone on its own bus (the addresses
+    of ``endpoints`` are kept; their bus must be BB+3 and up)."""
+    dsps = tuple(PciDef(f"0000:{bus + 2:02x}:{i:02x}.0", "0x1000", "0xc030", "0x060400", "pcieport",
+                        ep.link or GEN5_X16, numa_node, (ep,)) for i, ep in enumerate(endpoints))
+    usp = PciDef(f"0000:{bus + 1:02x}:00.0", "0x1000", "0xc030", "0x060400", "pcieport", uplink, numa_node, dsps)
+    return root_port(f"0000:{bus:02x}:01.0", usp, link=uplink, numa_node=numa_node, vendor="0x8086",
+                     device="0x352a")
+
+
 @dataclass(frozen=True)
 class MountDef:
     path: str
@@ -87,6 +172,10 @@ class Preset:
     dmi_vendor: str = "Supermicro"
     dmi_product: str = "AS -8125GS-TNHR"
     gpus: tuple[GpuDef, ...] = ()
+    # The PCI tree below the host bridges (root ports and what hangs off them). Empty: each GPU on its own root
+    # port plus one NVMe drive, and ``display`` for the console.
+    pci: tuple[PciDef, ...] = ()
+    display: str | None = "aspeed"  # "aspeed" (BMC VGA bound to ast), "qemu" (std VGA, bochs-drm), None
     mounts: tuple[MountDef, ...] = ()
     cmdline: str = "BOOT_IMAGE=/boot/vmlinuz root=/dev/nvme0n1p2 ro quiet"
     knobs: dict[str, str] = field(default_factory=dict)
@@ -96,6 +185,10 @@ class Preset:
     files: dict[str, str] = field(default_factory=dict)  # extra /etc files (tuned, sysctl.d, udev rules)
     daxctl: bool | None = None  # the (fake) daxctl in /usr/bin; None: installed when the preset has DAX devices
     daxctl_udev_rule: bool = False  # Debian's daxctl package: udev rule + /etc/daxctl.conf.d reconfiguring on add
+    # Where cgroup v2 is mounted (None: not at all); hybrid: systemd's legacy layout, v1 controllers (memory
+    # among them) under a tmpfs at /sys/fs/cgroup and a controller-less v2 at /sys/fs/cgroup/unified.
+    cgroup2_mount: str | None = "/sys/fs/cgroup"
+    cgroup_hybrid: bool = False
 
 
 BASE_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 "
@@ -179,6 +272,7 @@ def _l40_kvm64() -> Preset:
         kernel="6.8.0-nodeagent-sim", block_size=128 * 1024**2,
         nodes=(NumaDef(0, tuple(range(8)), 0, 153 * GiB, used=6 * GiB),), possible_nodes=1,
         cpu_model="Common KVM processor", cpu_vendor="GenuineIntel", cpu_flags=KVM64_FLAGS, hypervisor="kvm",
+        display="qemu",
         dmi_vendor="QEMU", dmi_product="Standard PC (Q35 + ICH9, 2009)", hostname="l40-vm",
         gpus=tuple(GpuDef(name="NVIDIA L40", memory_mib=46068, pci=f"0000:0{i + 6}:00.0", device="0x26b5",
                           pci_class="0x030000", link_speed="16.0 GT/s PCIe", max_link_speed="16.0 GT/s PCIe")
@@ -214,6 +308,7 @@ def _qemu_3node() -> Preset:
         possible_nodes=3,
         dax=(simdax.DaxDef("dax0.0", 0, 2, 0x181200000, 1054867456, kind="pmem", numa_node=0),),
         cpu_model="QEMU TCG CPU version 2.5+", cpu_flags=HOST_FLAGS + ("hypervisor",), hypervisor="kvm",
+        display="qemu",
         dmi_vendor="QEMU", dmi_product="Standard PC (Q35 + ICH9, 2009)", hostname="qemu-3node",
         cmdline="console=ttyS0 memmap=1G!6G", distances={0: (10, 20, 20), 1: (20, 10, 20), 2: (20, 20, 10)},
         node_tier={2: memory.KMEM_TIER},
@@ -221,6 +316,75 @@ def _qemu_3node() -> Preset:
         # Debian's kernel is built with CONFIG_TRANSPARENT_HUGEPAGE_ALWAYS (enabled reads `[always] madvise never`).
         knobs={"/proc/sys/kernel/numa_balancing": "1",
                "/sys/kernel/mm/transparent_hugepage/enabled": format_bracket(THP_ENABLED, "always")},
+    )
+
+
+#: HGX H100 8-GPU: SXM5 H100 80GB (10de:2330) as nvidia-smi names it.
+H100_SXM = dict(name="NVIDIA H100 80GB HBM3", memory_mib=81559, device="0x2330", pci_class="0x030200")
+SPR_FLAGS = tuple(BASE_FLAGS[:-2] + "fma avx f16c bmi1 avx2 bmi2 erms avx512f avx512dq avx512cd avx512bw avx512vl "
+                                    "avx512_bf16 avx512_vnni avx512_fp16 amx_bf16 amx_tile amx_int8 sha_ni "
+                                    "vaes".split())
+
+
+def _hgx() -> Preset:
+    """A 2-socket HGX H100 server (the layout of DGX H100 / HGX reference boards, ``lspci -tv`` of such nodes):
+    four Broadcom PEX89104 PCIe switches, two per socket, each with two H100 SXM5 GPUs, two ConnectX-7 NICs and
+    one NVMe drive on its downstream ports, its uplink Gen5 x16 to a Sapphire Rapids root port — so two GPUs
+    share each x16 uplink (2:1, by design). The console is the ASPEED AST2600 BMC's VGA, bound to ``ast``;
+    the OS drive and a management NIC (Intel X710, i40e) sit on root ports of socket 0. No CXL."""
+    gpus: list[GpuDef] = []
+    roots: list[PciDef] = []
+    for sw, bus in enumerate((0x18, 0x38, 0x98, 0xb8)):
+        node = sw // 2
+        g = [GpuDef(**H100_SXM, pci=f"0000:{bus + 3 + i:02x}:00.0", numa_node=node) for i in range(2)]  # type: ignore[arg-type]
+        gpus += g
+        ends = [gpu_pci(x) for x in g] + [connectx7(f"0000:{bus + 5 + i:02x}:00.0", node) for i in range(2)] + \
+            [nvme(f"0000:{bus + 7:02x}:00.0", node)]
+        roots.append(pcie_switch(bus, ends, node))
+    roots.append(root_port("0000:00:06.0", nvme("0000:01:00.0", 0, device="0xa808"), numa_node=0,
+                           vendor="0x8086", device="0x352b"))
+    roots.append(root_port("0000:00:1c.0", PciDef("0000:03:00.0", "0x8086", "0x1572", "0x020000", "i40e",
+                                                  ("8.0 GT/s PCIe", 8, "8.0 GT/s PCIe", 8), 0),
+                           numa_node=0, vendor="0x8086", device="0x7ab8"))
+    roots.append(aspeed_bmc(0x04, "0000:00:1c.4", 0, vendor="0x8086", device="0x7abc"))
+    return Preset(
+        name="hgx-h100", description="2-socket HGX H100: 8 GPUs behind 4 PCIe switches, ASPEED BMC VGA, NVMe, NICs",
+        kernel="6.8.0-nodeagent-sim", block_size=2 * GiB, nodes=_two_sockets(2 * TiB, 56), possible_nodes=2,
+        cpu_model="Intel(R) Xeon(R) Platinum 8480+", cpu_vendor="GenuineIntel", cpu_flags=SPR_FLAGS, sockets=2,
+        dmi_vendor="Supermicro", dmi_product="SYS-821GE-TNHR", hostname="hgx-h100", gpus=tuple(gpus),
+        pci=tuple(roots),
+        mounts=(MountDef("/", "/dev/nvme0n1p2", "ext4", 1788 * GiB, 140 * GiB),
+                MountDef("/models", "/dev/md0", "xfs", 4 * 3576 * GiB, 3100 * GiB)),
+        distances={0: (10, 21), 1: (21, 10)},
+    )
+
+
+def _snc2_cxl() -> Preset:
+    """A 2-socket Sapphire Rapids node booted with sub-NUMA clustering (SNC-2, the BIOS's "SNC2" setting): each
+    socket is two DRAM nodes, so four DRAM nodes on two sockets (nodes 0-1 on socket 0, 2-3 on socket 1, SLIT 12
+    between the halves of a socket, 21 across), and one 512 GiB CXL.mem expander per socket as devdax (target
+    nodes 4, 5). Both halves of a socket are the same distance (14) from that socket's expander: distance ties
+    are normal here. Four H100 NVL GPUs, two per socket, the ASPEED BMC VGA; kernel 6.12."""
+    cores = 28  # per SNC half: 56-core sockets, 2 threads per core
+    nodes = []
+    for n in range(4):
+        cpus = tuple(list(range(n * cores, (n + 1) * cores)) + list(range(4 * cores + n * cores,
+                                                                         4 * cores + (n + 1) * cores)))
+        nodes.append(NumaDef(n, cpus, n * 256 * GiB, 256 * GiB, used=(12 if n == 0 else 6) * GiB))
+    cxl = (simdax.DaxDef("dax0.0", 0, 4, 1 * TiB, 512 * GiB, kind="cxl", numa_node=0),
+           simdax.DaxDef("dax1.0", 1, 5, 1 * TiB + 512 * GiB, 512 * GiB, kind="cxl", numa_node=2))
+    gpus = tuple(GpuDef(pci=f"0000:{bus:02x}:00.0", numa_node=(0, 1, 2, 3)[i])
+                 for i, bus in enumerate((0x1a, 0x3a, 0x9a, 0xba)))
+    return Preset(
+        name="snc2-cxl", description="2-socket SNC-2 node: 4 DRAM nodes on 2 sockets, a CXL expander per socket",
+        kernel="6.12.0-nodeagent-sim", block_size=2 * GiB, nodes=tuple(nodes), possible_nodes=6, dax=cxl,
+        cpu_model="Intel(R) Xeon(R) Platinum 8480+", cpu_vendor="GenuineIntel", cpu_flags=SPR_FLAGS, sockets=2,
+        dmi_vendor="Supermicro", dmi_product="SYS-221H-TNR", hostname="snc2-cxl", gpus=gpus,
+        mounts=(MountDef("/", "/dev/nvme0n1p2", "ext4", 960 * GiB, 90 * GiB),
+                MountDef("/models", "/dev/nvme1n1", "xfs", 7680 * GiB, 2100 * GiB)),
+        distances={0: (10, 12, 21, 21, 14, 24), 1: (12, 10, 21, 21, 14, 24), 2: (21, 21, 10, 12, 24, 14),
+                   3: (21, 21, 12, 10, 24, 14), 4: (14, 14, 24, 24, 10, 26), 5: (24, 24, 14, 14, 26, 10)},
+        node_tier={4: memory.KMEM_TIER, 5: memory.KMEM_TIER},
     )
 
 
@@ -242,6 +406,8 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "l40-kvm64": _l40_kvm64,
     "workstation": _workstation,
     "qemu-3node": _qemu_3node,
+    "hgx-h100": _hgx,
+    "snc2-cxl": _snc2_cxl,
     "stress": large,
     "small": lambda: large(1, 64 * GiB, 128 * 1024**2, name="small"),
 }
@@ -362,18 +528,45 @@ def _cpus(k: SimKernel, p: Preset) -> None:
         t.file(f"/sys/devices/system/cpu/{name}", format_list(cpus), RO)
     node_of = {c: n.id for n in p.nodes for c in n.cpus}
     per_socket = max(len(cpus) // max(p.sockets, 1), 1)
+    family, model, stepping, microcode, cache, bugs = _cpu_ids(p)
+    socket_of = {c: (node_of[c] * p.sockets // max(len(p.nodes), 1) if p.sockets > 1 else 0) for c in cpus}
     blocks = []
     for c in cpus:
+        # the fields and their order as a 6.x kernel prints them (shared/reference/cpuinfo-*.txt)
         blocks.append("\n".join([
-            f"processor\t: {c}", f"vendor_id\t: {p.cpu_vendor}", "cpu family\t: 25", "model\t\t: 17",
-            f"model name\t: {p.cpu_model}", "stepping\t: 1", "cpu MHz\t\t: 2596.132",
-            f"physical id\t: {node_of[c] if p.sockets > 1 else 0}", f"siblings\t: {per_socket}",
-            f"core id\t\t: {c % per_socket}", f"cpu cores\t: {per_socket}",
-            f"flags\t\t: {' '.join(p.cpu_flags)}", "bogomips\t: 5192.26", "address sizes\t: 48 bits physical",
+            f"processor\t: {c}", f"vendor_id\t: {p.cpu_vendor}", f"cpu family\t: {family}", f"model\t\t: {model}",
+            f"model name\t: {p.cpu_model}", f"stepping\t: {stepping}", f"microcode\t: {microcode}",
+            "cpu MHz\t\t: 2596.132", f"cache size\t: {cache}", f"physical id\t: {socket_of[c]}",
+            f"siblings\t: {per_socket}", f"core id\t\t: {c % per_socket}", f"cpu cores\t: {per_socket}",
+            f"apicid\t\t: {c}", f"initial apicid\t: {c}", "fpu\t\t: yes", "fpu_exception\t: yes",
+            "cpuid level\t: 13" if p.cpu_model == "Common KVM processor" else "cpuid level\t: 32", "wp\t\t: yes",
+            f"flags\t\t: {' '.join(p.cpu_flags)}", f"bugs\t\t: {bugs}", "bogomips\t: 5192.26",
+            "clflush size\t: 64", "cache_alignment\t: 64", "address sizes\t: 48 bits physical, 48 bits virtual",
+            "power management:",
         ]))
     t.file("/proc/cpuinfo", "\n\n".join(blocks) + "\n", RO)
     t.file("/sys/class/dmi/id/sys_vendor", p.dmi_vendor, RO)
     t.file("/sys/class/dmi/id/product_name", p.dmi_product, RO)
+
+
+#: (cpu family, model, stepping, microcode, cache size, bugs) as /proc/cpuinfo shows them, by model name.
+_CPU_IDS = {
+    "Common KVM processor": (15, 6, 1, "0x1", "16384 KB", "cpu_meltdown spectre_v1 spectre_v2 spec_store_bypass "
+                             "l1tf mds swapgs itlb_multihit mmio_unknown"),
+    "Intel(R) Xeon(R) Platinum 8480+": (6, 143, 8, "0x2b0004b1", "107520 KB", "spectre_v1 spectre_v2 "
+                                        "spec_store_bypass swapgs eibrs_pbrsb bhi"),
+    "AMD Ryzen Threadripper PRO 7985WX 64-Cores": (25, 24, 1, "0xa108105", "1024 KB", "sysret_ss_attrs spectre_v1 "
+                                                   "spectre_v2 spec_store_bypass srso"),
+}
+_AMD_IDS = (25, 17, 1, "0xa101148", "1024 KB", "sysret_ss_attrs spectre_v1 spectre_v2 spec_store_bypass srso")
+
+
+def _cpu_ids(p: Preset) -> tuple[int, int, int, str, str, str]:
+    if p.cpu_model in _CPU_IDS:
+        return _CPU_IDS[p.cpu_model]
+    if p.cpu_vendor == "GenuineIntel":
+        return (6, 6, 3, "0x1", "16384 KB", "spectre_v1 spectre_v2 spec_store_bypass")
+    return _AMD_IDS
 
 
 def _memory(k: SimKernel, p: Preset) -> None:
@@ -399,6 +592,20 @@ def layer_names() -> list[str]:
 
 def create(root: Path, name: str, *, kernel: str | None = None) -> Path:
     return build(get(name), root, kernel=kernel)
+
+
+def capture_like(name: str, dest: Path) -> Path:
+    """Lay out preset ``name`` as a static capture of the node's /sys, /proc and /etc (what ``tar`` of a real
+    node gives): no simulator marker, no fake executables — so nodeagent treats it as another machine's root,
+    runs no command for it and writes nothing; the facts come from the files alone."""
+    dest = Path(dest)
+    tmp = dest.with_name(dest.name + ".sim")
+    build(get(name), tmp)
+    shutil.copytree(tmp, dest, symlinks=True, ignore=shutil.ignore_patterns(MARKER))
+    for tool in ("nvidia-smi", "systemd-detect-virt", "daxctl"):
+        (dest / "usr/bin" / tool).unlink(missing_ok=True)
+    remove(tmp)
+    return dest
 
 
 def remove(root: Path) -> None:

@@ -144,7 +144,7 @@ def reclaim(k: SimKernel, nodes: list[int], size: int) -> None:
         raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN) + f" (reclaimed {done_kb} of {want_kb} kB)")
 
 
-@rule(r"/sys/fs/cgroup/memory\.reclaim")
+@rule(r"(/[^/]+)+/memory\.reclaim")  # the root cgroup's, wherever the preset mounts cgroup v2
 def _memcg_reclaim(k: SimKernel, path: str, value: str) -> None:
     size = parse_request(value)
     tiers = _tiers(k)
@@ -162,8 +162,8 @@ def _step(k: SimKernel, preset: presets.Preset) -> None:
     flags = state.setdefault("reclaim", {"unreclaimable": [], "baseline_kb": {}})
     flags["baseline_kb"] = {n: ns.get("used_kb", 0) for n, ns in state.get("nodes", {}).items()}
     k.save_state(state)
-    if k.at_least(5, 19):
-        k.tree.file(MEMCG_RECLAIM, "", WO)
+    if k.at_least(5, 19) and preset.cgroup2_mount and not preset.cgroup_hybrid:
+        k.tree.file(f"{preset.cgroup2_mount.rstrip('/')}/memory.reclaim", "", WO)
     write_zoneinfo(k)
     if preset.name == "qemu-placement-full":
         fill(k, 0, 41 * KiB)

@@ -30,6 +30,9 @@ def test_done_when_l40_kvm64_names_cpu_flags_disk_and_fixes_exit_4(capsys) -> No
     assert "fix: give the VM the host's CPU: CPU type 'host'" in out and "host-passthrough" in out
     assert "fix: free space on /models" in out
     assert "nodeagent: error-severity checks failed: cpu, disk" in err
+    # The hint names every failed check: following it goes ahead instead of failing again on the next one.
+    assert "--skip-checks cpu --skip-checks disk to go ahead anyway" in err
+    assert "To go ahead anyway: --skip-checks cpu --skip-checks disk." in out
 
 
 def test_done_when_workstation_passes_and_says_it_lacks_a_cxl_tier(make_node, capsys) -> None:
@@ -53,6 +56,7 @@ def test_json_output(make_node, capsys) -> None:
     assert code == 4
     doc = json.loads(out)
     assert doc["ok"] is False and doc["failed"] == ["cpu", "disk"]
+    assert doc["skip_hint"] == "--skip-checks cpu --skip-checks disk"
     by = {r["name"]: r for r in doc["results"]}
     assert by["cpu"]["status"] == "fail" and by["cpu"]["evidence"]["model"] == "Common KVM processor"
     assert by["cpu"]["remedies"] and by["disk"]["evidence"]["paths"][0]["used_percent"] == 94.0
@@ -70,7 +74,9 @@ def test_apply_stops_before_writing_when_an_error_check_fails(make_node, capsys)
     assert SimKernel(root).journal() == before
     assert not (root / "var/lib/nodeagent/last-applied.json").exists()
     code, out, err = cli(["--root", str(root), "--format", "json", "apply", "--yes", PROFILE], capsys)
-    assert code == 4 and json.loads(out)["status"] == "checks-failed"
+    doc = json.loads(out)
+    assert code == 4 and doc["status"] == "checks-failed"
+    assert doc["checks"]["skip_hint"] == "--skip-checks cpu --skip-checks disk"
 
 
 def test_skip_checks_lets_apply_go_ahead(make_node, capsys) -> None:

@@ -54,7 +54,12 @@ def test_facts_file_format_holds_state_and_no_environment(make_node, tmp_path: P
     monkeypatch.setenv("NODEAGENT_TEST_SECRET", "s3cr3t-token")
     assert run(["--root", str(root), "apply", "--yes", PROFILE], capsys)[0] == 0
     doc = json.loads(save_facts(root, tmp_path / "n.json", capsys).read_text())
-    assert doc["format"] == "nodeagent-facts/v1"
+    assert doc["format"] == "nodeagent-facts/v2"
+    hw = doc["sections"]["hardware"]
+    assert hw["cpu"]["model"] == "AMD EPYC 9454 48-Core Processor" and "avx512f" in hw["cpu"]["flags"]
+    assert [d["kind"] for d in hw["pci"]].count("gpu") == 5 and [d["vendor"] for d in hw["pci"]
+                                                                 if d["kind"] == "display"] == ["0x1a03"]
+    assert {d["path"] for d in hw["disks"]} == {"/", "/models"}
     assert doc["simulated"] == "h100-cxl" and doc["kernel_release"].startswith("6.12")
     assert doc["state"]["last_applied"]["profile"] == "cxl-inference"
     assert doc["state"]["originals"]["kernel.numa_balancing"]["value"] == 0
@@ -171,9 +176,11 @@ def test_markdown_flags_disruptive_changes_and_shows_captured_checks(make_node, 
 @pytest.mark.parametrize(("content", "code", "message"), [
     ("{", 65, "not JSON"),
     ("[]", 65, "not a nodeagent facts file (no \"format\" field)"),
-    ('{"format": "nodeagent-facts/v2"}', 65, "facts format nodeagent-facts/v2, but this nodeagent reads "
-                                             "nodeagent-facts/v1"),
+    ('{"format": "nodeagent-facts/v3"}', 65, "facts format nodeagent-facts/v3 was written by a newer nodeagent; "
+                                             "this one reads nodeagent-facts/v1 and nodeagent-facts/v2"),
+    ('{"format": "nodeagent-facts/v0"}', 65, "facts format nodeagent-facts/v0 is too old"),
     ('{"format": "nodeagent-facts/v1", "hostname": "x"}', 65, "without the required field 'kernel_release'"),
+    ('{"format": "nodeagent-facts/v2", "hostname": "x"}', 65, "without the required field 'kernel_release'"),
 ])
 def test_bad_facts_files_are_clear_errors(content: str, code: int, message: str, tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.json"
