@@ -1,7 +1,9 @@
 """What nodeagent remembers about a node, under ``<root>/var/lib/nodeagent``.
 
 - ``lock``: one run at a time (flock; a second run waits up to a bound, then names the holder's pid);
-- ``last-applied.json``: profile name and digest, desired values, result, time;
+- ``last-applied.json``: profile name and digest, the merged document (``desired``) and the validated profile
+  in its versioned plain form (``resolved``, :mod:`nodeagent.resolved`: drift uses it without YAML or pydantic),
+  result, time;
 - ``originals.json``: each setting's value before nodeagent first changed it (for ``revert``);
 - ``ownership.json``: what nodeagent created (kdamonds, onlined devices), so it never touches what it did not.
 
@@ -77,6 +79,8 @@ class StateStore:
             self.save("originals.json", originals)
 
     def record_apply(self, record: dict[str, Any]) -> None:
+        """``record``: profile, profile_digest, status, outcomes... with ``desired`` (the merged document, what
+        older versions read) and ``resolved`` (:func:`resolved_record`, what drift plans against)."""
         self.save("last-applied.json", {**record, "time": _now()})
 
     def last_applied(self) -> dict[str, Any]:
@@ -90,3 +94,10 @@ class StateStore:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def resolved_record(loaded: Any) -> dict[str, Any]:
+    """The validated profile as the last-applied record keeps it (``resolved``)."""
+    from .resolved import to_record
+
+    return to_record(loaded)

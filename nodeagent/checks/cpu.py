@@ -16,13 +16,15 @@ Example::
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..facts.hardware import Virtualization, cmdline_params, read_cmdline, read_cpuinfo, read_virtualization
 from ..host import Host
-from ..profile.checks import CpuCheck
 from .base import CheckContext, Finding, Skip
+
+if TYPE_CHECKING:
+    from ..profile.checks import CpuCheck
 
 #: Generic hypervisor CPU models: (pattern on the model name, what it is). They expose a lowest-common-denominator
 #: instruction set whatever the host has.
