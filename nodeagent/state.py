@@ -5,7 +5,8 @@
   in its versioned plain form (``resolved``, :mod:`nodeagent.resolved`: drift uses it without YAML or pydantic),
   result, time;
 - ``originals.json``: each setting's value before nodeagent first changed it (for ``revert``);
-- ``ownership.json``: what nodeagent created (kdamonds, onlined devices), so it never touches what it did not.
+- ``ownership.json``: what nodeagent created (kdamonds, onlined devices), so it never touches what it did not;
+- ``probes.json``: answers of commands only a reboot changes, for this boot (:mod:`nodeagent.host.boot_cache`).
 
 Every file is written atomically (temp file, fsync, rename). A corrupt file is set aside as
 ``<name>.corrupt-<time>`` and reported, never a crash and never silently reset.
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .host import Host
+from .host.boot_cache import PERSIST
 
 STATE_DIR = "/var/lib/nodeagent"
 
@@ -37,9 +39,11 @@ class StateStore:
     def locked(self, timeout: float = 60.0) -> Iterator[None]:
         with self.host.fs.lock(self.path("lock"), timeout):
             self.writable = True
+            token = PERSIST.set(True)  # probes run while the lock is held are kept for this boot
             try:
                 yield
             finally:
+                PERSIST.reset(token)
                 self.writable = False
 
     def load(self, name: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import CommandError
 from ..host import Host
+from ..host.boot_cache import probe
 
 PCI = "/sys/bus/pci/devices"
 #: PCI class codes of GPUs: VGA-compatible (0x0300) and 3D controllers (0x0302, what datacenter GPUs report).
@@ -93,8 +94,8 @@ def read_virtualization(host: Host, cpu: CpuInfo | None) -> Virtualization:
             break
     if host.commands.which("systemd-detect-virt"):
         try:
-            res = host.run(["systemd-detect-virt", "--vm"], timeout=10)
-            out = res.stdout.strip()
+            out = probe(host, "systemd-detect-virt --vm",  # per boot: a VM does not stop being one
+                        lambda: host.run(["systemd-detect-virt", "--vm"], timeout=10).stdout).strip()
             if out and out != "none":
                 evidence.append(f"systemd-detect-virt --vm: {out}")
                 kinds.insert(0, out)
@@ -243,12 +244,13 @@ def read_gpu_memory(host: Host) -> GpuMemory | None:
     if not host.commands.which("nvidia-smi"):
         return None
     try:
-        res = host.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                       timeout=30, ok_codes=(0,))
+        stdout = probe(host, "nvidia-smi --query-gpu=name,memory.total",  # per boot (host/boot_cache.py)
+                       lambda: host.run(["nvidia-smi", "--query-gpu=name,memory.total",
+                                         "--format=csv,noheader,nounits"], timeout=30, ok_codes=(0,)).stdout)
     except CommandError:
         return None
     names, mibs = [], []
-    for line in res.stdout.splitlines():
+    for line in stdout.splitlines():
         name, sep, mib = line.rpartition(",")
         if not sep or not mib.strip().isdigit():
             continue
