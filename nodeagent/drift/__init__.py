@@ -22,11 +22,11 @@ from ..errors import NodeagentError
 from ..journal import Journal, iso
 from ..plan import Change, Problem
 from ..resolved import ResolvedProfile, from_record
-from .causes import Cause, find_causes
 
 if TYPE_CHECKING:
     from ..engine import Engine
     from ..profile import LoadedProfile
+    from .causes import Cause
 
 __all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "record", "STATE_FILE"]
 
@@ -137,6 +137,8 @@ def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None
     plan = engine.plan(loaded, facts=facts)
     open_items = engine.state.load(STATE_FILE).get("items", {})
     items = []
+    if plan.changes:  # the cause finders (sysctl.d, TuneD, udev...) are loaded only when something drifted
+        from .causes import find_causes
     for change in plan.changes:
         item = DriftItem.from_change(change)
         seen = open_items.get(item.key, {}).get("first_seen")
@@ -188,3 +190,11 @@ def record(engine: Engine, report: DriftReport) -> DriftReport:
                                        "checked": report.checked, "items": new})
         Journal(engine.host).append(events)
     return replace(report, items=tuple(items), recorded=True)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Cause":  # re-exported, imported on first use (see detect)
+        from .causes import Cause
+
+        return Cause
+    raise AttributeError(name)
