@@ -147,11 +147,16 @@ class Nodes:
     def python(self, code: str) -> str:
         return sh([str(self.venv / "bin" / "python"), "-c", code]).stdout
 
+    def remove(self, root: Path) -> None:
+        """Delete a simulated node (``rm -rf``: a million-block node is millions of files)."""
+        if not (root / ".nodeagent-sim" / "meta.json").is_file() and root.exists():
+            raise SystemExit(f"bench: {root} is not a simulated node; not removing it")
+        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=True)
+
     def fresh(self, name: str, preset_expr: str) -> Path:
         """A newly laid out node (made by the bench venv's simulator, so its fake daxctl runs that venv)."""
         root = self.work / "nodes" / name
-        if root.exists():
-            self.python(f"from nodeagent.sim import remove; remove({str(root)!r})")
+        self.remove(root)
         root.parent.mkdir(parents=True, exist_ok=True)
         self.python(f"from pathlib import Path; from nodeagent.sim import presets as p\n"
                     f"p.build({preset_expr}, Path({str(root)!r}))")
@@ -165,7 +170,7 @@ class Nodes:
         if (root / ".nodeagent-sim" / "meta.json").is_file():
             return root
         for old in (self.work / "nodes").glob(f"{name}-*"):
-            self.python(f"from nodeagent.sim import remove; remove({str(old)!r})")
+            self.remove(old)
         tmp = self.fresh(f".{name}.tmp", preset_expr)
         os.rename(tmp, root)
         return root
@@ -273,7 +278,7 @@ def first_apply(nodes: Nodes, na: str, rusage_dir: str) -> tuple[Row, Row]:
     own.note = f"{share:.0%} of the CPU; wall {r.wall:.1f} s"
     sim.note = f"fake daxctl + emulated kernel, {1 - share:.0%}"
     say(f"  first apply: {r.cpu:.1f} s nodeagent, {r.children:.1f} s simulator, {r.wall:.1f} s wall")
-    nodes.python(f"from nodeagent.sim import remove; remove({str(root)!r})")
+    nodes.remove(root)
     return own, sim
 
 
