@@ -14,7 +14,6 @@ that cannot be written (a read-only home) only costs the speed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .resolved import ResolvedProfile, from_record, to_record
+from .resolved import ResolvedProfile, from_record, sha256, to_record
 
 
 def cache_dir() -> Path:
@@ -55,13 +54,13 @@ def versions() -> dict[str, str]:
 
 def _sha(path: str) -> str | None:
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return sha256(Path(path).read_bytes())
     except OSError:
         return None
 
 
 def _entry_path(path: Path) -> Path:
-    return cache_dir() / (hashlib.sha256(str(path).encode()).hexdigest()[:32] + ".json")
+    return cache_dir() / (sha256(str(path).encode())[:32] + ".json")
 
 
 def chain_files(path: Path) -> dict[str, str]:
@@ -76,7 +75,7 @@ def chain_files(path: Path) -> dict[str, str]:
         if str(p) in out:
             continue
         raw = p.read_bytes()
-        out[str(p)] = hashlib.sha256(raw).hexdigest()
+        out[str(p)] = sha256(raw)
         doc = yaml.safe_load(raw)
         ext = doc.get("extends") if isinstance(doc, dict) else None
         for item in ext if isinstance(ext, list) else [ext] if ext else []:
