@@ -11,12 +11,14 @@ import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .commands import CommandResult, CommandRunner
 from .fs import RootedFS, WriteRecord, map_oserror
-from .probes import CopyRun, StatVfs
+
+if TYPE_CHECKING:
+    from .probes import CopyRun, StatVfs
 
 __all__ = ["Host", "open_host", "CommandResult", "CopyRun", "StatVfs", "WriteRecord", "map_oserror", "SIM_MARKER"]
 
@@ -83,3 +85,11 @@ def open_host(root: str | os.PathLike[str] = "/") -> Host:
     simulated = (path / SIM_MARKER / "meta.json").is_file()
     writer = _SimWriter(path) if simulated else None
     return Host(root=path, fs=RootedFS(path, writer), commands=CommandRunner(path, simulated), simulated=simulated)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("CopyRun", "StatVfs"):  # re-exported; the probes module loads only for the checks that probe
+        from . import probes
+
+        return getattr(probes, name)
+    raise AttributeError(name)
