@@ -8,8 +8,9 @@ damaged entry) loads and validates the profile again and replaces the entry. A p
 never cached, so its errors are shown every time.
 
 Entries live in ``$NODEAGENT_CACHE/profiles`` (else ``$XDG_CACHE_HOME/nodeagent/profiles``, else
-``~/.cache/nodeagent/profiles``), written atomically; ``NODEAGENT_PROFILE_CACHE=0`` turns the cache off. A cache
-that cannot be written (a read-only home) only costs the speed.
+``~/.cache/nodeagent/profiles``), written atomically (mode 0600, directory 0700); an entry owned by another user
+or writable by others is ignored. ``NODEAGENT_PROFILE_CACHE=0`` turns the cache off. A cache that cannot be
+written (a read-only home) only costs the speed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,11 @@ def lookup(path: str | Path) -> ResolvedProfile | None:
         return None
     real = Path(path).resolve()
     try:
-        entry = json.loads(_entry_path(real).read_text())
+        with open(_entry_path(real), "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                return None  # an entry someone else could have written is not trusted as validated
+            entry = json.loads(f.read())
     except (OSError, ValueError):
         return None
     if not isinstance(entry, dict) or entry.get("versions") != versions() or entry.get("shown") != str(path):
@@ -114,11 +118,17 @@ def store(path: str | Path, loaded: Any) -> None:
     try:
         entry = {"versions": versions(), "shown": str(path), "profile": to_record(loaded, chain_files(real))}
         target = _entry_path(real)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(entry, f)
-        os.replace(tmp, target)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        import tempfile  # only on a miss (it loads random and shutil)
+
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(entry, f)
+            os.replace(tmp, target)
+        except BaseException:
+            os.unlink(tmp)
+            raise
     except (OSError, ValueError, TypeError):
         pass
 

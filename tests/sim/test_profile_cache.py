@@ -142,3 +142,12 @@ def test_drift_reads_the_resolved_record_and_still_reads_an_old_one(make_node, c
     record.write_text(json.dumps(old))
     code, out, err = run(["--root", str(root), "drift"], capsys)
     assert code == 0, out + err
+
+
+def test_an_entry_others_could_write_is_not_trusted(tmp_path: Path, cache: Path) -> None:
+    top = write_chain(tmp_path)
+    profile_cache.load(str(top))
+    (entry,) = cache.glob("*.json")
+    assert entry.stat().st_mode & 0o077 == 0
+    entry.chmod(0o666)
+    assert profile_cache.lookup(str(top)) is None
