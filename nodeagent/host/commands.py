@@ -8,7 +8,6 @@ run: a binary of this host would describe this host, not the node under the root
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,8 @@ class CommandRunner:
     def which(self, name: str) -> str | None:
         """The executable that :meth:`run` would use for ``name``, or ``None`` when there is none."""
         if os.path.realpath(self.root) == "/":
+            import shutil  # here: shutil loads the compression modules, and most commands run nothing
+
             return shutil.which(name)
         if not self.simulated:
             return None
