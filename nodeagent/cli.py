@@ -79,9 +79,9 @@ class Ctx:
 
 
 def _load(path: str) -> LoadedProfile:
-    from .profile import load_profile
+    from .profile_cache import load  # validated once per content of its files; see nodeagent.profile_cache
 
-    return load_profile(path)
+    return load(path)
 
 
 def _profile(ctx: Ctx, given: str | None) -> str:

@@ -17,14 +17,14 @@ from .facts import Facts, gather
 from .host import Host
 from .journal import Journal
 from .plan import Change, Outcome, Plan, Problem, Result
-from .profile import LoadedProfile
 from .resources.base import ApplyContext, PlanContext
 from .resources.registry import BY_KIND, RESOURCES
 from .scope import expand, restrict
-from .state import StateStore
+from .state import StateStore, resolved_record
 
 if TYPE_CHECKING:
     from .checks import CheckReport
+    from .profile import LoadedProfile
 
 
 def make_plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext | None = None) -> Plan:
@@ -169,7 +169,7 @@ class Engine:
                 verify_errors: list[str] | None = None, scope: Collection[str] | None = None) -> None:
         self.state.record_apply({
             "profile": loaded.name, "profile_path": loaded.path, "profile_digest": loaded.digest,
-            "desired": loaded.data, "status": status,
+            "desired": loaded.data, "resolved": resolved_record(loaded), "status": status,
             "outcomes": [o.to_dict() for o in outcomes], "verify_errors": verify_errors or [],
             "problems": [p.to_dict() for p in plan.problems],
             **({"scope": sorted(scope)} if scope is not None else {}),

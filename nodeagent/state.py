@@ -1,9 +1,12 @@
 """What nodeagent remembers about a node, under ``<root>/var/lib/nodeagent``.
 
 - ``lock``: one run at a time (flock; a second run waits up to a bound, then names the holder's pid);
-- ``last-applied.json``: profile name and digest, desired values, result, time;
+- ``last-applied.json``: profile name and digest, the merged document (``desired``) and the validated profile
+  in its versioned plain form (``resolved``, :mod:`nodeagent.resolved`: drift uses it without YAML or pydantic),
+  result, time;
 - ``originals.json``: each setting's value before nodeagent first changed it (for ``revert``);
-- ``ownership.json``: what nodeagent created (kdamonds, onlined devices), so it never touches what it did not.
+- ``ownership.json``: what nodeagent created (kdamonds, onlined devices), so it never touches what it did not;
+- ``probes.json``: answers of commands only a reboot changes, for this boot (:mod:`nodeagent.host.boot_cache`).
 
 Every file is written atomically (temp file, fsync, rename). A corrupt file is set aside as
 ``<name>.corrupt-<time>`` and reported, never a crash and never silently reset.
@@ -18,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .host import Host
+from .host.boot_cache import PERSIST
 
 STATE_DIR = "/var/lib/nodeagent"
 
@@ -35,9 +39,11 @@ class StateStore:
     def locked(self, timeout: float = 60.0) -> Iterator[None]:
         with self.host.fs.lock(self.path("lock"), timeout):
             self.writable = True
+            token = PERSIST.set(True)  # probes run while the lock is held are kept for this boot
             try:
                 yield
             finally:
+                PERSIST.reset(token)
                 self.writable = False
 
     def load(self, name: str) -> dict[str, Any]:
@@ -77,6 +83,8 @@ class StateStore:
             self.save("originals.json", originals)
 
     def record_apply(self, record: dict[str, Any]) -> None:
+        """``record``: profile, profile_digest, status, outcomes... with ``desired`` (the merged document, what
+        older versions read) and ``resolved`` (:func:`resolved_record`, what drift plans against)."""
         self.save("last-applied.json", {**record, "time": _now()})
 
     def last_applied(self) -> dict[str, Any]:
@@ -92,3 +100,10 @@ def _now() -> str:
     from .timestamps import rfc3339
 
     return rfc3339()
+
+
+def resolved_record(loaded: Any) -> dict[str, Any]:
+    """The validated profile as the last-applied record keeps it (``resolved``)."""
+    from .resolved import to_record
+
+    return to_record(loaded)

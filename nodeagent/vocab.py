@@ -21,3 +21,11 @@ DAX_ZONES = ("movable", "normal")
 ZONE_KERNEL_NAME = {"movable": "Movable", "normal": "Normal"}
 #: What a DAX rule's memory is for; the plan warns when a rule's zone does not fit it.
 DAX_USES = ("tiered", "pinned-pool")
+
+#: Bytes per element of the dtypes a model's weights or KV cache are stored in (the capacity check).
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4, "float32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2,
+    "fp8": 1, "int8": 1, "float8": 1, "fp6": 0.75, "int4": 0.5, "fp4": 0.5, "nf4": 0.5,
+}
+#: The check names, as the profile's ``checks:`` section, ``--skip-checks`` and reports spell them.
+CHECK_NAMES = ("cpu", "disk", "gpu_pcie", "memory_bandwidth", "capacity", "coexistence", "placement")

@@ -17,15 +17,17 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import HostError
 from ..facts import Facts
 from ..facts.numa import NumaNode
 from ..host import CopyRun, Host
-from ..profile.checks import MemoryBandwidthCheck
 from ..units import format_size
 from .base import CheckContext, Finding, Skip
+
+if TYPE_CHECKING:
+    from ..profile.checks import MemoryBandwidthCheck
 
 LOW_FIX = ("check that every memory channel is populated and runs at its rated speed (BIOS), that nothing else "
            "saturates memory during the check, and in a VM that its memory is backed by the host node it runs on")

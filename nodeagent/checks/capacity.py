@@ -30,16 +30,19 @@ Example (a 70B model in bf16, 80 layers, 8 KV heads of 128)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CommandError
 from ..facts import Facts
 from ..facts.dax import from_facts as dax_facts
 from ..facts.hardware import read_gpu_memory
 from ..host import Host
-from ..profile.checks import DTYPE_BYTES, CapacityCheck
 from ..units import format_size
+from ..vocab import DTYPE_BYTES
 from .base import CheckContext, Finding, Skip
+
+if TYPE_CHECKING:
+    from ..profile.checks import CapacityCheck
 
 PAGE = 4096
 STRUCT_PAGE = 64

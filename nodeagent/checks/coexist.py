@@ -25,7 +25,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..facts.hardware import cmdline_params, read_cmdline
@@ -43,8 +43,10 @@ from ..facts.setters import (
     udev_rules,
 )
 from ..host import Host
-from ..profile.checks import CoexistenceCheck
 from .base import CheckContext, Finding
+
+if TYPE_CHECKING:
+    from ..profile.checks import CoexistenceCheck
 
 
 def _differs(knob: Knob, raw: str, want: Any) -> bool:

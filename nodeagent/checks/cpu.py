@@ -15,7 +15,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..facts.hardware import (  # noqa: F401  (classify_model and its tables are this check's vocabulary)
@@ -28,8 +28,10 @@ from ..facts.hardware import (  # noqa: F401  (classify_model and its tables are
     cmdline_params,
 )
 from ..host import Host
-from ..profile.checks import CpuCheck
 from .base import CheckContext, Finding, Skip
+
+if TYPE_CHECKING:
+    from ..profile.checks import CpuCheck
 
 #: Kernel parameters that hide CPU features from everything above the kernel.
 HIDING_PARAMS = ("clearcpuid", "noxsave", "noxsaveopt", "noxsaves", "noavx", "noavx2", "noavx512")

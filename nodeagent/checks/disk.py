@@ -16,15 +16,17 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import HostError, MissingError
 from ..facts import Facts
 from ..facts.hardware import DiskFacts, Mount, SavedHardware, existing_ancestor, mount_of, read_mounts
 from ..host import Host, StatVfs
-from ..profile.checks import DiskCheck, DiskPath
 from ..units import format_size
 from .base import CheckContext, Finding
+
+if TYPE_CHECKING:
+    from ..profile.checks import DiskCheck, DiskPath
 
 
 def _gb(n: int) -> str:

@@ -24,7 +24,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..facts.hardware import (
@@ -39,8 +39,10 @@ from ..facts.hardware import (
     udev_pci_devices,
 )
 from ..host import Host
-from ..profile.checks import GpuPcieCheck
 from .base import CheckContext, Finding, Skip
+
+if TYPE_CHECKING:
+    from ..profile.checks import GpuPcieCheck
 
 WIDTH_FIX = ("a link trained narrower than the slot: reseat the GPU, check the riser/cable and that the slot is "
              "wired x16 (not shared or bifurcated in the BIOS), then cold-boot")

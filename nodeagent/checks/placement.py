@@ -14,13 +14,15 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..host import Host
-from ..profile.checks import PlacementCheck
 from ..resources._placement_advice import advisories
 from .base import CheckContext, Finding, Skip
+
+if TYPE_CHECKING:
+    from ..profile.checks import PlacementCheck
 
 
 class PlacementCheckImpl:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import HostError, UsageError
 from ..facts import Facts
 from ..host import Host
-from ..profile import LoadedProfile
-from ..profile.checks import CHECK_NAMES
+from ..vocab import CHECK_NAMES
 from .bandwidth import MemoryBandwidthCheckImpl
 from .base import Check, CheckContext, CheckReport, CheckResult, Finding, Skip, fold, skipped
 from .capacity import CapacityCheckImpl
@@ -19,6 +18,9 @@ from .cpu import CpuCheckImpl
 from .disk import DiskCheckImpl
 from .pcie import GpuPcieCheckImpl
 from .placement import PlacementCheckImpl
+
+if TYPE_CHECKING:
+    from ..profile import LoadedProfile
 
 CHECKS: tuple[Check, ...] = (CpuCheckImpl(), DiskCheckImpl(), GpuPcieCheckImpl(), CapacityCheckImpl(),
                              CoexistenceCheckImpl(), MemoryBandwidthCheckImpl(), PlacementCheckImpl())

@@ -1,7 +1,7 @@
 """Drift: how the node has moved away from the profile it was given, since when, and probably why.
 
-``detect`` re-plans the last applied profile (the ``desired`` document in ``last-applied.json``, validated again
-as a profile) — or a given one — against fresh facts with the same pure :func:`nodeagent.engine.make_plan` that
+``detect`` re-plans the last applied profile (the validated profile ``last-applied.json`` keeps, read without
+YAML or pydantic) — or a given one — against fresh facts with the same pure :func:`nodeagent.engine.make_plan` that
 ``apply`` uses: every change that plan would make is a drift item (its resource is the change's kind), every
 problem (a device that vanished, a knob the kernel lost) is reported too. So each resource kind drifts the
 moment it can be planned, with no drift code of its own. Each item gets its likely causes from the finders in
@@ -18,16 +18,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from ..errors import NodeagentError
 from ..journal import Journal, iso
 from ..plan import Change, Problem
-from ..profile import LoadedProfile, load_profile_text
-from .causes import Cause, find_causes
+from ..resolved import ResolvedProfile, from_record
 
 if TYPE_CHECKING:
     from ..engine import Engine
+    from ..profile import LoadedProfile
+    from .causes import Cause
 
 __all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "record", "STATE_FILE"]
 
@@ -98,8 +97,10 @@ class DriftReport:
                 "recorded": self.recorded}
 
 
-def desired_profile(last: dict[str, Any]) -> LoadedProfile:
-    """The profile of the last apply, from the merged document ``last-applied.json`` keeps, validated again."""
+def desired_profile(last: dict[str, Any]) -> LoadedProfile | ResolvedProfile:
+    """The profile of the last apply: the validated profile ``last-applied.json`` keeps (``resolved``, see
+    :mod:`nodeagent.resolved`), used as it is — no YAML, no validation. A record written before that existed (or
+    of a version this nodeagent does not read) has only the merged document (``desired``): validated again."""
     desired = last.get("desired")
     if last.get("status") == "reverted":
         raise NodeagentError(f"profile {last.get('profile')!r} was reverted on this node, so there is nothing to "
@@ -107,11 +108,20 @@ def desired_profile(last: dict[str, Any]) -> LoadedProfile:
     if not isinstance(desired, dict) or not desired:
         raise NodeagentError("no profile has been applied on this node yet, so there is nothing to drift from",
                              hint="give a profile: nodeagent drift PROFILE, or apply one first")
+    try:
+        return from_record(last.get("resolved"))
+    except ValueError:
+        pass
+    import yaml
+
+    from ..profile import load_profile_text
+
     shown = "/var/lib/nodeagent/last-applied.json (desired)"
     return load_profile_text(yaml.safe_dump(desired, sort_keys=False), shown)
 
 
-def detect(engine: Engine, loaded: LoadedProfile | None = None, *, now: float | None = None) -> DriftReport:
+def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None, *,
+           now: float | None = None) -> DriftReport:
     """Compare the node with ``loaded`` (default: the last applied profile). Read-only."""
     last = engine.state.last_applied()
     notes: list[str] = []
@@ -127,6 +137,8 @@ def detect(engine: Engine, loaded: LoadedProfile | None = None, *, now: float | 
     plan = engine.plan(loaded, facts=facts)
     open_items = engine.state.load(STATE_FILE).get("items", {})
     items = []
+    if plan.changes:  # the cause finders (sysctl.d, TuneD, udev...) are loaded only when something drifted
+        from .causes import find_causes
     for change in plan.changes:
         item = DriftItem.from_change(change)
         seen = open_items.get(item.key, {}).get("first_seen")
@@ -178,3 +190,11 @@ def record(engine: Engine, report: DriftReport) -> DriftReport:
                                        "checked": report.checked, "items": new})
         Journal(engine.host).append(events)
     return replace(report, items=tuple(items), recorded=True)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Cause":  # re-exported, imported on first use (see detect)
+        from .causes import Cause
+
+        return Cause
+    raise AttributeError(name)

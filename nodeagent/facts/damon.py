@@ -14,8 +14,9 @@ The section (``facts.sections["damon"]``) is plain JSON::
      "block_size": 2147483648}
 
 ``config`` holds every writable attribute (paths relative to ``kdamonds/<N>/``), ``status`` the read-only ones
-(statistics, ``effective_bytes``). A node's ranges come from listing ``nodeN/memory*`` links (one directory
-listing per node, never a read per block), merged into contiguous ``[start, end)`` byte ranges.
+(statistics, ``effective_bytes``). A node's ranges come from its zones in ``/proc/zoneinfo``
+(:func:`nodeagent.facts.numa.node_ranges`: never a listing of its blocks unless a zone has holes), merged into
+contiguous ``[start, end)`` byte ranges.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..host import Host
 from ..kfmt import kernel_version, parse_list
 from . import SECTIONS, Facts
 from .damon_caps import MODULES, derive, normalize
-from .numa import node_blocks
+from .numa import node_ranges
 from .setters import read_damon_modules
 
 ADMIN = "/sys/kernel/mm/damon/admin"
@@ -92,15 +93,7 @@ def _node_ranges(host: Host, block_size: int | None) -> dict[str, list[list[int]
     if not block_size:
         return out
     for nid in parse_list(host.read_opt(f"{NODE}/online") or ""):
-        blocks = node_blocks(host, nid)
-        ranges: list[list[int]] = []
-        for b in blocks:
-            start = b * block_size
-            if ranges and ranges[-1][1] == start:
-                ranges[-1][1] = start + block_size
-            else:
-                ranges.append([start, start + block_size])
-        out[str(nid)] = ranges
+        out[str(nid)] = node_ranges(host, nid, block_size)
     return out
 
 

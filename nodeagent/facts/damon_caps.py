@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Any
 
 Version = tuple[int, int]
@@ -126,6 +125,23 @@ MODULES: dict[str, DamonModuleInfo] = {
 def normalize(relpath: str) -> str:
     """``contexts/0/schemes/12/target_nid`` → ``contexts/*/schemes/*/target_nid``."""
     return re.sub(r"(?<=/)\d+(?=/|$)|^\d+(?=/)", "*", relpath)
+
+
+def fnmatchcase(name: str, pattern: str) -> bool:
+    """``fnmatch.fnmatchcase`` for patterns whose only wildcard is ``*`` (all of FEATURES'), without compiling a
+    regular expression per pattern: ``derive`` runs in every command that gathers facts."""
+    first, *middle, last = pattern.split("*") if "*" in pattern else (pattern, pattern)
+    if "*" not in pattern:
+        return name == pattern
+    if len(name) < len(first) + len(last) or not (name.startswith(first) and name.endswith(last)):
+        return False
+    pos, end = len(first), len(name) - len(last)
+    for part in middle:
+        pos = name.find(part, pos, end)
+        if pos < 0:
+            return False
+        pos += len(part)
+    return True
 
 
 def derive(kernel: Version, seen: set[str], dirs: set[str], avail_operations: list[str] | None) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from ..host import Host
 from ..kfmt import parse_list, parse_meminfo
 from . import SECTIONS, Facts
 from .hardware import cmdline_params, read_cmdline
-from .numa import node_blocks
+from .numa import node_blocks, read_zones
 from .setters import daxctl_sections, udev_rules
 
 DAX_DEVICES = "/sys/bus/dax/devices"
@@ -171,6 +171,10 @@ def _blocks(host: Host, ids: range, node: int | None, block_size: int,
 def _node_summary(host: Host, ids: range, node: int, block_size: int) -> tuple[int, int, dict[str, int]] | None:
     """The answer from the node's own summary when it is unambiguous: the node holds exactly these blocks and
     has no ZONE_NORMAL memory, so every online block is movable and MemTotal counts them."""
+    zones = read_zones(host).get(node, [])
+    if [(z.name, z.start_pfn * PAGE, z.spanned * PAGE, z.holes) for z in zones] == \
+            [("Movable", ids[0] * block_size, len(ids) * block_size, False)]:
+        return len(ids), len(ids), {"Movable": len(ids)}  # zoneinfo: exactly this range, online, movable
     mine = set(node_blocks(host, node))
     if not mine:
         return (0, 0, {}) if not host.fs.exists(f"{MEM}/memory{ids[0]}") else None

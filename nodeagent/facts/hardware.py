@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import CommandError, HostError
 from ..host import Host
+from ..host.boot_cache import probe
 from ..host.mountinfo import unescape
 
 PCI = "/sys/bus/pci/devices"
@@ -126,8 +127,8 @@ def read_virtualization(host: Host, cpu: CpuInfo | None) -> Virtualization:
             break
     if host.commands.which("systemd-detect-virt"):
         try:
-            res = host.run(["systemd-detect-virt", "--vm"], timeout=10)
-            out = res.stdout.strip()
+            out = probe(host, "systemd-detect-virt --vm",  # per boot: a VM does not stop being one
+                        lambda: host.run(["systemd-detect-virt", "--vm"], timeout=10).stdout).strip()
             if out and out != "none":
                 evidence.append(f"systemd-detect-virt --vm: {out}")
                 kinds.insert(0, out)
@@ -485,18 +486,24 @@ def read_gpu_memory(host: Host) -> GpuMemory | None:
     fix) when it is installed but could not start or failed: the caller says so instead of skipping quietly."""
     if not host.commands.which("nvidia-smi"):
         return None
-    res = host.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                   timeout=30)
-    if res.returncode != 0:
-        # nvidia-smi prints its reason on stdout ("NVIDIA-SMI has failed because it couldn't communicate with
-        # the NVIDIA driver..."), not stderr.
-        lines = (res.stderr.strip() or res.stdout.strip()).splitlines()
-        raise CommandError(f"nvidia-smi --query-gpu=name,memory.total exited {res.returncode}: "
-                           f"{lines[0] if lines else 'no message'}", path=res.argv[0], returncode=res.returncode,
-                           hint="check that the NVIDIA driver is loaded (lsmod | grep nvidia; dmesg | grep NVRM) "
-                                "and that nvidia-smi runs by hand")
+    def query() -> str:
+        res = host.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                       timeout=30)
+        if res.returncode != 0:
+            # nvidia-smi prints its reason on stdout ("NVIDIA-SMI has failed because it couldn't communicate with
+            # the NVIDIA driver..."), not stderr.
+            lines = (res.stderr.strip() or res.stdout.strip()).splitlines()
+            raise CommandError(f"nvidia-smi --query-gpu=name,memory.total exited {res.returncode}: "
+                               f"{lines[0] if lines else 'no message'}", path=res.argv[0],
+                               returncode=res.returncode,
+                               hint="check that the NVIDIA driver is loaded (lsmod | grep nvidia; dmesg | grep NVRM) "
+                                    "and that nvidia-smi runs by hand")
+        return res.stdout
+
+    # Asked once per boot (host/boot_cache.py); a failure is not kept.
+    stdout = probe(host, "nvidia-smi --query-gpu=name,memory.total", query)
     names, mibs = [], []
-    for line in res.stdout.splitlines():
+    for line in stdout.splitlines():
         name, sep, mib = line.rpartition(",")
         if not sep or not mib.strip().isdigit():
             continue

@@ -26,10 +26,13 @@ import fnmatch
 import posixpath
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..host import Host
-from ._tuned import TunedProfile, TunedSetting, computed, load_tuned
 from .damon_caps import MODULES
+
+if TYPE_CHECKING:
+    from ._tuned import TunedProfile, TunedSetting
 
 __all__ = ["Setting", "TunedProfile", "TunedSetting", "UdevRule", "DaxctlSection", "DamonModule", "sysctl_d_files",
            "sysctl_d_setting", "tuned_profile", "tuned_sets", "setters_of", "udev_rules", "memory_udev_rules",
@@ -174,7 +177,24 @@ def sysctl_d_setting(host: Host, key: str) -> Setting | None:
 # -- TuneD ------------------------------------------------------------------------------------------------
 def tuned_profile(host: Host) -> TunedProfile | None:
     """The active TuneD profile(s) merged with their includes, or ``None`` when no profile is active."""
+    from ._tuned import load_tuned  # TuneD's parser only for the commands that look at TuneD
+
     return load_tuned(host)
+
+
+def computed(value: str) -> bool:
+    """Whether TuneD computes ``value`` at run time (as :func:`._tuned.computed`)."""
+    from ._tuned import computed as impl
+
+    return impl(value)
+
+
+def __getattr__(name: str) -> object:
+    if name in ("TunedProfile", "TunedSetting"):  # re-exported, loaded on first use
+        from . import _tuned
+
+        return getattr(_tuned, name)
+    raise AttributeError(name)
 
 
 def tuned_sets(s: TunedSetting, path: str) -> bool:

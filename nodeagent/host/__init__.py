@@ -11,11 +11,14 @@ import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .commands import CommandResult, CommandRunner
 from .fs import RootedFS, WriteRecord, map_oserror
-from .probes import CopyRun, StatVfs
+
+if TYPE_CHECKING:
+    from .probes import CopyRun, StatVfs
 
 __all__ = ["Host", "open_host", "CommandResult", "CopyRun", "StatVfs", "WriteRecord", "map_oserror", "SIM_MARKER"]
 
@@ -61,12 +64,32 @@ class Host:
         return copy_bandwidth(self, node, cpus, size=size, iterations=iterations)
 
 
+class _SimWriter:
+    """The simulator's kernel behind a simulated root, loaded at the first write: a read-only command never
+    imports the simulator."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._kernel: Any = None
+
+    def write(self, path: str, value: str) -> None:
+        if self._kernel is None:
+            self._kernel = importlib.import_module("nodeagent.sim.kernel").SimKernel(self.root)
+        self._kernel.write(path, value)
+
+
 def open_host(root: str | os.PathLike[str] = "/") -> Host:
     path = Path(root)
     if not path.is_dir():
         raise UsageError(f"--root {root}: not a directory", hint="give the directory under which /sys and /proc are")
     simulated = (path / SIM_MARKER / "meta.json").is_file()
-    writer = None
-    if simulated:
-        writer = importlib.import_module("nodeagent.sim.kernel").SimKernel(path)
+    writer = _SimWriter(path) if simulated else None
     return Host(root=path, fs=RootedFS(path, writer), commands=CommandRunner(path, simulated), simulated=simulated)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("CopyRun", "StatVfs"):  # re-exported; the probes module loads only for the checks that probe
+        from . import probes
+
+        return getattr(probes, name)
+    raise AttributeError(name)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +71,8 @@ class CommandRunner:
     def which(self, name: str) -> str | None:
         """The executable that :meth:`run` would use for ``name``, or ``None`` when there is none."""
         if os.path.realpath(self.root) == "/":
+            import shutil  # here: shutil loads the compression modules, and most commands run nothing
+
             return shutil.which(name)
         if not self.simulated:
             return None

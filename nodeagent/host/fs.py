@@ -11,7 +11,6 @@ import errno
 import fcntl
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,6 +87,8 @@ def replace_file(local: Path, data: str, mode: int = 0o644) -> None:
     """Atomically replace the on-disk file ``local`` with ``data``: a temporary file in the same directory,
     fsync, rename, fsync of the directory — a reader sees the old file or the new one, never half of one, and
     a crash keeps one of them. OSError is the caller's to map."""
+    import tempfile  # only when writing (it loads random and shutil)
+
     fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -32,17 +32,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from pydantic_core import PydanticCustomError
 
 from ..units import format_size, parse_percent, parse_size
+from ..vocab import CHECK_NAMES, DTYPE_BYTES  # noqa: F401  (re-exported; defined where no pydantic is loaded)
 
 Severity = Literal["error", "warning"]
 
-#: Bytes per element of the dtypes a model's weights or KV cache are stored in.
-DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4, "float32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2,
-    "fp8": 1, "int8": 1, "float8": 1, "fp6": 0.75, "int4": 0.5, "fp4": 0.5, "nf4": 0.5,
-}
 _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
-#: The check names, as ``--skip-checks`` and reports spell them.
-CHECK_NAMES = ("cpu", "disk", "gpu_pcie", "memory_bandwidth", "capacity", "coexistence", "placement")
 
 
 def _size(value: Any) -> int:

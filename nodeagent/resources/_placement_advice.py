@@ -11,15 +11,17 @@ whose fast node has 1 GiB; "hot on fast" is the share of the hot set on the fast
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..facts.damon import from_facts as damon_facts
 from ..facts.knobs import BY_KEY
 from ..facts.reclaim import from_facts as reclaim_facts
-from ..profile import LoadedProfile
-from ..profile.damon import Scheme
 from .knobs import desired as desired_knobs
+
+if TYPE_CHECKING:
+    from ..profile import LoadedProfile
+    from ..profile.damon import Scheme
 
 TIERING_MODES = (2, 3)  # numa_balancing values with NUMA_BALANCING_MEMORY_TIERING
 

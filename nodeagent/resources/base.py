@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..facts import Facts
 from ..host import Host
 from ..plan import Change, Problem
-from ..profile import LoadedProfile
+
+if TYPE_CHECKING:
+    from ..profile import LoadedProfile
 
 
 @dataclass(frozen=True)

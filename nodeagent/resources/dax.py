@@ -36,17 +36,19 @@ too). Which zone:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..facts.dax import DaxDevice, DaxFacts, from_facts
 from ..host import Host
 from ..plan import Change, Problem
-from ..profile import LoadedProfile
-from ..profile.model import DaxMatch, DaxRule
 from ..units import format_size
 from ..vocab import ZONE_KERNEL_NAME
 from .base import ApplyContext, PlanContext, ResourcePlan
+
+if TYPE_CHECKING:
+    from ..profile import LoadedProfile
+    from ..profile.model import DaxRule
 
 KIND = "dax"
 
@@ -267,6 +269,8 @@ def revert_change(dev: DaxDevice, rec: dict[str, Any]) -> Change | None:
     """Pure: the change that puts ``dev`` back as ``rec`` (a recorded :func:`original`) says it was; None when
     it is. Raises ValueError for a state nodeagent cannot restore (a device that was disabled, or only partly
     online)."""
+    from ..profile.model import DaxMatch, DaxRule  # revert only: plan and apply load no pydantic
+
     was = rec.get("value") or {}
     mode, zone = was.get("mode"), was.get("zone")
     profile_zone = {v: k for k, v in ZONE_KERNEL_NAME.items()}.get(zone or "")

@@ -7,14 +7,16 @@ in the plan, found before anything is written.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..facts.knobs import BY_KEY, KNOBS, Knob, version_tuple
 from ..host import Host
 from ..plan import Change, Problem
-from ..profile import LoadedProfile
 from .base import ApplyContext, PlanContext, ResourcePlan
+
+if TYPE_CHECKING:
+    from ..profile import LoadedProfile
 
 KIND = "knob"
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..errors import HostError
 from ..facts import Facts
@@ -36,10 +37,12 @@ from ..facts.reclaim import NODE, from_facts, parse_zoneinfo
 from ..host import Host
 from ..kfmt import parse_meminfo
 from ..plan import Change, Problem
-from ..profile import LoadedProfile
 from ..units import format_size
 from ._placement_advice import advisories, fast_nodes, setting, slow_nodes
 from .base import ApplyContext, PlanContext, ResourcePlan
+
+if TYPE_CHECKING:
+    from ..profile import LoadedProfile
 
 KIND = "placement"
 CHUNK = 64 * 1024**2  # one memory.reclaim write: root reclaim spreads over every node, so it goes in steps

@@ -130,7 +130,7 @@ def add_blocks(k: SimKernel, node: int, start: int, size: int, zone: str | None)
             shared=("state", "online", "phys_device", "removable", "valid_zones", "uevent"))
         os.symlink(f"../../memory/memory{n}", node_dir / f"memory{n}")
     if zone is not None:
-        _account(k, node, zone, len(ids))
+        _account(k, node, zone, len(ids), ids[0], ids[-1] + 1)
     return ids
 
 
@@ -154,14 +154,40 @@ def block_node(k: SimKernel, n: int) -> int:
     raise OSError(errno.ENOENT, "block has no node link")
 
 
-def _account(k: SimKernel, node: int, zone: str, nblocks: int) -> None:
-    """``nblocks`` blocks of ``node`` came online in ``zone`` (negative: went offline): derived files follow."""
+def _account(k: SimKernel, node: int, zone: str, nblocks: int, lo: int | None = None, hi: int | None = None) -> None:
+    """``nblocks`` blocks of ``node`` came online in ``zone`` (negative: went offline): derived files follow.
+
+    ``[lo, hi)``: the block ids concerned; they keep the zone's span (``/proc/zoneinfo``'s ``start_pfn`` and
+    ``spanned``) as the kernel does: onlining grows it, offlining shrinks it only from its ends."""
     state = k.state()
     ns = _node_state(state, node)
     ns["online"][zone] = ns["online"].get(zone, 0) + nblocks
+    spans = ns.setdefault("spans", {})
+    if lo is not None and hi is not None:
+        if ns["online"][zone] <= 0:
+            spans.pop(zone, None)
+        elif nblocks > 0:
+            old = spans.get(zone)
+            spans[zone] = [min(lo, old[0]), max(hi, old[1])] if old else [lo, hi]
+        elif zone in spans:
+            spans[zone] = _shrunk(k, node, zone, *spans[zone])
     k.save_state(state)
     if not k.defer("memory", node):
         derive(k, {node})
+
+
+def _shrunk(k: SimKernel, node: int, zone: str, lo: int, hi: int) -> list[int]:
+    """The span ``[lo, hi)`` without the offline blocks at its ends (shrink_zone_span)."""
+    def kept(b: int) -> bool:
+        base = f"{MEM}/memory{b}"
+        return (k.tree.exists(f"{NODE}/node{node}/memory{b}") and k.tree.read(f"{base}/state") == "online"
+                and k.tree.read(f"{base}/valid_zones") == zone)
+
+    while lo < hi and not kept(lo):
+        lo += 1
+    while hi > lo and not kept(hi - 1):
+        hi -= 1
+    return [lo, hi]
 
 
 @flusher("memory")
@@ -191,6 +217,10 @@ def derive(k: SimKernel, nodes: set) -> None:
             line = f"{key + ':':<16}{total if key == 'MemTotal' else free:>8} kB"
         out.append(line)
     k.tree.set("/proc/meminfo", "\n".join(out))
+    from .reclaim import write_zoneinfo  # the zones follow the online blocks too (reclaim imports this module)
+
+    if k.tree.exists("/proc/zoneinfo"):
+        write_zoneinfo(k)
 
 
 def charge(k: SimKernel, node: int, kb: int) -> None:
@@ -270,7 +300,7 @@ def _online(k: SimKernel, n: int, zone: str) -> None:
     k.tree.set(f"{b}/state", "online")
     k.tree.set(f"{b}/online", 1)
     k.tree.set(f"{b}/valid_zones", zone)
-    _account(k, block_node(k, n), zone, 1)
+    _account(k, block_node(k, n), zone, 1, n, n + 1)
 
 
 def _offline(k: SimKernel, n: int) -> None:
@@ -283,7 +313,8 @@ def _offline(k: SimKernel, n: int) -> None:
     k.tree.set(f"{b}/online", 0)
     zone = k.tree.read(f"{b}/valid_zones")
     node = block_node(k, n)
-    _account(k, node, zone, -1)
+    k.tree.set(f"{b}/valid_zones", "")  # while the span shrinks: this block is in no zone
+    _account(k, node, zone, -1, n, n + 1)
     k.tree.set(f"{b}/valid_zones", offline_valid_zones(k, node))
 
 

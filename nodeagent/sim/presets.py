@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -492,6 +493,7 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
     t.file("/etc/hostname", p.hostname, RW)
     t.file("/etc/os-release", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"', RW)
     t.file("/proc/cmdline", p.cmdline, RO)
+    t.file("/proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n", RO)  # a new boot per node laid out
     # MemTotal and MemFree follow the online memory blocks and each node's used memory (memory.derive).
     t.file("/proc/meminfo", "\n".join(f"{key + ':':<16}{0:>8} kB"
                                       for key in ("MemTotal", "MemFree", "MemAvailable", "SwapTotal")), RO)

@@ -55,18 +55,33 @@ def _node_kb(k: SimKernel, node: int) -> tuple[int, int]:
 
 
 def write_zoneinfo(k: SimKernel) -> None:
-    """``/proc/zoneinfo`` with one zone per node that has memory: the per-node flag and the watermarks."""
+    """``/proc/zoneinfo`` as the kernel prints it for each populated zone of a node with memory: the per-node
+    stats in the first one (``node_unreclaimable`` there), watermarks, ``spanned``/``present``/``managed`` pages
+    and ``start_pfn`` (the zone's span grows as blocks are onlined; see memory._account)."""
     flags = set(_flags(k)["unreclaimable"])
+    nodes = k.state().get("nodes", {})
+    pages_per_block = memory.block_size(k) // 4096
     out = []
     for node in parse_list(k.tree.read(f"{memory.NODE}/has_memory")):
         total, free = _node_kb(k, node)
-        managed = total // 4
-        low = max(managed // 400, 32)  # the kernel's watermarks scale with the zone; these are of that order
-        out += [f"Node {node}, zone   Normal", "  per-node stats",
-                f"      nr_free_pages {free // 4}", f"  node_unreclaimable:  {1 if node in flags else 0}",
-                f"  pages free     {free // 4}", f"        min      {low * 4 // 5}", f"        low      {low}",
-                f"        high     {low * 6 // 5}", f"        promo    {low * 7 // 5}",
-                f"        spanned  {managed}", f"        present  {managed}", f"        managed  {managed}"]
+        ns = nodes.get(str(node), {})
+        spans = ns.get("spans", {})
+        zones = [(z, c) for z, c in ns.get("online", {}).items() if c > 0 and z in spans] or [("Normal", 0)]
+        managed_all = total // 4
+        low_all = max(managed_all // 400, 32)  # the kernel's watermarks scale with the zone; of that order
+        given = 0
+        for i, (zone, count) in enumerate(sorted(zones, key=lambda zc: spans.get(zc[0], [0])[0])):
+            lo, hi = spans.get(zone, [0, 0])
+            present = count * pages_per_block if zone in spans else managed_all
+            low = low_all - given if i == len(zones) - 1 else low_all * present // max(managed_all, 1)
+            given += low
+            head = ["  per-node stats", f"      nr_free_pages {free // 4}"] if i == 0 else []
+            out += [f"Node {node}, zone {zone:>8}", *head, f"  pages free     {free // 4 if i == 0 else 0}",
+                    f"        min      {low * 4 // 5}", f"        low      {low}", f"        high     {low * 6 // 5}",
+                    f"        promo    {low * 7 // 5}", f"        spanned  {(hi - lo) * pages_per_block or present}",
+                    f"        present  {present}", f"        managed  {present}", "        protection: (0, 0, 0, 0)",
+                    "  pagesets", f"  node_unreclaimable:  {1 if node in flags else 0}",
+                    f"  start_pfn:           {lo * pages_per_block}"]
     k.tree.file(ZONEINFO, "\n".join(out) + "\n", RO)
 
 

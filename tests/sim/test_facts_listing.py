@@ -1,5 +1,6 @@
-"""One facts gather lists each node directory once, shared by the sections that need its memory blocks; outside
-a gather every call lists afresh (an apply must see blocks that came and went)."""
+"""A facts gather lists no node directory where /proc/zoneinfo describes the node (and each one at most once,
+shared by the sections that need its memory blocks); outside a gather every call lists afresh (an apply must see
+blocks that came and went)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def test_node_directories_are_listed_once_per_gather(make_node, monkeypatch) -> 
     monkeypatch.setattr(host.fs, "listdir", listdir)
     facts = gather(host)
     node_dirs = [p for p in listed if p.startswith("/sys/devices/system/node/node")]
-    assert node_dirs and len(node_dirs) == len(set(node_dirs))  # DAMON's ranges and DAX's summary share them
+    assert node_dirs == []  # zoneinfo describes every node: DAMON's ranges and DAX's summary list no block
     dev = dax_facts(facts).device("dax0.0")
     assert dev.fully_online and dev.zones == {"Movable": 1024}
     assert facts.sections["damon"]["node_ranges"]["2"] == [[dev.resource, dev.resource + dev.size]]

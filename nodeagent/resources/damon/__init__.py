@@ -14,18 +14,20 @@ A kdamond whose classes resolve to no node here (no CXL node, say) is skipped wi
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...facts import Facts
 from ...facts.damon import KDAMONDS, from_facts
 from ...host import Host
 from ...plan import Change, Problem
-from ...profile import LoadedProfile
 from ..base import ApplyContext, PlanContext, ResourcePlan
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
 from .plan import ALL, KIND, plan_kdamonds, revert_kdamonds
 from .spec import Checker, Spec, kdamond_spec
+
+if TYPE_CHECKING:
+    from ...profile import LoadedProfile
 
 __all__ = ["DamonResource", "KIND", "build_specs", "revert_kdamonds"]
 

@@ -24,13 +24,15 @@ file by file with what nodeagent wants; type-specific filter files of other type
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...facts.damon import DamonFacts
 from ...facts.damon_caps import ACTION_OPS, CORE_FILTER_TYPES, since_of
-from ...profile.damon import Filter, Goal, Kdamond, Scheme
 from ...units import format_duration_us, format_size
 from .nodes import NodeClasses, Pairing
+
+if TYPE_CHECKING:
+    from ...profile.damon import Filter, Goal, Kdamond, Scheme
 
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1

@@ -1,0 +1,66 @@
+"""Which third-party modules each read-only command imports: a regression in start-up cost shows here, in CI,
+without timing anything (the timings are in bench/run.py). Each command runs in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")
+
+PROBE = """\
+import json, sys
+from nodeagent.cli import main
+rc = main(sys.argv[1:])
+std = sys.stdlib_module_names
+third = sorted({m.split(".")[0] for m in sys.modules} - std - {"nodeagent", "__main__", "sitecustomize",
+                                                              "_distutils_hack", "usercustomize"})
+print("\\nMODULES " + json.dumps({"rc": rc, "third_party": third}))
+"""
+
+
+def imports(args: list[str], cache: Path) -> list[str]:
+    env = {**os.environ, "NODEAGENT_CACHE": str(cache)}
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=300)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES "))
+    out = json.loads(line.removeprefix("MODULES "))
+    assert out["rc"] in (0, 3), proc.stdout + proc.stderr
+    return [m for m in out["third_party"] if not m.startswith("_")]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A simulated node with the profile applied, and a profile cache that has seen the profile once."""
+    from nodeagent.sim import create
+
+    root = tmp_path_factory.mktemp("imports") / "node"
+    create(root, "h100-cxl")
+    cache = tmp_path_factory.mktemp("imports-cache")
+    imports(["--root", str(root), "apply", "--yes", PROFILE], cache)  # validates once and fills the cache
+    return root, cache
+
+
+@pytest.mark.parametrize("args", [
+    ["drift"], ["drift", "--record", PROFILE], ["status"], ["plan", PROFILE], ["facts"],
+], ids=" ".join)
+def test_read_only_commands_import_click_and_nothing_else(node: tuple[Path, Path], args: list[str]) -> None:
+    root, cache = node
+    assert imports(["--root", str(root), *args], cache) == ["click"]
+
+
+def test_a_changed_profile_is_validated_again(node: tuple[Path, Path], tmp_path: Path) -> None:
+    root, cache = node
+    for f in (REPO / "profiles").glob("*.yaml"):
+        (tmp_path / f.name).write_text(f.read_text())
+    edited = tmp_path / "base.yaml"  # the file the profile extends
+    edited.write_text(edited.read_text() + "\n# edited\n")
+    edited = tmp_path / Path(PROFILE).name
+    assert {"pydantic", "yaml"} <= set(imports(["--root", str(root), "plan", str(edited)], cache))
+    assert imports(["--root", str(root), "plan", str(edited)], cache) == ["click"]
