@@ -108,7 +108,8 @@ class Kernel(Strict):
     """Kernel tiering knobs. Each maps to one sysctl or sysfs attribute (see ``nodeagent.facts.knobs``)."""
 
     numa_balancing: NumaBalancing | None = None
-    numa_balancing_promote_rate_limit_mbps: Annotated[int, BeforeValidator(_int_range(0, 2**32 - 1))] | None = None
+    # The kernel parses it with proc_dointvec_minmax (an int, extra1 = 0): 0 to 2^31-1, not 2^32-1.
+    numa_balancing_promote_rate_limit_mbps: Annotated[int, BeforeValidator(_int_range(0, 2**31 - 1))] | None = None
     demotion_enabled: StrictBool | None = None
     transparent_hugepage: TransparentHugepage | None = None
     zone_reclaim_mode: Annotated[int, BeforeValidator(_int_range(0, 7))] | None = None
