@@ -17,6 +17,7 @@ import click
 
 from . import __version__
 from .errors import ExitCode, NodeagentError, PlanError, UsageError
+from .render.escape import escape_controls
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -57,7 +58,7 @@ class Ctx:
         if self.fmt == "json":
             click.echo(json.dumps(data, indent=2, default=str))
         else:
-            click.echo(text)
+            click.echo(escape_controls(text))
 
 
 def _load(path: str) -> LoadedProfile:
@@ -201,7 +202,7 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
     snaps = snapshot.read_all(facts_path) if facts_path is not None else [snapshot.capture(ctx.host)]
     reviews = review(loaded, snaps, baseline=old, allow_disruptive=allow_disruptive)
     if ctx.fmt == "markdown":
-        click.echo(review_markdown(reviews, loaded, old, offline=facts_path is not None), nl=False)
+        click.echo(escape_controls(review_markdown(reviews, loaded, old, offline=facts_path is not None)), nl=False)
     else:
         ctx.emit(review_text(reviews), to_dict(reviews, loaded, old))
     code = exit_code(reviews, detailed=detailed)
@@ -230,12 +231,20 @@ def apply(ctx: Ctx, profile: str, yes: bool, dry_run: bool, allow_disruptive: bo
     loaded = _load(profile)
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
+    if devices:  # a device the node does not have is a usage error, not an empty scope that "succeeds"
+        from .scope import require_devices
+
+        require_devices(ctx.host, devices)
+    if metrics_textfile:  # refuse a device node, FIFO or directory there before applying, not after
+        from .host.files import check_operator_target
+
+        check_operator_target(metrics_textfile)
     interactive = _is_interactive() and ctx.fmt == "text"
 
     def confirm(p: Any) -> bool:
         if yes or not interactive:
             return True
-        click.echo(plan_text(p))
+        click.echo(escape_controls(plan_text(p)))
         return click.confirm("Apply these changes?", default=False)
 
     progress = _TerminalProgress() if ctx.fmt == "text" and sys.stderr.isatty() else None
@@ -272,7 +281,7 @@ class _TerminalProgress:
     def __call__(self, what: str, done: int, total: int) -> None:
         pct = 100 * done / total if total else 100
         self.open = done < total
-        click.echo(f"\r  {what}: {done}/{total} ({pct:.0f}%)\033[K", err=True, nl=not self.open)
+        click.echo(f"\r  {escape_controls(what)}: {done}/{total} ({pct:.0f}%)\033[K", err=True, nl=not self.open)
 
     def close(self) -> None:
         if self.open:
@@ -341,7 +350,7 @@ _cli_ops.register(cli)
 def _error_exit(exc: NodeagentError, fmt: str) -> int:
     if fmt == "json":
         click.echo(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}))
-    click.echo(f"nodeagent: {exc.render()}", err=True)
+    click.echo(escape_controls(f"nodeagent: {exc.render()}"), err=True)
     return int(exc.exit_code)
 
 
@@ -372,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("NODEAGENT_DEBUG"):
             raise
         where = f" {exc.filename}" if exc.filename else ""
-        click.echo(f"nodeagent:{where}: {exc.strerror or exc}", err=True)
+        click.echo(escape_controls(f"nodeagent:{where}: {exc.strerror or exc}"), err=True)
         return int(ExitCode.ERROR)
     except Exception as exc:  # a bug: one line, and the way to the traceback
         if os.environ.get("NODEAGENT_DEBUG"):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import HostError, UsageError
@@ -72,11 +74,14 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o644) -> Path:
-    """Atomically replace the regular file ``path`` with ``data``, or create it. The directory must exist (a typo
-    in a path should fail, not create a tree). Anything else at ``path`` — a directory, a device node such as
-    ``/dev/null``, a FIFO, a socket, a symlink (which the rename would replace, not follow) — is refused:
-    nodeagent writes its file, never over something that is not one."""
+def check_operator_target(path: str | os.PathLike[str]) -> None:
+    """Refuse, before any work, what :func:`write_operator_file` would refuse at ``path``."""
+    with _target_dir(path) as (dfd, name):
+        _require_replaceable(path, dfd, name)
+
+
+@contextmanager
+def _target_dir(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     name = target.name
@@ -90,17 +95,32 @@ def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o6
     except OSError as exc:
         raise map_oserror(exc, str(path), "write") from None
     try:
-        try:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            st = None
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            what = file_kind(st.st_mode)
-            if stat.S_ISLNK(st.st_mode):
-                what += f" (to {os.readlink(name, dir_fd=dfd)})"
-            raise UsageError(f"{path}: is {what}; nodeagent writes only a regular file or a new path",
-                             hint="give the path of the textfile itself, e.g. "
-                                  "/var/lib/node_exporter/textfile_collector/nodeagent.prom")
+        yield dfd, name
+    finally:
+        os.close(dfd)
+
+
+def _require_replaceable(path: str | os.PathLike[str], dfd: int, name: str) -> None:
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        what = file_kind(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            what += f" (to {os.readlink(name, dir_fd=dfd)})"
+        raise UsageError(f"{path}: is {what}; nodeagent writes only a regular file or a new path",
+                         hint="give the path of the textfile itself, e.g. "
+                              "/var/lib/node_exporter/textfile_collector/nodeagent.prom")
+
+
+def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o644) -> Path:
+    """Atomically replace the regular file ``path`` with ``data``, or create it. The directory must exist (a typo
+    in a path should fail, not create a tree). Anything else at ``path`` — a directory, a device node such as
+    ``/dev/null``, a FIFO, a socket, a symlink (which the rename would replace, not follow) — is refused:
+    nodeagent writes its file, never over something that is not one."""
+    with _target_dir(path) as (dfd, name):
+        _require_replaceable(path, dfd, name)
         try:
             replace_at(dfd, name, data, mode)
         except OSError as exc:
@@ -108,6 +128,4 @@ def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o6
                 raise UsageError(f"{path}: is a directory", hint="give a file name such as nodeagent.prom") from None
             err: HostError = map_oserror(exc, str(path), "write")
             raise err from None
-    finally:
-        os.close(dfd)
-    return target
+    return Path(path)
