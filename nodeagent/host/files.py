@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import HostError, UsageError
-from .fs import file_kind, map_oserror, replace_at
+from .fs import file_kind, map_oserror, read_bounded, replace_at
 
 
 class InputFileError(ValueError):
@@ -57,21 +57,15 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     finally:
         os.close(pfd)
     try:
-        chunks, got = [], 0
-        while got <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - got))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
+        data = read_bounded(fd, limit)
     except OSError as exc:
         raise InputFileError(f"cannot read: {exc.strerror}") from None
     finally:
         os.close(fd)
-    if got > limit:
+    if data is None:
         raise InputFileError(f"longer than {limit} bytes (the limit for this file)",
                              "check that this is the right file")
-    return b"".join(chunks)
+    return data
 
 
 def check_operator_target(path: str | os.PathLike[str]) -> None:

@@ -341,17 +341,10 @@ class RootedFS:
     def _read(self, path: str) -> str:
         limit = MAX_READ
         with self._open_regular(path, os.O_RDONLY, "read") as (fd, _):
-            chunks = []
-            got = 0
-            while got <= limit:
-                chunk = os.read(fd, min(1 << 20, limit + 1 - got))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                got += len(chunk)
-            if got > limit:
-                raise NotAllowedError(f"refusing to read {path}: longer than {limit} bytes", path=path)
-        return b"".join(chunks).decode("utf-8", errors="replace").rstrip("\n")
+            data = read_bounded(fd, limit)
+        if data is None:
+            raise NotAllowedError(f"refusing to read {path}: longer than {limit} bytes", path=path)
+        return data.decode("utf-8", errors="replace").rstrip("\n")
 
     def read(self, path: str) -> str:
         """The attribute's text without its trailing newline."""
@@ -412,6 +405,13 @@ class RootedFS:
                 return os.readlink(w.name, dir_fd=w.dir_fd)
         except OSError:
             return None
+
+    def statvfs(self, path: str) -> os.statvfs_result:
+        """Usage of the filesystem that holds ``path`` (resolved inside the root). OSError to the caller."""
+        with self._leaf(path) as w:
+            if w.fd is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+            return os.fstatvfs(w.fd)
 
     def size(self, path: str) -> int | None:
         """A regular file's size in bytes, ``None`` when it does not exist."""
@@ -579,6 +579,19 @@ class RootedFS:
         except OSError as exc:
             raise map_oserror(exc, src, "rename") from None
         self.write_log.append(WriteRecord(dst, f"<renamed from {src}>", True))
+
+
+def read_bounded(fd: int, limit: int) -> bytes | None:
+    """Everything ``fd`` reads until EOF, or ``None`` when that is more than ``limit`` bytes: at most
+    ``limit + 1`` bytes are ever read (``st_size`` says nothing for procfs files or devices)."""
+    chunks, got = [], 0
+    while got <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - got))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        got += len(chunk)
+    return None
 
 
 def check_timeout(timeout: float) -> None:

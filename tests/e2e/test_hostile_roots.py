@@ -107,3 +107,26 @@ def test_an_in_root_state_dir_link_keeps_working(make_node, capsys) -> None:
     code, out, err = run(["--root", str(root), "apply", "--yes", "--skip-checks", "all", PROFILE], capsys)
     assert code == 0, out + err
     assert json.loads((root / "srv/state/last-applied.json").read_text())["status"] == "converged"
+
+
+def test_a_simulated_root_s_command_linked_out_is_never_run(make_node, scratch_dir) -> None:
+    """A fake daxctl replaced by a link to a binary of this machine must not be run: it would act on this
+    machine's kernel, not on the simulated node."""
+    from nodeagent.host import open_host
+
+    root = make_node("h100-cxl")
+    fake = next(p for p in root.glob("usr/*/daxctl"))
+    host_bin = scratch_dir / "host-daxctl"
+    host_bin.write_text("#!/bin/sh\necho ran-on-the-host\n")
+    host_bin.chmod(0o755)
+    fake.unlink()
+    fake.symlink_to(host_bin)
+    host = open_host(root)
+    assert host.commands.which("daxctl") is None
+    # A link that stays inside the root is the node's own binary.
+    fake.unlink()
+    (root / "opt").mkdir(exist_ok=True)
+    (root / "opt/daxctl").write_text("#!/bin/sh\necho fake\n")
+    (root / "opt/daxctl").chmod(0o755)
+    fake.symlink_to("../../opt/daxctl")
+    assert open_host(root).commands.which("daxctl") == str(fake)

@@ -9,8 +9,7 @@ refused (``NotAllowedError``) and the tree outside the root is byte-for-byte wha
 from __future__ import annotations
 
 import os
-import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -170,18 +169,6 @@ def test_a_write_is_checked_where_it_leads_not_only_as_spelled(world) -> None:
     with pytest.raises(NotAllowedError, match="leads to /etc/passwd"):
         RootedFS(root).write("/proc/sys/kernel/numa_balancing", "2")
     assert (root / "etc/passwd").read_text() == "root:x:0:0\n"
-
-
-@pytest.fixture
-def alarm() -> Iterator[None]:
-    """A read that blocks fails the test instead of hanging the suite."""
-    def boom(*_: object) -> None:
-        raise TimeoutError("blocked")
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(10)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def test_special_files_are_refused_without_being_opened(world, alarm) -> None:
