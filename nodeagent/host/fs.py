@@ -1,8 +1,10 @@
 """Rooted reads and writes of kernel attributes and state files: the only code that touches the node's files.
 
-Every path is given as the kernel names it (``/proc/sys/kernel/numa_balancing``) and resolved under the host's
-root. Writes are checked against an allow-list, never follow a symlink out of the root, go through the
-simulator when the root is a simulated node, and are logged. ``errno`` maps to domain errors in one table.
+Every path is given as the kernel names it (``/proc/sys/kernel/numa_balancing``) and resolved inside the host's
+root by one resolver (:meth:`RootedFS._resolve`), for reads as for writes: nothing outside the root is opened,
+listed, created or renamed. Writes are checked against an allow-list (as spelled and where they lead), go
+through the simulator when the root is a simulated node, and are logged. ``errno`` maps to domain errors in
+one table.
 """
 
 from __future__ import annotations
