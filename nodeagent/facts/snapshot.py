@@ -84,7 +84,10 @@ def to_document(snap: Snapshot) -> dict[str, Any]:
 
 
 def save(snap: Snapshot, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_document(snap), indent=2) + "\n")
+    """Write the facts file atomically; only a regular file is replaced (a FIFO there would block forever)."""
+    from ..host.files import write_operator_file
+
+    write_operator_file(path, json.dumps(to_document(snap), indent=2) + "\n", option="--save")
 
 
 MAX_FACTS_BYTES = 64 * 1024 * 1024  # a facts file of a node with terabytes of hot-plugged blocks is a few MiB

@@ -68,24 +68,28 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     return data
 
 
-def check_operator_target(path: str | os.PathLike[str]) -> None:
+def check_operator_target(path: str | os.PathLike[str], option: str = "--metrics-textfile") -> None:
     """Refuse, before any work, what :func:`write_operator_file` would refuse at ``path``."""
-    with _target_dir(path) as (dfd, name):
-        _require_replaceable(path, dfd, name)
+    with _target_dir(path, option) as (dfd, name):
+        _require_replaceable(path, dfd, name, option)
+
+
+_EXAMPLES = {"--metrics-textfile": "/var/lib/node_exporter/textfile_collector/nodeagent.prom",
+             "--save": "facts/node1.json"}
 
 
 @contextmanager
-def _target_dir(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
+def _target_dir(path: str | os.PathLike[str], option: str) -> Iterator[tuple[int, str]]:
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     name = target.name
     if not name or name in (".", ".."):
-        raise UsageError(f"{path}: not a file name", hint="give a file name such as nodeagent.prom")
+        raise UsageError(f"{option} {path}: not a file name", hint="give a file name")
     try:
         dfd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
-        raise UsageError(f"{path}: directory {parent} does not exist",
-                         hint="create it, or point --metrics-textfile at node_exporter's textfile directory") from None
+        raise UsageError(f"{option} {path}: directory {parent} does not exist",
+                         hint=f"create it, or give a path such as {_EXAMPLES.get(option, 'out.txt')}") from None
     except OSError as exc:
         raise map_oserror(exc, str(path), "write") from None
     try:
@@ -94,7 +98,7 @@ def _target_dir(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
         os.close(dfd)
 
 
-def _require_replaceable(path: str | os.PathLike[str], dfd: int, name: str) -> None:
+def _require_replaceable(path: str | os.PathLike[str], dfd: int, name: str, option: str) -> None:
     try:
         st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except FileNotFoundError:
@@ -103,23 +107,23 @@ def _require_replaceable(path: str | os.PathLike[str], dfd: int, name: str) -> N
         what = file_kind(st.st_mode)
         if stat.S_ISLNK(st.st_mode):
             what += f" (to {os.readlink(name, dir_fd=dfd)})"
-        raise UsageError(f"{path}: is {what}; nodeagent writes only a regular file or a new path",
-                         hint="give the path of the textfile itself, e.g. "
-                              "/var/lib/node_exporter/textfile_collector/nodeagent.prom")
+        raise UsageError(f"{option} {path}: is {what}; nodeagent writes only a regular file or a new path",
+                         hint=f"give the path of the file itself, e.g. {_EXAMPLES.get(option, 'out.txt')}")
 
 
-def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o644) -> Path:
+def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o644, *,
+                        option: str = "--metrics-textfile") -> Path:
     """Atomically replace the regular file ``path`` with ``data``, or create it. The directory must exist (a typo
     in a path should fail, not create a tree). Anything else at ``path`` — a directory, a device node such as
     ``/dev/null``, a FIFO, a socket, a symlink (which the rename would replace, not follow) — is refused:
     nodeagent writes its file, never over something that is not one."""
-    with _target_dir(path) as (dfd, name):
-        _require_replaceable(path, dfd, name)
+    with _target_dir(path, option) as (dfd, name):
+        _require_replaceable(path, dfd, name, option)
         try:
             replace_at(dfd, name, data, mode)
         except OSError as exc:
             if exc.errno == errno.EISDIR:
-                raise UsageError(f"{path}: is a directory", hint="give a file name such as nodeagent.prom") from None
+                raise UsageError(f"{option} {path}: is a directory", hint="give a file name") from None
             err: HostError = map_oserror(exc, str(path), "write")
             raise err from None
     return Path(path)

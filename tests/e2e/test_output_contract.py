@@ -105,3 +105,14 @@ def test_apply_device_the_node_has_still_works(make_node, capsys) -> None:
     code, out, err = run(["--root", str(root), "apply", "--yes", "--skip-checks", "all", "--device", "dax0.0",
                           PROFILE], capsys)
     assert code in (0, 5), out + err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "device"])
+def test_facts_save_writes_only_a_regular_file(make_node, tmp_path, capsys, kind) -> None:
+    root = make_node("workstation")
+    p = _special(tmp_path, kind)
+    code, out, err = run(["--root", str(root), "facts", "--save", str(p)], capsys)
+    assert code == 64 and "--save" in err and "regular file or a new path" in err, out + err
+    new = tmp_path / "node.json"
+    assert run(["--root", str(root), "facts", "--save", str(new)], capsys)[0] == 0
+    assert '"format"' in new.read_text()
