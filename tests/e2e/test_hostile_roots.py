@@ -130,3 +130,26 @@ def test_a_simulated_root_s_command_linked_out_is_never_run(make_node, scratch_d
     (root / "opt/daxctl").chmod(0o755)
     fake.symlink_to("../../opt/daxctl")
     assert open_host(root).commands.which("daxctl") == str(fake)
+
+
+def _knob_paths() -> list[str]:
+    from nodeagent.facts.knobs import KNOBS
+
+    return [k.path for k in KNOBS]
+
+
+@pytest.mark.parametrize("path", _knob_paths())
+def test_every_knob_linked_out_is_refused_by_plan_and_apply(make_node, outside, capsys, path) -> None:
+    """The whole class: whichever knob is a link out of the root, nothing of its target is printed or stored."""
+    root = make_node("workstation")
+    knob = root / path.lstrip("/")
+    knob.parent.mkdir(parents=True, exist_ok=True)
+    if knob.exists() or knob.is_symlink():
+        knob.unlink()
+    knob.symlink_to(outside / "shadow")
+    before = tree(outside)
+    for cmd in (["plan", PROFILE], ["apply", "--yes", "--skip-checks", "all", PROFILE]):
+        code, out, err = run(["--root", str(root), *cmd], capsys)
+        assert code != 0 and "outside the root" in err and "hunter2" not in out + err, out + err
+    assert "hunter2" not in _everything_under(root)
+    assert tree(outside) == before
