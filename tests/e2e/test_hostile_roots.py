@@ -153,3 +153,33 @@ def test_every_knob_linked_out_is_refused_by_plan_and_apply(make_node, outside, 
         assert code != 0 and "outside the root" in err and "hunter2" not in out + err, out + err
     assert "hunter2" not in _everything_under(root)
     assert tree(outside) == before
+
+
+def test_the_simulator_never_writes_through_a_link_out_of_its_root(make_node, outside, capsys) -> None:
+    """Files nodeagent never reads before apply (a node directory that appears when memory is onlined) are the
+    simulator's to write: a link planted there must not make it write this machine's files."""
+    root = make_node("h100-cxl")
+    for n in (2, 3):
+        (root / f"sys/devices/system/node/node{n}").symlink_to(outside)
+    before = tree(outside)
+    run(["--root", str(root), "apply", "--yes", "--skip-checks", "all", PROFILE], capsys)
+    assert tree(outside) == before
+
+
+def test_tree_writes_refuse_links(tmp_path) -> None:
+    from nodeagent.sim.tree import Tree
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "sys").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "f").write_text("precious\n")
+    (root / "sys/attr").symlink_to(outside / "f")
+    (root / "sys/dir").symlink_to(outside)
+    t = Tree(root)
+    with pytest.raises(OSError):
+        t.set("/sys/attr", "1")
+    with pytest.raises(OSError):
+        t.file("/sys/dir/new", "1")
+    with pytest.raises(OSError):
+        t.file("/sys/dir/f", "1")
+    assert (outside / "f").read_text() == "precious\n" and sorted(os.listdir(outside)) == ["f"]
