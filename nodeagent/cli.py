@@ -17,6 +17,7 @@ import click
 
 from . import __version__
 from .errors import ExitCode, NodeagentError, PlanError, UsageError
+from .render.escape import escape_controls
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -64,7 +65,7 @@ class Ctx:
         if self.fmt == "json":
             self.document = data
         else:
-            click.echo(text)
+            click.echo(escape_controls(text))
 
     def flush(self, error: dict[str, Any] | None = None) -> None:
         """Print the one JSON document: the command's, with ``error`` in it when the command then failed."""
@@ -220,7 +221,7 @@ def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
     tail = "; nothing was written" if applying else ""
     message = f"error-severity checks failed: {names}{tail}"
     hint = f"fix the node as each check says, or {report.skip_hint} to go ahead anyway"
-    click.echo(f"nodeagent: {message}\n  hint: {hint}", err=True)
+    click.echo(escape_controls(f"nodeagent: {message}\n  hint: {hint}"), err=True)
     ctx = click.get_current_context().find_object(Ctx)
     if ctx is not None:
         ctx.failure = (message, hint)
@@ -267,7 +268,7 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
     snaps = snapshot.read_all(facts_path) if facts_path is not None else [snapshot.capture(ctx.host, hardware=True)]
     reviews = review(loaded, snaps, baseline=old, allow_disruptive=allow_disruptive)
     if ctx.fmt == "markdown":
-        click.echo(review_markdown(reviews, loaded, old, offline=facts_path is not None), nl=False)
+        click.echo(escape_controls(review_markdown(reviews, loaded, old, offline=facts_path is not None)), nl=False)
     else:
         ctx.emit(review_text(reviews), to_dict(reviews, loaded, old))
     code = exit_code(reviews, detailed=detailed)
@@ -298,6 +299,14 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
     loaded = _load(_profile(ctx, profile))
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
+    if devices:  # a device the node does not have is a usage error, not an empty scope that "succeeds"
+        from .scope import require_devices
+
+        require_devices(ctx.host, devices)
+    if metrics_textfile:  # refuse a device node, FIFO or directory there before applying, not after
+        from .host.files import check_operator_target
+
+        check_operator_target(metrics_textfile)
     text = ctx.fmt == "text"
     interactive = _is_interactive() and text
 
@@ -305,8 +314,8 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
         """One shape wherever it runs: the checks, then the plan (before → after), then the prompt, then outcomes."""
         if text:
             if report.results:
-                click.echo(report_text(report, applying=not dry_run))
-            click.echo(plan_text(p))
+                click.echo(escape_controls(report_text(report, applying=not dry_run)))
+            click.echo(escape_controls(plan_text(p)))
 
     def confirm(p: Any) -> bool:
         return yes or not interactive or click.confirm("Apply these changes?", default=False)
@@ -349,7 +358,7 @@ class _TerminalProgress:
     def __call__(self, what: str, done: int, total: int) -> None:
         pct = 100 * done / total if total else 100
         self.open = done < total
-        click.echo(f"\r  {what}: {done}/{total} ({pct:.0f}%)\033[K", err=True, nl=not self.open)
+        click.echo(f"\r  {escape_controls(what)}: {done}/{total} ({pct:.0f}%)\033[K", err=True, nl=not self.open)
 
     def close(self) -> None:
         if self.open:
@@ -429,7 +438,7 @@ __import__("nodeagent.cli_metrics").cli_metrics.register(cli)  # the `metrics` g
 
 def _fail(ctx: Ctx, code: int, message: str, hint: str | None = None) -> int:
     """Say what failed on stderr; with --format json, also in stdout's one document."""
-    click.echo(f"nodeagent: {message}" + (f"\n  hint: {hint}" if hint else ""), err=True)
+    click.echo(escape_controls(f"nodeagent: {message}" + (f"\n  hint: {hint}" if hint else "")), err=True)
     if ctx.fmt == "json":
         ctx.flush({"message": message, "hint": hint, "exit_code": code})
     return code
@@ -459,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         usage = exc.ctx.get_usage() if isinstance(exc, click.UsageError) and exc.ctx is not None else None
         return _fail(ctx, int(ExitCode.USAGE), exc.format_message(), usage)
     except NodeagentError as exc:
-        click.echo(f"nodeagent: {exc.render()}", err=True)
+        click.echo(escape_controls(f"nodeagent: {exc.render()}"), err=True)
         if ctx.fmt == "json":
             ctx.flush({"message": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)})
         return int(exc.exit_code)

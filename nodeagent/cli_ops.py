@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .errors import ExitCode, NeedsRootError, PlanError
+from .render.escape import escape_controls
 
 if TYPE_CHECKING:
     from .cli import Ctx
@@ -136,7 +137,7 @@ def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: 
     def confirm(p: Any) -> bool:
         if yes or not interactive:
             return True
-        click.echo(revert_text(Result(p, dry_run=True)))
+        click.echo(escape_controls(revert_text(Result(p, dry_run=True))))
         return click.confirm("Revert these settings?", default=False)
 
     result = execute_revert(ctx.engine(), targets=list(targets) if targets else None, dry_run=dry_run,
@@ -260,5 +261,6 @@ def watch(ctx: Ctx, profile: str, debounce: float) -> None:
     loaded = _load(profile)
     eng = ctx.engine()
     eng.require_root()
-    w = Watcher(eng, loaded, debounce=debounce, log=lambda m: click.echo(f"nodeagent watch: {m}", err=True))
+    w = Watcher(eng, loaded, debounce=debounce,
+                log=lambda m: click.echo(escape_controls(f"nodeagent watch: {m}"), err=True))
     raise click.exceptions.Exit(w.run())

@@ -137,6 +137,8 @@ class Engine:
             rec = BY_KIND[c.kind].original(c, facts)
             if rec is not None and rec[0] not in originals:
                 originals[rec[0]] = rec[1]
+        # A read-only /sys (or /proc) fails here with one message, before the first write, not half-way.
+        self.host.fs.require_writable(sorted({c.path or "/sys" for c in plan.changes}))
         self.state.remember_originals(originals)
         outcomes: list[Outcome] = []
         for change in plan.changes:

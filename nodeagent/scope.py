@@ -129,3 +129,31 @@ def expand(host: Host, names: Iterable[str]) -> set[str]:
                 if f"/{name}/" in link:
                     out.add(dev)
     return out
+
+
+def require_devices(host: Host, names: Iterable[str]) -> None:
+    """Refuse (usage error, exit 64) a ``--device`` the node does not have: a typo or a stale udev event must say
+    so, not reconcile an empty scope and report success."""
+    from .errors import UsageError
+
+    missing = []
+    for name in names:
+        name = name.strip()
+        if name == "memory":
+            continue
+        if re.fullmatch(r"memory\d+", name):
+            path = f"/sys/devices/system/memory/{name}"
+        elif re.fullmatch(r"dax\d+\.\d+", name):
+            path = f"{DAX_DEVICES}/{name}"
+        elif re.fullmatch(r"(region|decoder|port|endpoint|mem|root|nvdimm-bridge)[\d.]*", name):
+            path = f"/sys/bus/cxl/devices/{name}"
+        else:
+            raise UsageError(f"--device {name!r}: not a device name nodeagent knows (daxX.Y, memoryN, memory, or a "
+                             "CXL region, decoder or port such as region0)",
+                             hint="give the name udev passes (%k), e.g. --device dax1.0")
+        if not host.fs.exists(path):
+            missing.append(f"{name} ({path})")
+    if missing:
+        raise UsageError(f"--device: this node has no {', '.join(missing)}",
+                         hint="check the name (`nodeagent facts` lists the DAX devices), or run a full "
+                              "`nodeagent apply`")

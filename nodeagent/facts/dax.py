@@ -193,7 +193,7 @@ def _node_summary(host: Host, ids: range, node: int, block_size: int) -> tuple[i
 
 def _backing(host: Host, base: str) -> tuple[str, str | None, list[str]]:
     """What provides the device's memory: a CXL region (and its memdevs), legacy/ACPI pmem, soft-reserved."""
-    real = os.path.realpath(host.fs.local(base))
+    real = host.fs.realpath(base)
     if "/ndbus" in real:
         return "pmem", None, []
     region = next((c for c in real.split("/") if re.fullmatch(r"region\d+", c)
@@ -206,9 +206,8 @@ def _backing(host: Host, base: str) -> tuple[str, str | None, list[str]]:
         decoder = (host.read_opt(f"{CXL_DEVICES}/{region}/target{i}") or "").strip()
         if not decoder:
             continue
-        endpoint = os.path.dirname(os.path.realpath(host.fs.local(f"{CXL_DEVICES}/{decoder}")))
-        uport = os.readlink(os.path.join(endpoint, "uport")) if os.path.islink(os.path.join(endpoint, "uport")) \
-            else None
+        endpoint = os.path.dirname(host.fs.realpath(f"{CXL_DEVICES}/{decoder}"))
+        uport = host.fs.readlink(f"{endpoint}/uport")
         if uport:
             memdevs.append(os.path.basename(uport))
     return "cxl", region, memdevs

@@ -32,6 +32,7 @@ environment, no credentials, no file contents outside nodeagent's scope. Plannin
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -110,21 +111,31 @@ def to_document(snap: Snapshot) -> dict[str, Any]:
 
 
 def save(snap: Snapshot, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_document(snap), indent=2) + "\n")
+    """Write the facts file atomically; only a regular file is replaced (a FIFO there would block forever)."""
+    from ..host.files import write_operator_file
+
+    write_operator_file(path, json.dumps(to_document(snap), indent=2) + "\n", option="--save")
+
+
+MAX_FACTS_BYTES = 64 * 1024 * 1024  # a facts file of a node with terabytes of hot-plugged blocks is a few MiB
 
 
 def read(path: str | Path) -> Snapshot:
     """Read one facts file; every way it can be wrong is a :class:`FactsFileError` naming the file."""
     p = Path(path)
     shown = str(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    from ..host.files import InputFileError, read_regular
+
+    if not os.path.lexists(p):
         raise UsageError(f"--facts {shown}: no such file or directory",
-                         hint="capture one on the node with `nodeagent facts --save FILE`") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FactsFileError(f"{shown}: cannot read the facts file: {getattr(exc, 'strerror', None) or exc}") \
-            from None
+                         hint="capture one on the node with `nodeagent facts --save FILE`")
+    try:  # only a regular file, bounded by reading (a FIFO or /dev/zero must not hang or fill memory)
+        text = read_regular(p, MAX_FACTS_BYTES).decode("utf-8")
+    except InputFileError as exc:
+        raise FactsFileError(f"{shown}: cannot read the facts file: {exc}",
+                             hint=exc.hint or "capture one on the node with `nodeagent facts --save FILE`") from None
+    except UnicodeDecodeError as exc:
+        raise FactsFileError(f"{shown}: cannot read the facts file: not UTF-8 text (byte {exc.start})") from None
     try:
         doc = json.loads(text)
     except ValueError as exc:

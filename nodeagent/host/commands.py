@@ -76,9 +76,12 @@ class CommandRunner:
             return shutil.which(name)
         if not self.simulated:
             return None
+        inside = os.path.realpath(self.root) + "/"
         for d in ROOTED_PATH:
             cand = self.root / d / name
-            if cand.is_file() and os.access(cand, os.X_OK):
+            # A simulated root's own fake, never a link out of it to this machine's binary (which would act on
+            # this machine's kernel).
+            if cand.is_file() and os.access(cand, os.X_OK) and os.path.realpath(cand).startswith(inside):
                 return str(cand)
         return None
 

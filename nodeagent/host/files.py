@@ -1,33 +1,129 @@
-"""Files the operator names on the command line (``--metrics-textfile PATH``): written on this machine, never
-under ``--root``, and never chosen by a profile.
+"""Files the operator names on the command line: profiles and ``--facts`` files read, ``--metrics-textfile PATH``
+written — on this machine, never under ``--root``, and never chosen by a profile.
 
-Kept in the host layer so that "only the host layer touches the machine" holds for them too. The write is
+Kept in the host layer so that "only the host layer touches the machine" holds for them too. Reads take only
+regular files, checked on an ``O_PATH`` descriptor before the file is opened for reading (a FIFO would block, a
+device node such as ``/dev/zero`` never ends, and opening either can have effects), and are bounded by reading
+at most ``limit + 1`` bytes — ``st_size`` is 0 for a procfs file and says nothing about a device. The write is
 atomic in the way node_exporter's textfile collector needs: a temporary file in the same directory, fsync,
-rename — a scrape never sees half a file.
+rename — a scrape never sees half a file — and it replaces only a regular file or creates a new one.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import HostError, UsageError
-from .fs import map_oserror, replace_file
+from .fs import file_kind, map_oserror, read_bounded, replace_at
 
 
-def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o644) -> Path:
-    """Atomically replace the regular file ``path`` with ``data``. The directory must exist (a typo in a path
-    should fail, not create a tree); ``path`` must not be a directory or a symlink to one."""
+class InputFileError(ValueError):
+    """An operator-named input that is not a readable regular file of bounded size. ``str()`` says why (without
+    the file name, which the caller puts in front); ``hint`` says the fix."""
+
+    def __init__(self, reason: str, hint: str | None = None) -> None:
+        super().__init__(reason)
+        self.hint = hint
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (symlinks followed: the operator named it), at most ``limit``.
+
+    Raises :class:`InputFileError` for a missing path, a directory, a FIFO, socket or device node, a file longer
+    than ``limit``, or one that cannot be read."""
+    try:
+        pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InputFileError("no such file", "check the path") from None
+    except OSError as exc:
+        raise InputFileError(f"cannot open: {exc.strerror}") from None
+    try:
+        st = os.fstat(pfd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputFileError("is a directory, not a file", "give the file's path")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputFileError(f"is {file_kind(st.st_mode)}, not a regular file",
+                                 "save it to a regular file first (nodeagent reads only regular files)")
+        try:
+            fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_CLOEXEC) if os.path.isdir("/proc/self/fd") \
+                else os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise InputFileError(f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(pfd)
+    try:
+        data = read_bounded(fd, limit)
+    except OSError as exc:
+        raise InputFileError(f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if data is None:
+        raise InputFileError(f"longer than {limit} bytes (the limit for this file)",
+                             "check that this is the right file")
+    return data
+
+
+def check_operator_target(path: str | os.PathLike[str], option: str = "--metrics-textfile") -> None:
+    """Refuse, before any work, what :func:`write_operator_file` would refuse at ``path``."""
+    with _target_dir(path, option) as (dfd, name):
+        _require_replaceable(path, dfd, name, option)
+
+
+_EXAMPLES = {"--metrics-textfile": "/var/lib/node_exporter/textfile_collector/nodeagent.prom",
+             "--save": "facts/node1.json"}
+
+
+@contextmanager
+def _target_dir(path: str | os.PathLike[str], option: str) -> Iterator[tuple[int, str]]:
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"{path}: directory {parent} does not exist",
-                         hint="create it, or point --metrics-textfile at node_exporter's textfile directory")
-    if target.is_dir():
-        raise UsageError(f"{path}: is a directory", hint="give a file name such as nodeagent.prom")
+    name = target.name
+    if not name or name in (".", ".."):
+        raise UsageError(f"{option} {path}: not a file name", hint="give a file name")
     try:
-        replace_file(parent / target.name, data, mode)
+        dfd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise UsageError(f"{option} {path}: directory {parent} does not exist",
+                         hint=f"create it, or give a path such as {_EXAMPLES.get(option, 'out.txt')}") from None
     except OSError as exc:
-        err: HostError = map_oserror(exc, str(path), "write")
-        raise err from None
-    return target
+        raise map_oserror(exc, str(path), "write") from None
+    try:
+        yield dfd, name
+    finally:
+        os.close(dfd)
+
+
+def _require_replaceable(path: str | os.PathLike[str], dfd: int, name: str, option: str) -> None:
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        what = file_kind(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            what += f" (to {os.readlink(name, dir_fd=dfd)})"
+        raise UsageError(f"{option} {path}: is {what}; nodeagent writes only a regular file or a new path",
+                         hint=f"give the path of the file itself, e.g. {_EXAMPLES.get(option, 'out.txt')}")
+
+
+def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o644, *,
+                        option: str = "--metrics-textfile") -> Path:
+    """Atomically replace the regular file ``path`` with ``data``, or create it. The directory must exist (a typo
+    in a path should fail, not create a tree). Anything else at ``path`` — a directory, a device node such as
+    ``/dev/null``, a FIFO, a socket, a symlink (which the rename would replace, not follow) — is refused:
+    nodeagent writes its file, never over something that is not one."""
+    with _target_dir(path, option) as (dfd, name):
+        _require_replaceable(path, dfd, name, option)
+        try:
+            replace_at(dfd, name, data, mode)
+        except OSError as exc:
+            if exc.errno == errno.EISDIR:
+                raise UsageError(f"{option} {path}: is a directory", hint="give a file name") from None
+            err: HostError = map_oserror(exc, str(path), "write")
+            raise err from None
+    return Path(path)

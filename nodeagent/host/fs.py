@@ -1,19 +1,23 @@
 """Rooted reads and writes of kernel attributes and state files: the only code that touches the node's files.
 
-Every path is given as the kernel names it (``/proc/sys/kernel/numa_balancing``) and resolved under the host's
-root. Writes are checked against an allow-list, never follow a symlink out of the root, go through the
-simulator when the root is a simulated node, and are logged. ``errno`` maps to domain errors in one table.
+Every path is given as the kernel names it (``/proc/sys/kernel/numa_balancing``) and resolved inside the host's
+root by one resolver (:meth:`RootedFS._resolve`), for reads as for writes: nothing outside the root is opened,
+listed, created or renamed. Writes are checked against an allow-list (as spelled and where they lead), go
+through the simulator when the root is a simulated node, and are logged. ``errno`` maps to domain errors in
+one table.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import math
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -26,6 +30,7 @@ from ..errors import (
     NotAllowedError,
     PermissionDeniedError,
     RejectedError,
+    UsageError,
 )
 
 #: Every path the agent may ever write. A profile cannot widen this: it names settings, never paths.
@@ -80,28 +85,49 @@ _ERRNO_ERRORS: dict[int, type[HostError]] = {
     errno.EACCES: PermissionDeniedError,
     errno.EPERM: PermissionDeniedError,
     errno.EROFS: PermissionDeniedError,
+    errno.ELOOP: NotAllowedError,  # O_NOFOLLOW met a symlink where nodeagent keeps a file of its own
 }
 
 
 def replace_file(local: Path, data: str, mode: int = 0o644) -> None:
-    """Atomically replace the on-disk file ``local`` with ``data``: a temporary file in the same directory,
-    fsync, rename, fsync of the directory — a reader sees the old file or the new one, never half of one, and
-    a crash keeps one of them. OSError is the caller's to map."""
-    import tempfile  # only when writing (it loads random and shutil)
-
-    fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.")
+    """Atomically replace the on-disk file ``local`` with ``data`` (see :func:`replace_at`)."""
+    dfd = os.open(local.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, local)
+        replace_at(dfd, local.name, data, mode)
+    finally:
+        os.close(dfd)
+
+
+def replace_at(dir_fd: int, name: str, data: str, mode: int = 0o644) -> None:
+    """Atomically replace the entry ``name`` of the directory ``dir_fd`` with a regular file holding ``data``:
+    a temporary file in the same directory (``O_EXCL|O_NOFOLLOW``), fsync, rename, fsync of the directory — a
+    reader sees the old file or the new one, never half of one, and a crash keeps one of them. The rename
+    replaces the entry itself: a symlink there is replaced, never followed. OSError is the caller's to map."""
+    for _ in range(100):
+        tmp = f".{name}.{os.urandom(4).hex()}"  # not secrets: it loads hashlib
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise OSError(errno.EEXIST, "no free temporary name", name)
+    try:
+        try:
+            view = memoryview(data.encode())
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        with suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
-    dfd = os.open(local.parent, os.O_RDONLY)
+    dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         os.fsync(dfd)
     finally:
@@ -116,6 +142,9 @@ def map_oserror(exc: OSError, path: str, action: str, value: str | None = None) 
     hint = None
     if cls is PermissionDeniedError and exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
         hint = "run as root"
+    if exc.errno == errno.ELOOP:
+        reason = "it is a symlink, and nodeagent follows none there"
+        hint = f"remove the symlink {path}; nodeagent creates the file itself"
     return cls(f"{what}: {reason} (errno {errno.errorcode.get(exc.errno or 0, exc.errno)})",
                path=path, hint=hint)
 
@@ -134,68 +163,278 @@ class WriteRecord:
     error: str | None = None
 
 
+#: A read of one attribute or state file stops here: sysfs gives at most a page, /proc/zoneinfo of a large
+#: machine some hundred KiB, state files a few MiB. Anything longer is not what the path names.
+MAX_READ = 16 * 1024 * 1024
+_KERNEL_TREES = ("/proc/", "/sys/", "/dev/")
+_MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup (ELOOP)
+_O_WALK = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+_PROC_FD = os.path.isdir("/proc/self/fd")  # reopen an O_PATH descriptor through procfs (no second lookup)
+
+
+@dataclass(frozen=True)
+class _Walked:
+    """Where a walk inside the root arrived: the leaf's directory (``O_PATH``), its name (``""`` for the root),
+    the resolved components, and the leaf's own ``O_PATH`` descriptor and stat (``None`` if it is absent)."""
+
+    dir_fd: int
+    name: str
+    names: list[str]
+    fd: int | None
+    st: os.stat_result | None
+
+
+class EscapeError(NotAllowedError):
+    """A path whose resolution would leave the root (a symlink out of it, or ``..`` above it)."""
+
+
 class RootedFS:
-    """Reads and writes under ``root``. Paths are absolute kernel paths; ``root`` is prepended."""
+    """Reads and writes under ``root``. Paths are absolute kernel paths resolved *inside* ``root``.
+
+    Every operation — read, list, stat, write, lock, mkdir, rename — resolves its path one component at a time
+    from a descriptor of the root (``openat`` with ``O_PATH|O_NOFOLLOW`` on each step, as
+    ``openat2(RESOLVE_BENEATH)`` would): a symlink is read and followed by the walk itself, relative ones from
+    the directory that holds them, absolute ones from the root, and one whose target leaves the root (``..``
+    above it, or an absolute path elsewhere) is refused before anything is opened or created. The leaf is
+    checked on its own ``O_PATH`` descriptor and opened through it, so nothing can be swapped in between the
+    check and the use. Only regular files are read, at most :data:`MAX_READ` bytes.
+    """
 
     def __init__(self, root: Path, writer: Writer | None = None) -> None:
         self.root = Path(root)
         self._real_root = os.path.realpath(self.root)
         self._writer = writer
         self.write_log: list[WriteRecord] = []
+        self._root_fd: int | None = None
+
+    def __del__(self) -> None:
+        if self._root_fd is not None:
+            with suppress(OSError):
+                os.close(self._root_fd)
 
     # -- paths ---------------------------------------------------------------------------------------
     def local(self, path: str) -> Path:
-        """The on-disk path of kernel path ``path`` (no escape check; for reads)."""
+        """The on-disk path of kernel path ``path``, lexically — for messages and the simulator, never for
+        opening (that is :meth:`_resolve`'s)."""
         if not path.startswith("/"):
             raise ValueError(f"kernel paths are absolute: {path!r}")
         return self.root / path[1:] if self._real_root != "/" else Path(path)
 
-    def _checked(self, path: str) -> Path:
-        local = self.local(path)
-        real = os.path.realpath(local)
-        if self._real_root != "/" and not (real == self._real_root or real.startswith(self._real_root + "/")):
-            raise NotAllowedError(f"{path} resolves outside the root {self.root} ({real})", path=path)
-        return Path(real)
+    def _rootfd(self) -> int:
+        if self._root_fd is None:
+            self._root_fd = os.open(self._real_root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return self._root_fd
+
+    def _escape(self, path: str, how: str) -> EscapeError:
+        return EscapeError(f"refusing {path}: {how}, outside the root {self.root}", path=path,
+                           hint="the root's tree is not what the kernel lays out: remove the symlink, or give "
+                                "--root the node's own tree")
+
+    def _resolve(self, path: str, *, follow: bool = True, create: bool = False) -> _Walked:
+        """Walk ``path`` inside the root (see the class). With ``follow`` a symlink as last component is
+        followed too (else the link itself is the leaf); with ``create`` missing directories are made on the
+        way, each inside the root. OSError (ENOENT, ENOTDIR, ELOOP...) for the caller to map;
+        :class:`EscapeError` for a symlink or ``..`` that leaves the root."""
+        if not path.startswith("/"):
+            raise ValueError(f"kernel paths are absolute: {path!r}")
+        root = self._rootfd()
+        pending = [c for c in reversed(path.split("/")) if c and c != "."]
+        stack: list[int] = []  # descriptors below the root, one per entry of names
+        names: list[str] = []
+        links = 0
+        try:
+            while pending:
+                comp = pending.pop()
+                if comp == "..":
+                    if not stack:
+                        raise self._escape(path, "'..' climbs above the root")
+                    os.close(stack.pop())
+                    names.pop()
+                    continue
+                cur = stack[-1] if stack else root
+                if not pending:  # the leaf: opened as whatever it is
+                    try:
+                        fd = os.open(comp, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
+                    except FileNotFoundError:
+                        return _Walked(self._hand(stack, root), comp, [*names, comp], None, None)
+                    st = os.fstat(fd)
+                    if not (follow and stat.S_ISLNK(st.st_mode)):
+                        return _Walked(self._hand(stack, root), comp, [*names, comp], fd, st)
+                    os.close(fd)
+                else:
+                    try:
+                        stack.append(os.open(comp, _O_WALK, dir_fd=cur))
+                        names.append(comp)
+                        continue
+                    except FileNotFoundError:
+                        if not create:
+                            raise
+                        with suppress(FileExistsError):
+                            os.mkdir(comp, 0o755, dir_fd=cur)
+                        pending.append(comp)  # open it like any other component (it may have been swapped)
+                        continue
+                    except NotADirectoryError:
+                        pass  # a symlink (followed below), or a file where a directory must be
+                try:
+                    target = os.readlink(comp, dir_fd=cur)
+                except OSError:
+                    raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path) from None
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+                if target.startswith("/"):
+                    inner = self._inside(target)
+                    if inner is None:
+                        raise self._escape(path, f"{'/'.join(['', *names, comp])} is a symlink to {target}")
+                    while stack:
+                        os.close(stack.pop())
+                    names.clear()
+                    target = inner
+                pending.extend(c for c in reversed(target.split("/")) if c and c != ".")
+            fd = self._hand(stack, root)
+            return _Walked(os.dup(fd), "", names, fd, os.fstat(fd))
+        finally:
+            for fd in stack:
+                os.close(fd)
+
+    @staticmethod
+    def _hand(stack: list[int], root: int) -> int:
+        """The innermost directory's descriptor, taken out of ``stack`` (the caller owns it now)."""
+        return stack.pop() if stack else os.dup(root)
+
+    def _inside(self, target: str) -> str | None:
+        """An absolute symlink target as a path inside the root, ``None`` when it points elsewhere. On ``/``
+        every target is inside; under another root, a target is inside only when it names the root's own
+        tree on disk (an absolute target like ``/etc/shadow`` is this machine's file, not the node's)."""
+        if self._real_root == "/":
+            return target
+        norm = os.path.normpath(target)
+        if norm == self._real_root or norm.startswith(self._real_root + "/"):
+            return norm[len(self._real_root):] or "/"
+        return None
+
+    @contextmanager
+    def _leaf(self, path: str, *, follow: bool = True) -> Iterator[_Walked]:
+        """The walk of ``path``, its descriptors closed afterwards."""
+        w = self._resolve(path, follow=follow)
+        try:
+            yield w
+        finally:
+            os.close(w.dir_fd)
+            if w.fd is not None:
+                os.close(w.fd)
+
+    @contextmanager
+    def _open_regular(self, path: str, flags: int, verb: str) -> Iterator[tuple[int, list[str]]]:
+        """``(fd, resolved components)`` of the existing regular file ``path`` opened with ``flags``. The
+        type is checked on the walk's ``O_PATH`` descriptor and the file reopened through that very
+        descriptor, so a FIFO or device node is refused without ever being opened (no open side effects)."""
+        with self._leaf(path) as w:
+            if w.fd is None or w.st is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+            if not stat.S_ISREG(w.st.st_mode):
+                if stat.S_ISDIR(w.st.st_mode):
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+                raise NotAllowedError(f"refusing to {verb} {path}: {file_kind(w.st.st_mode)}, not a regular file",
+                                      path=path, hint="kernel attributes and state files are regular files")
+            fd = os.open(f"/proc/self/fd/{w.fd}", flags | os.O_CLOEXEC) if _PROC_FD else \
+                os.open(w.name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=w.dir_fd)
+        try:
+            yield fd, w.names
+        finally:
+            os.close(fd)
+
+    def realpath(self, path: str) -> str:
+        """The kernel path that ``path`` resolves to inside the root (symlinks followed within it); as far as
+        it exists, like ``realpath -m``."""
+        try:
+            with self._leaf(path) as w:
+                return "/" + "/".join(w.names)
+        except (FileNotFoundError, NotADirectoryError):
+            return os.path.normpath(path)
+        except OSError as exc:
+            raise map_oserror(exc, path, "resolve") from None
 
     # -- reads ---------------------------------------------------------------------------------------
+    def _read(self, path: str) -> str:
+        limit = MAX_READ
+        with self._open_regular(path, os.O_RDONLY, "read") as (fd, _):
+            data = read_bounded(fd, limit)
+        if data is None:
+            raise NotAllowedError(f"refusing to read {path}: longer than {limit} bytes", path=path)
+        return data.decode("utf-8", errors="replace").rstrip("\n")
+
     def read(self, path: str) -> str:
         """The attribute's text without its trailing newline."""
         try:
-            with open(self.local(path), encoding="utf-8", errors="replace") as f:
-                return f.read().rstrip("\n")
+            return self._read(path)
         except OSError as exc:
             raise map_oserror(exc, path, "read") from None
 
     def read_opt(self, path: str) -> str | None:
         """Like :meth:`read`, but ``None`` when the attribute does not exist."""
         try:
-            with open(self.local(path), encoding="utf-8", errors="replace") as f:
-                return f.read().rstrip("\n")
+            return self._read(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             raise map_oserror(exc, path, "read") from None
 
+    def _stat(self, path: str) -> os.stat_result | None:
+        try:
+            with self._leaf(path) as w:
+                return w.st
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None
+            raise map_oserror(exc, path, "stat") from None
+
     def exists(self, path: str) -> bool:
-        return os.path.exists(self.local(path))
+        return self._stat(path) is not None
 
     def is_dir(self, path: str) -> bool:
-        return os.path.isdir(self.local(path))
+        st = self._stat(path)
+        return st is not None and stat.S_ISDIR(st.st_mode)
 
     def listdir(self, path: str) -> list[str]:
         """Entries of a directory, sorted; empty when it does not exist."""
         try:
-            return sorted(os.listdir(self.local(path)))
+            with self._leaf(path) as w:
+                if w.fd is None or w.st is None or not stat.S_ISDIR(w.st.st_mode):
+                    return []
+                fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=w.fd)
+            try:
+                return sorted(os.listdir(fd))
+            finally:
+                os.close(fd)
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
             raise map_oserror(exc, path, "list") from None
 
     def readlink(self, path: str) -> str | None:
+        """The target of the symlink ``path`` as written (its directories resolved inside the root)."""
         try:
-            return os.readlink(self.local(path))
+            with self._leaf(path, follow=False) as w:
+                if w.st is None or not stat.S_ISLNK(w.st.st_mode):
+                    return None
+                return os.readlink(w.name, dir_fd=w.dir_fd)
         except OSError:
             return None
+
+    def statvfs(self, path: str) -> os.statvfs_result:
+        """Usage of the filesystem that holds ``path`` (resolved inside the root). OSError to the caller."""
+        with self._leaf(path) as w:
+            if w.fd is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+            return os.fstatvfs(w.fd)
+
+    def size(self, path: str) -> int | None:
+        """A regular file's size in bytes, ``None`` when it does not exist."""
+        st = self._stat(path)
+        return st.st_size if st is not None else None
 
     # -- writes --------------------------------------------------------------------------------------
     def allowed(self, path: str) -> bool:
@@ -205,54 +444,106 @@ class RootedFS:
         if not self.allowed(path):
             raise NotAllowedError(f"refusing to {verb} {path}: not in nodeagent's write allow-list", path=path)
 
-    def _new_file_path(self, path: str) -> Path:
-        """The on-disk path for a regular file nodeagent writes, its directory created (OSError to the caller)."""
-        local = self.local(path)
-        local.parent.mkdir(parents=True, exist_ok=True)
-        self._checked(path)
-        return local
+    def _require_resolved_allowed(self, path: str, names: list[str], verb: str, *, files: bool = False) -> None:
+        """The allow-list holds for where a path leads, not only for how it is spelled. For nodeagent's own
+        files (``files``: state, units — fixed names, replaced by rename) a directory linked elsewhere inside
+        the root is followed, as long as it does not lead into the kernel's trees."""
+        real = "/" + "/".join(names)
+        if files and not real.startswith(_KERNEL_TREES):
+            return
+        if real != path and not self.allowed(real):
+            raise NotAllowedError(f"refusing to {verb} {path}: it leads to {real}, which is not in nodeagent's "
+                                  "write allow-list", path=path)
+
+    @contextmanager
+    def _parent(self, path: str, verb: str, *, create: bool) -> Iterator[tuple[int, str]]:
+        """``(dir_fd, name)`` for a file nodeagent creates or replaces itself (state, units): the directory
+        resolved (and with ``create`` made) inside the root, the entry itself never followed."""
+        w = self._resolve(path, follow=False, create=create)
+        try:
+            if w.fd is not None:
+                os.close(w.fd)
+            if not w.name:
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+            self._require_resolved_allowed(path, w.names, verb, files=True)
+            yield w.dir_fd, w.name
+        finally:
+            os.close(w.dir_fd)
 
     def write(self, path: str, value: str) -> None:
         """Write one kernel attribute. Raises a :class:`HostError` subclass named after the errno."""
         self._require_allowed(path, "write")
-        local = self._checked(path)
         try:
             if self._writer is not None:
-                self._writer.write(path, value)
+                with self._leaf(path) as w:
+                    self._require_resolved_allowed(path, w.names, "write")
+                    if w.st is not None and not (stat.S_ISREG(w.st.st_mode) or stat.S_ISDIR(w.st.st_mode)):
+                        raise NotAllowedError(f"refusing to write {path}: {file_kind(w.st.st_mode)}, not a "
+                                              "kernel attribute", path=path)
+                self._writer.write("/" + "/".join(w.names), value)
             else:
-                fd = os.open(local, os.O_WRONLY | os.O_NOFOLLOW)
-                try:
+                with self._open_regular(path, os.O_WRONLY, "write") as (fd, names):
+                    self._require_resolved_allowed(path, names, "write")
                     os.write(fd, value.encode())
-                finally:
-                    os.close(fd)
         except OSError as exc:
             err = map_oserror(exc, path, "write", value)
             self.write_log.append(WriteRecord(path, value, False, str(err)))
             raise err from None
         self.write_log.append(WriteRecord(path, value, True))
 
+    def require_writable(self, paths: list[str]) -> None:
+        """Refuse, before any write, when a filesystem that holds one of ``paths`` is mounted read-only (EROFS
+        up front, rather than an apply that stops half-way at its first write there)."""
+        seen: set[str] = set()
+        for path in paths:
+            probe = path
+            while probe != "/" and not self.exists(probe):
+                probe = os.path.dirname(probe)
+            if probe in seen:
+                continue
+            seen.add(probe)
+            try:
+                with self._leaf(probe) as w:
+                    readonly = w.fd is not None and bool(os.fstatvfs(w.fd).f_flag & os.ST_RDONLY)
+            except OSError as exc:
+                raise map_oserror(exc, path, "stat") from None
+            if readonly:
+                err = OSError(errno.EROFS, os.strerror(errno.EROFS))
+                raise PermissionDeniedError(
+                    f"cannot apply: {probe} (which holds {path}) is on a read-only filesystem "
+                    f"(errno {errno.errorcode[errno.EROFS]}); nothing was written", path=path,
+                    hint="remount it read-write (mount -o remount,rw), or run `nodeagent plan` to see the "
+                         "changes without applying them") from err
+
     @contextmanager
     def lock(self, path: str, timeout: float) -> Iterator[None]:
         """Hold an exclusive flock on ``path`` (created if needed); wait up to ``timeout`` seconds.
 
-        The holder's pid is written into the file so that a waiter can name it.
+        The holder's pid is written into the file so that a waiter can name it. The lock file and the
+        directories above it are created inside the root; a lock path that is not a regular file is refused.
         """
+        check_timeout(timeout)
         self._require_allowed(path, "lock")
-        local = self.local(path)
         try:
-            local.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(local, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            with self._parent(path, "lock", create=True) as (dfd, name):
+                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644,
+                             dir_fd=dfd)
         except OSError as exc:
             raise map_oserror(exc, path, "lock") from None
         deadline = time.monotonic() + timeout
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotAllowedError(f"refusing to lock {path}: {file_kind(st.st_mode)}, not a regular file",
+                                      path=path, hint=f"remove {path}; nodeagent creates it")
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                        holder = holder if holder.isdigit() and holder.isascii() else "unknown"
                         raise LockTimeoutError(
                             f"another nodeagent run (pid {holder}) holds {path}; waited {timeout:.0f}s",
                             hint="wait for it to finish, or raise --lock-timeout") from None
@@ -267,7 +558,8 @@ class RootedFS:
         """Write a whole regular file (state, units): temp file in the same directory, fsync, rename."""
         self._require_allowed(path, "write")
         try:
-            replace_file(self._new_file_path(path), data, mode)
+            with self._parent(path, "write", create=True) as (dfd, name):
+                replace_at(dfd, name, data, mode)
         except OSError as exc:
             raise map_oserror(exc, path, "write") from None
         self.write_log.append(WriteRecord(path, f"<{len(data)} bytes>", True))
@@ -277,8 +569,14 @@ class RootedFS:
         fsynced — how the state directory's journal grows."""
         self._require_allowed(path, "write")
         try:
-            fd = os.open(self._new_file_path(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            with self._parent(path, "write", create=True) as (dfd, name):
+                fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                             | os.O_CLOEXEC, 0o644, dir_fd=dfd)
             try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise NotAllowedError(f"refusing to append to {path}: {file_kind(st.st_mode)}, not a regular "
+                                          "file", path=path, hint=f"remove {path}; nodeagent creates it")
                 os.write(fd, data.encode())
                 os.fsync(fd)
             finally:
@@ -288,20 +586,43 @@ class RootedFS:
         self.write_log.append(WriteRecord(path, f"<+{len(data)} bytes>", True))
 
     def rename(self, src: str, dst: str) -> None:
-        """Rename a regular file within the allow-list (journal rotation)."""
+        """Rename a regular file within the allow-list (journal rotation); both directories resolved inside
+        the root, neither entry followed."""
         for p in (src, dst):
             self._require_allowed(p, "rename")
         try:
-            os.replace(self._checked(src), self._checked(dst))
+            with self._parent(src, "rename", create=False) as (sfd, sname), \
+                    self._parent(dst, "rename", create=False) as (dfd, dname):
+                os.replace(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
         except OSError as exc:
             raise map_oserror(exc, src, "rename") from None
         self.write_log.append(WriteRecord(dst, f"<renamed from {src}>", True))
 
-    def size(self, path: str) -> int | None:
-        """A regular file's size in bytes, ``None`` when it does not exist."""
-        try:
-            return os.stat(self.local(path)).st_size
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise map_oserror(exc, path, "stat") from None
+
+def read_bounded(fd: int, limit: int) -> bytes | None:
+    """Everything ``fd`` reads until EOF, or ``None`` when that is more than ``limit`` bytes: at most
+    ``limit + 1`` bytes are ever read (``st_size`` says nothing for procfs files or devices)."""
+    chunks, got = [], 0
+    while got <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - got))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        got += len(chunk)
+    return None
+
+
+def check_timeout(timeout: float) -> None:
+    """A lock wait is a finite number of seconds, ≥ 0 (``nan`` would wait forever, ``inf`` too)."""
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout >= 0):
+        raise UsageError(f"lock timeout {timeout!r}: not a finite number of seconds ≥ 0",
+                         hint="give --lock-timeout seconds, e.g. --lock-timeout 60 (0: do not wait)")
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words (for refusals)."""
+    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return word
+    return "a regular file" if stat.S_ISREG(mode) else "a special file"

@@ -66,7 +66,7 @@ def statvfs(host: Host, path: str) -> StatVfs:
         except OSError as exc:
             raise map_oserror(exc, path, "statvfs") from None
     try:
-        return StatVfs.from_os(os.statvfs(host.fs.local(path)))
+        return StatVfs.from_os(host.fs.statvfs(path))
     except OSError as exc:
         raise map_oserror(exc, path, "statvfs") from None
 

@@ -9,7 +9,9 @@ lists of named items merge by ``name``, anything else is replaced by the extendi
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,18 @@ from typing import Any
 import yaml
 
 from ..errors import ProfileError
+from ..host.files import InputFileError, read_regular
 
 MAX_BYTES = 1024 * 1024
 KEY = "<key>"  # marks a key's own position in the locations map: (*path, KEY, key)
 MAX_NODES = 100_000  # values after alias expansion: far above any real profile, far below a "billion laughs"
 MAX_EXTENDS_DEPTH = 16
+MAX_FILES = 64  # profile files one load reads, counting each extends entry: bounds fan-out, not only depth
+MAX_DEPTH = 32  # nesting of maps and lists in one file, checked while composing (a real profile nests ~6 deep)
+#: No setting takes a number above 2^64-1 (the widest kernel file, u64): anything longer is refused at load,
+#: before a conversion could overflow or run long on it.
+MAX_NUMBER = 2**64 - 1
+_NUMBERISH = re.compile(r"\s*[+-]?([0-9][0-9_]*)(\.[0-9_]*)?([eE][+-]?[0-9]+)?\s*[a-zA-Zµ%]*\s*")
 _CORE_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq")}
 
 
@@ -54,17 +63,16 @@ def _display(path: Path) -> str:
 
 def read_text(path: Path) -> str:
     shown = _display(path)
-    if not path.exists():
-        raise ProfileError([f"{shown}: no such file"], hint="check the path of the profile")
-    if path.is_dir():
-        raise ProfileError([f"{shown}: is a directory, not a profile"], hint="give a .yaml file")
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise ProfileError([f"{shown}: {size} bytes is too large for a profile (limit {MAX_BYTES})"])
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ProfileError([f"{shown}: cannot read: {exc.strerror}"]) from None
+        data = read_regular(path, MAX_BYTES)
+    except InputFileError as exc:
+        reason = str(exc)
+        if reason.startswith("longer than"):
+            reason = f"too large for a profile ({reason})"
+        elif reason.startswith("is a directory"):
+            reason = "is a directory, not a profile"
+        raise ProfileError([f"{shown}: {reason}"], hint=exc.hint if reason != "no such file" else
+                           "check the path of the profile") from None
     if b"\0" in data:
         raise ProfileError([f"{shown}: binary file (contains NUL bytes), not a YAML profile"])
     try:
@@ -75,6 +83,29 @@ def read_text(path: Path) -> str:
         raise ProfileError([f"{shown}: empty profile"],
                            hint="a profile starts with apiVersion: nodeagent/v1 and kind: NodeProfile")
     return text
+
+
+class _DepthError(Exception):
+    def __init__(self, mark: yaml.Mark) -> None:
+        self.mark = mark
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, with nesting bounded while composing: the composer recurses once per level, so a
+    deep document (``[[[[...]]]]``) is refused at :data:`MAX_DEPTH` instead of exhausting Python's stack."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _DepthError(self.peek_event().start_mark)
+            return super().compose_node(parent, index)  # type: ignore[misc]
+        finally:
+            self._depth -= 1
 
 
 class _Converter:
@@ -89,9 +120,12 @@ class _Converter:
 
     def convert(self, node: yaml.Node, depth: int = 0) -> LNode:
         self.count += 1
-        if self.count > MAX_NODES or depth > 200:
+        if self.count > MAX_NODES:
             raise ProfileError([f"{self.loc(node)}: the document expands to more than {MAX_NODES} values "
-                                "(an alias bomb?)"])
+                                "(an alias bomb?)"], hint="write the values out; use extends: to share them")
+        if depth > MAX_DEPTH:  # only through aliases (the composer bounds the written nesting)
+            raise ProfileError([f"{self.loc(node)}: nested more than {MAX_DEPTH} levels deep through aliases "
+                                "(a recursive alias?)"], hint="write the values out; use extends: to share them")
         if node.tag not in _CORE_TAGS:
             raise ProfileError([f"{self.loc(node)}: YAML tag {node.tag!r} is not allowed in a profile"],
                                hint="profiles are plain data: remove the tag")
@@ -113,13 +147,42 @@ class _Converter:
             return LNode(out, self.loc(node), key_locs)
         if isinstance(node, yaml.SequenceNode):
             return LNode([self.convert(v, depth + 1) for v in node.value], self.loc(node))
-        value = self.constructor.construct_object(node, deep=True)
+        too_long = isinstance(node, yaml.ScalarNode) and _digits(node.value) > len(str(MAX_NUMBER))
+        value = None if too_long else self.constructor.construct_object(node, deep=True)
+        if too_long or (isinstance(value, int | float) and not isinstance(value, bool)
+                        and not abs(value) <= MAX_NUMBER):  # not <=: nan too
+            shown = _short(node.value)
+            if isinstance(value, float) and math.isnan(value):
+                raise ProfileError([f"{self.loc(node)}: {shown} is not a number"],
+                                   hint="give a number, or quote it if it is a name")
+            raise ProfileError([f"{self.loc(node)}: the number {shown} is too large: no setting takes more than "
+                                f"{MAX_NUMBER} (2^64-1)"],
+                               hint="give the value in a larger unit (2TiB, 1h), or check for a typo")
         return LNode(value, self.loc(node))
+
+
+def _digits(text: str) -> int:
+    """The length of the integer part of a number, or of a size or duration (``400...000GiB``); 0 for text
+    that is not one. Counted before anything converts it (``int()`` of 5,000 digits is itself an error)."""
+    m = _NUMBERISH.fullmatch(text)
+    if m is None:
+        return 0
+    exp = m.group(3)
+    return len(m.group(1).replace("_", "").lstrip("0")) + (int(exp[1:]) if exp and len(exp) < 6 else len(exp or ""))
+
+
+def _short(text: str) -> str:
+    text = text.strip()
+    return repr(text) if len(text) <= 32 else f"{text[:12]!r}... ({len(text)} characters)"
 
 
 def parse(text: str, shown: str) -> LNode:
     try:
-        docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        docs = list(yaml.compose_all(text, Loader=_Loader))
+    except _DepthError as exc:
+        raise ProfileError([f"{shown}:{exc.mark.line + 1}:{exc.mark.column + 1}: nested more than {MAX_DEPTH} "
+                            "levels deep"], hint="a profile nests a few levels of maps and lists: flatten it") \
+            from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
@@ -167,16 +230,28 @@ def _name(node: LNode) -> str:
     return node.value["name"].value
 
 
-def load_tree(path: Path, *, _stack: tuple[Path, ...] = (), _top: Path | None = None) -> LNode:
+class _Budget:
+    """How many more profile files one load may read (see :data:`MAX_FILES`)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_FILES
+
+
+def load_tree(path: Path, *, _stack: tuple[Path, ...] = (), _top: Path | None = None,
+              _budget: _Budget | None = None) -> LNode:
     """Load ``path`` and everything it ``extends``, merged (positions kept)."""
     path = Path(path)
     real = path.resolve()
     node = parse(read_text(path), _display(path))
-    return resolve_extends(node, real, top=_top or real.parent, stack=_stack)
+    return resolve_extends(node, real, top=_top or real.parent, stack=_stack, budget=_budget)
 
 
-def resolve_extends(node: LNode, real: Path, *, top: Path, stack: tuple[Path, ...] = ()) -> LNode:
-    """Merge what ``node`` (the document of file ``real``) extends under it. ``top`` bounds the paths."""
+def resolve_extends(node: LNode, real: Path, *, top: Path, stack: tuple[Path, ...] = (),
+                    budget: _Budget | None = None) -> LNode:
+    """Merge what ``node`` (the document of file ``real``) extends under it. ``top`` bounds the paths; the
+    budget bounds the files read in all (a file that lists the next one many times, at every level, would
+    otherwise be read exponentially often)."""
+    budget = budget or _Budget()
     ext = node.value.pop("extends", None)
     if ext is None:
         return node
@@ -194,9 +269,15 @@ def resolve_extends(node: LNode, real: Path, *, top: Path, stack: tuple[Path, ..
             raise ProfileError([f"{item.loc}: extends: cycle: {chain}"])
         if len(stack) >= MAX_EXTENDS_DEPTH:
             raise ProfileError([f"{item.loc}: extends: nested more than {MAX_EXTENDS_DEPTH} deep"])
-        if not target.is_file():
+        if not target.exists():
             raise ProfileError([f"{item.loc}: extends: {item.value!r}: no such file"])
-        base = load_tree(target, _stack=(*stack, real), _top=top)
+        budget.left -= 1
+        if budget.left < 0:
+            raise ProfileError([f"{item.loc}: extends: this profile reads more than {MAX_FILES} files in all "
+                                "(counting each extends entry of every file)"],
+                               hint="extend each base once; a base that several files need is extended by "
+                                    "one of them")
+        base = load_tree(target, _stack=(*stack, real), _top=top, _budget=budget)
         merged = base if merged is None else merge(merged, base)
     return merge(merged, node) if merged is not None else node
 

@@ -109,7 +109,8 @@ class Kernel(Strict):
 
     numa_balancing: NumaBalancing | None = Field(
         None, description="kernel.numa_balancing: memory-tiering promotes hot pages of lower tiers (2); by name or 0-3")
-    numa_balancing_promote_rate_limit_mbps: Annotated[int, BeforeValidator(_int_range(0, 2**32 - 1))] | None = Field(
+    # The kernel parses it with proc_dointvec_minmax (an int, extra1 = 0): 0 to 2^31-1, not 2^32-1.
+    numa_balancing_promote_rate_limit_mbps: Annotated[int, BeforeValidator(_int_range(0, 2**31 - 1))] | None = Field(
         None, description="kernel.numa_balancing_promote_rate_limit_MBps: promotion bandwidth cap, MB/s")
     demotion_enabled: StrictBool | None = Field(
         None, description="/sys/kernel/mm/numa/demotion_enabled: reclaim demotes to a lower tier instead of freeing")

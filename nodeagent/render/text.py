@@ -5,6 +5,9 @@ from __future__ import annotations
 from ..facts import Facts
 from ..plan import Change, Plan, Result
 from ..units import format_size
+from .escape import escape_controls
+
+__all__ = ["escape_controls", "plan_text", "result_text", "facts_text", "change_line", "dax_text"]
 
 _OP_MARK = {"set": "~", "update": "~", "create": "+", "delete": "-", "reconfigure": "~", "start": "+",
             "stop": "-"}

@@ -120,6 +120,7 @@ def add_blocks(k: SimKernel, node: int, start: int, size: int, zone: str | None)
     ids = list(range(first, first + size // bs))
     t = k.tree
     node_dir = t.local(f"{NODE}/node{node}")
+    t.guard(node_dir / "memory")  # never link blocks into a node directory that leads out of the root
     zones = zone or offline_valid_zones(k, node)
     for n in ids:
         t.new_dir(f"{MEM}/memory{n}", {

@@ -26,9 +26,25 @@ class Tree:
         self.root = Path(root)
         self._pooled_paths: dict[tuple[str, int | None], str] = {}
         self._generation: dict[tuple[str, int | None], int] = {}  # copies that reached the link limit, per value
+        self._inside: set[str] = set()  # directories checked to be inside the root (see guard)
 
     def local(self, path: str) -> Path:
         return self.root / path.lstrip("/")
+
+    def guard(self, p: Path) -> None:
+        """The emulated kernel changes files of its own tree only: never through a symlink (a sysfs attribute is
+        never one) nor below a directory that leads out of the root — a hostile simulated root must not make the
+        simulator write this machine's files. Directories found inside are remembered (the check runs on every
+        emulated write)."""
+        parent = str(p.parent)
+        if parent not in self._inside:
+            real_root = os.path.realpath(self.root)
+            real = os.path.realpath(parent)
+            if not (real == real_root or real.startswith(real_root + "/")):
+                raise OSError(errno.EXDEV, f"{parent} leads outside the simulated root", str(p))
+            self._inside.add(parent)
+        if p.is_symlink():
+            raise OSError(errno.ELOOP, "a symlink where the kernel has an attribute", str(p))
 
     def dir(self, path: str) -> Path:
         p = self.local(path)
@@ -37,6 +53,7 @@ class Tree:
 
     def file(self, path: str, content: str | int = "", mode: int = RW) -> None:
         p = self.local(path)
+        self.guard(p)
         p.parent.mkdir(parents=True, exist_ok=True)
         text = _text(content)
         if p.exists():
@@ -52,6 +69,7 @@ class Tree:
         """Create the new directory ``path`` with ``{name: (content, mode)}`` files and ``{name: target}``
         symlinks. Files named in ``shared``, and the links, are hard links to pooled copies (see the module)."""
         d = str(self.local(path))
+        self.guard(Path(d))
         os.makedirs(d)
         for name, (content, mode) in files.items():
             text = _text(content)
@@ -118,6 +136,7 @@ class Tree:
     def set(self, path: str, content: str | int) -> None:
         """Replace a file's content keeping its mode (what the kernel does to its own attributes)."""
         p = self.local(path)
+        self.guard(p)
         st = p.stat()
         mode = st.st_mode & 0o777
         text = _text(content)

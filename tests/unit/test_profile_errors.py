@@ -52,7 +52,7 @@ def test_numa_balancing_names_and_integer_aliases(tmp_path: Path, value: object,
     ("memory:\n  auto_online_blocks: yes\n",
      "memory.auto_online_blocks: expected one of offline, online, online_movable, online_kernel, got true"),
     ("kernel: [1, 2]\n", "kernel: expected a mapping"),
-    ("kernel:\n  numa_balancing_promote_rate_limit_mbps: -5\n", "expected an integer from 0 to 4294967295"),
+    ("kernel:\n  numa_balancing_promote_rate_limit_mbps: -5\n", "expected an integer from 0 to 2147483647"),
 ])
 def test_field_errors_name_line_column_and_field(tmp_path: Path, body: str, fragment: str) -> None:
     p = write(tmp_path, HEAD + body)

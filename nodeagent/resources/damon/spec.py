@@ -23,6 +23,7 @@ file by file with what nodeagent wants; type-specific filter files of other type
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,87 @@ if TYPE_CHECKING:
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 Writes = list[tuple[str, str]]
+
+#: What each numeric file under a kdamond holds, as mm/damon/sysfs.c and sysfs-schemes.c parse it: ``kstrtoul``
+#: is an unsigned long (64 bits on the LP64 machines nodeagent runs on), ``kstrtouint`` an unsigned int,
+#: ``kstrtoint`` an int. ``age`` and ``nr_accesses`` are parsed as unsigned long but land in the unsigned int
+#: fields of ``struct damos_access_pattern``: 32 bits is what they hold, and a larger value is silently cut.
+#: A value outside its file's range is a plan problem, so apply never starts a kdamond it cannot finish.
+KERNEL_RANGES = {"unsigned long": (0, U64_MAX), "unsigned int": (0, U32_MAX), "int": (-(2**31), 2**31 - 1)}
+_S = r"contexts/0/schemes/(\d+)/"
+KERNEL_TYPES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = tuple(
+    (re.compile(rx), ctype, field) for rx, ctype, field in (
+        # (file, relative to the kdamond; its C type; the profile field it comes from, below the kdamond)
+        (r"refresh_ms", "unsigned int", ("stats_refresh",)),
+        (r"(contexts/nr_contexts|.*/nr_(targets|regions|schemes|filters|goals|dests))", "int", ()),
+        (r"contexts/0/addr_unit", "unsigned long", ()),
+        (r".*/intervals/sample_us", "unsigned long", ("monitoring", "sample")),
+        (r".*/intervals/aggr_us", "unsigned long", ("monitoring", "aggregate")),
+        (r".*/intervals/update_us", "unsigned long", ("monitoring", "update")),
+        (r".*/intervals_goal/access_bp", "unsigned long", ("monitoring", "intervals_goal", "access")),
+        (r".*/intervals_goal/aggrs", "unsigned long", ("monitoring", "intervals_goal", "aggregations")),
+        (r".*/intervals_goal/min_sample_us", "unsigned long", ("monitoring", "intervals_goal", "min_sample")),
+        (r".*/intervals_goal/max_sample_us", "unsigned long", ("monitoring", "intervals_goal", "max_sample")),
+        (r".*/monitoring_attrs/nr_regions/(min|max)", "unsigned long", ("monitoring", "regions", "{1}")),
+        (r".*/pid_target", "int", ()),
+        (r".*/regions/\d+/(start|end)", "unsigned long", ()),
+        (_S + r"target_nid", "int", ("schemes", "{s}", "target_node")),
+        (_S + r"apply_interval_us", "unsigned long", ("schemes", "{s}", "apply_interval")),
+        (_S + r"access_pattern/sz/(min|max)", "unsigned long", ("schemes", "{s}", "access", "size", "{2}")),
+        (_S + r"access_pattern/nr_accesses/(min|max)", "unsigned int",
+         ("schemes", "{s}", "access", "nr_accesses", "{2}")),
+        (_S + r"access_pattern/age/(min|max)", "unsigned int", ("schemes", "{s}", "access", "age", "{2}")),
+        (_S + r"quotas/ms", "unsigned long", ("schemes", "{s}", "quota", "time")),
+        (_S + r"quotas/bytes", "unsigned long", ("schemes", "{s}", "quota", "size")),
+        (_S + r"quotas/reset_interval_ms", "unsigned long", ("schemes", "{s}", "quota", "reset_interval")),
+        (_S + r"quotas/weights/(sz|nr_accesses|age)_permil", "unsigned int", ("schemes", "{s}", "quota", "weights")),
+        (_S + r"quotas/goals/(\d+)/(target|current)_value", "unsigned long",
+         ("schemes", "{s}", "quota", "goals", "{2}", "{3}")),
+        (_S + r"quotas/goals/(\d+)/nid", "int", ("schemes", "{s}", "quota", "goals", "{2}", "node")),
+        (_S + r"watermarks/(interval_us|high|mid|low)", "unsigned long", ("schemes", "{s}", "watermarks")),
+        (_S + r"\w+/\d+/(addr_start|addr_end|min|max)", "unsigned long", ("schemes", "{s}", "filters")),
+        (_S + r"\w+/\d+/damon_target_idx", "int", ("schemes", "{s}", "filters")),
+    ))
+
+
+def kernel_type(file: str) -> tuple[str, tuple[str, ...], re.Match[str]] | None:
+    """The C type of the kdamond file ``file`` (relative to the kdamond) and the profile field behind it."""
+    for rx, ctype, field in KERNEL_TYPES:
+        m = rx.fullmatch(file)
+        if m:
+            return ctype, field, m
+    return None
+
+
+def check_kernel_ranges(base: tuple, writes: Writes, scheme_of: list[int], chk: Checker) -> None:
+    """Every numeric value fits the type of the kernel file it goes to (see :data:`KERNEL_TYPES`); one that
+    does not is a problem at the profile field it came from, with the converted value and the file's type."""
+    for file, value in writes:
+        if not re.fullmatch(r"-?\d+", value):
+            continue
+        found = kernel_type(file)
+        if found is None:
+            continue
+        ctype, field, m = found
+        lo, hi = KERNEL_RANGES[ctype]
+        if lo <= int(value) <= hi:
+            continue
+        path = base + tuple(_field_part(part, m, scheme_of) for part in field)
+        age = "/age/" in file
+        unit = " aggregation intervals" if age else ""
+        chk.fail(path, f"becomes {value}{unit} for the kernel's {file.rsplit('/', 2)[-2] + '/' if age else ''}"
+                 f"{file.rsplit('/', 1)[-1]}, which holds an {ctype} ({lo} to {hi})",
+                 "lower it, or raise monitoring.aggregate (ages are counted in aggregation intervals)" if age
+                 else f"lower it to what an {ctype} holds")
+
+
+def _field_part(part: str, m: re.Match[str], scheme_of: list[int]) -> str | int:
+    if part == "{s}":
+        return scheme_of[int(m.group(1))]
+    if part.startswith("{"):
+        g = m.group(int(part[1:-1]))
+        return int(g) if g.isdigit() else g
+    return part
 
 
 @dataclass(frozen=True)
@@ -323,16 +405,19 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
         out += [(f"contexts/0/targets/0/regions/{i}/start", str(start)),
                 (f"contexts/0/targets/0/regions/{i}/end", str(end))]
     schemes: list[Writes] = []
+    scheme_of: list[int] = []  # the profile's scheme index of each scheme written (pairing repeats some)
     actions: list[str] = []
     for j, (s, dests) in enumerate(zip(kd.schemes, p.dests, strict=True)):
         goal_nodes = [_goal_node(g.node, p, dests, nc, chk, base + ("schemes", j, "quota", "goals", i))
                       for i, g in enumerate(s.quota.goals if s.quota else [])]
         for d in dests or (None,):
             schemes.append(scheme_writes(base + ("schemes", j), s, kd, d, goal_nodes, chk))
+            scheme_of.append(j)
             actions.append(s.action + (f" → node{d}" if d is not None else ""))
     out.append(("contexts/0/schemes/nr_schemes", str(len(schemes))))
     for j, w in enumerate(schemes):
         out += [(f"contexts/0/schemes/{j}/{k}", v) for k, v in w]
+    check_kernel_ranges(base, out, scheme_of, chk)
     if goal is not None:
         ratio = mon.aggregate / mon.sample
         chk.warn(
