@@ -137,4 +137,4 @@ def test_facts_file_errors_are_json_documents_too(tmp_path: Path, capsys) -> Non
     fifo = tmp_path / "f.json"
     os.mkfifo(fifo)
     assert main(["--format", "json", "plan", "--facts", str(fifo), "profiles/base.yaml"]) == 65
-    assert json.loads(capsys.readouterr().out)["exit_code"] == 65
+    assert json.loads(capsys.readouterr().out)["error"]["exit_code"] == 65
