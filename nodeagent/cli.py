@@ -125,7 +125,8 @@ def facts(ctx: Ctx, save: str | None) -> None:
 
 @cli.command()
 @profile_arg
-@click.option("--detailed-exitcode", is_flag=True, help="Exit 2 when the plan changes something.")
+@click.option("--detailed-exitcode", is_flag=True,
+              help="Exit 2 when the plan changes something, 5 when part of it cannot be done.")
 @click.option("--allow-disruptive", is_flag=True, help="Plan disruptive changes instead of refusing them.")
 @click.option("--facts", "facts_path", metavar="FILE|DIR",
               help="Plan offline against saved facts (`facts --save`): one file, or every *.json in DIR.")
@@ -150,8 +151,8 @@ def plan(ctx: Ctx, profile: str, detailed_exitcode: bool, allow_disruptive: bool
     ctx.emit(plan_text(p), p.to_dict())
     if p.blocked:
         raise click.exceptions.Exit(ExitCode.ERROR)
-    if detailed_exitcode and p.changes:
-        raise click.exceptions.Exit(ExitCode.CHANGES)
+    if detailed_exitcode and (p.problems or p.changes):  # 5 (apply would be partial) wins over 2
+        raise click.exceptions.Exit(ExitCode.PARTIAL if p.problems else ExitCode.CHANGES)
 
 
 skip_checks_opt = click.option(

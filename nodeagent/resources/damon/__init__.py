@@ -21,7 +21,8 @@ from ...facts.damon import KDAMONDS, from_facts
 from ...host import Host
 from ...plan import Change, Problem
 from ...profile import LoadedProfile
-from ..base import ApplyContext, PlanContext, ResourcePlan
+from ...projection import NodeProjection, project
+from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
 from .plan import ALL, KIND, plan_kdamonds, revert_kdamonds
@@ -42,22 +43,12 @@ def _resolve(ref: int | str, nc: NodeClasses, facts: Facts, chk: Checker, path: 
     return nc.resolve(ref)
 
 
-def onlined_by_profile(loaded: LoadedProfile, facts: Facts) -> frozenset[str]:
-    """DAX devices that this profile's ``memory.dax`` rules bring online as system-ram (the same matching the DAX
-    resource applies), so their future nodes count as slow nodes in the same plan."""
-    from ...facts.dax import from_facts as dax_facts
-    from ..dax import assign
-
-    rules = loaded.profile.memory.dax or ()
-    chosen, _ = assign(tuple(rules), dax_facts(facts).devices)
-    return frozenset(name for name, rule in chosen.items() if rule.mode == "system-ram")
-
-
-def build_specs(loaded: LoadedProfile, facts: Facts) -> tuple[list[Spec], Checker, list[str]]:
+def build_specs(loaded: LoadedProfile, facts: Facts,
+                proj: NodeProjection | None = None) -> tuple[list[Spec], Checker, list[str]]:
     """The kdamonds the profile asks for on this node, with the problems and warnings found on the way."""
     model = loaded.profile.damon
     damon = from_facts(facts)
-    nc = classes(facts, damon, onlined_by_profile(loaded, facts))
+    nc = classes(proj if proj is not None else project(loaded, facts))
     chk = Checker(damon, loaded.where, facts.kernel_release)
     notes = list(nc.notes)
     specs: list[Spec] = []
@@ -138,12 +129,12 @@ class DamonResource:
                                            "(/sys/kernel/mm/damon/admin: kernel 5.18 with CONFIG_DAMON_SYSFS)",
                                            hint="remove the damon section, or run a kernel with DAMON sysfs"))
             return rp
-        specs, chk, notes = build_specs(loaded, facts)
+        specs, chk, notes = build_specs(loaded, facts, projection_of(loaded, facts, ctx))
         if chk.problems:
             return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
                                 warnings=notes + chk.warnings)
         rp = plan_kdamonds(specs, damon, ctx.state.get("ownership") or {}, model.coexist, ctx.allow_disruptive)
-        devices = _devices_by_spec(specs, facts)
+        devices = _devices_by_spec(specs, projection_of(loaded, facts, ctx))
         rp.changes = [_with_profile(c, loaded.name, devices) for c in rp.changes]
         rp.warnings = notes + chk.warnings + rp.warnings
         return rp
@@ -158,15 +149,9 @@ class DamonResource:
         return apply_change(host, change, actx, str(change.detail("profile", "")))
 
 
-def _devices_by_spec(specs: list[Spec], facts: Facts) -> dict[str, list[str]]:
+def _devices_by_spec(specs: list[Spec], proj: NodeProjection) -> dict[str, list[str]]:
     """Per kdamond to build: the DAX devices behind the nodes it monitors or migrates to."""
-    from ...facts.dax import from_facts as dax_facts
-
-    by_node: dict[int, list[str]] = {}
-    for dev in dax_facts(facts).devices:
-        if dev.target_node is not None:
-            by_node.setdefault(dev.target_node, []).append(dev.name)
-    return {s.name: sorted({d for n in (*s.sources, *s.dest_nodes) for d in by_node.get(n, ())}) for s in specs}
+    return {s.name: sorted({d for n in (*s.sources, *s.dest_nodes) for d in proj.devices_on(n)}) for s in specs}
 
 
 def _with_profile(change: Change, profile: str, devices: dict[str, list[str]]) -> Change:
