@@ -7,7 +7,11 @@ checks every file, action and filter against the kernel's capabilities (found wi
 (:mod:`.plan`). Apply writes in the kernel's order and verifies each ``on``/``commit`` (:mod:`.apply`).
 Statistics of nodeagent's own kdamonds: :mod:`.stats`.
 
-A profile without ``damon:`` leaves DAMON alone; ``damon: {kdamonds: []}`` removes nodeagent's kdamonds.
+A ``damon:`` section is the complete set of nodeagent's kdamonds: one of nodeagent's that it no longer names is
+stopped and its slot released (a foreign kdamond never is); ``damon: {kdamonds: []}`` removes them all. A profile
+without ``damon:`` leaves nodeagent's kdamonds alone, except a migrate kdamond over or into a node the profile
+declares a pinned pool (``memory.dax`` ``use: pinned-pool``), which is stopped before the DAX devices are rezoned;
+another kind acting there is warned about. Pinned-pool nodes are never ``slow`` nodes.
 A kdamond whose classes resolve to no node here (no CXL node, say) is skipped with a warning.
 """
 
@@ -17,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...facts import Facts
-from ...facts.damon import KDAMONDS, from_facts
+from ...facts.damon import KDAMONDS, DamonFacts, Kdamond, from_facts
 from ...host import Host
 from ...plan import Change, Problem
 from ...profile import LoadedProfile
@@ -25,7 +29,7 @@ from ...projection import NodeProjection, project
 from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
-from .plan import ALL, KIND, plan_kdamonds, revert_kdamonds
+from .plan import ALL, KIND, _path, owned_kdamonds, plan_kdamonds, revert_kdamonds
 from .spec import Checker, Spec, kdamond_spec
 
 __all__ = ["DamonResource", "KIND", "build_specs", "revert_kdamonds"]
@@ -114,8 +118,9 @@ class DamonResource:
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         model = loaded.profile.damon
+        proj = projection_of(loaded, facts, ctx)
         if model is None:
-            return ResourcePlan()
+            return _unmanaged(from_facts(facts), ctx.state.get("ownership") or {}, proj)
         damon = from_facts(facts)
         if not damon.sysfs:
             rp = ResourcePlan()
@@ -129,13 +134,13 @@ class DamonResource:
                                            "(/sys/kernel/mm/damon/admin: kernel 5.18 with CONFIG_DAMON_SYSFS)",
                                            hint="remove the damon section, or run a kernel with DAMON sysfs"))
             return rp
-        specs, chk, notes = build_specs(loaded, facts, projection_of(loaded, facts, ctx))
+        specs, chk, notes = build_specs(loaded, facts, proj)
         if chk.problems:
             return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
                                 warnings=notes + chk.warnings)
         rp = plan_kdamonds(specs, damon, ctx.state.get("ownership") or {}, model.coexist, ctx.allow_disruptive)
-        devices = _devices_by_spec(specs, projection_of(loaded, facts, ctx))
-        rp.changes = [_with_profile(c, loaded.name, devices) for c in rp.changes]
+        devices = _devices_by_spec(specs, proj)
+        rp.changes = [_before_rezone(_with_profile(c, loaded.name, devices), damon, proj) for c in rp.changes]
         rp.warnings = notes + chk.warnings + rp.warnings
         return rp
 
@@ -147,6 +152,68 @@ class DamonResource:
 
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         return apply_change(host, change, actx, str(change.detail("profile", "")))
+
+
+def acts_on(kd: Kdamond, proj: NodeProjection) -> tuple[set[int], set[int]]:
+    """(nodes a kdamond monitors, nodes its schemes migrate to), from what its files hold now: its paddr regions
+    against the projected node ranges, and its schemes' ``target_nid``."""
+    cfg = kd.config
+    monitored: set[int] = set()
+    for key, start in cfg.items():
+        if not key.endswith("/start") or "/regions/" not in key:
+            continue
+        end = cfg.get(key[: -len("start")] + "end")
+        if not (start.isdigit() and end and end.isdigit()):
+            continue
+        lo, hi = int(start), int(end)
+        monitored |= {n for n, rs in proj.ranges.items() for a, b in rs if a < hi and lo < b}
+    dests = {int(v) for k, v in cfg.items() if k.endswith("/target_nid") and v.strip().lstrip("-").isdigit()
+             and cfg.get(k.rsplit("/", 1)[0] + "/action", "").startswith("migrate_") and int(v) >= 0}
+    return monitored, dests
+
+
+def _pinned_by(kd: Kdamond, proj: NodeProjection) -> tuple[list[int], bool]:
+    """The pinned-pool nodes ``kd`` acts on, and whether it migrates pages (over or into them)."""
+    monitored, dests = acts_on(kd, proj)
+    migrates = any(k.endswith("/action") and v.startswith("migrate_") for k, v in kd.config.items())
+    return sorted((monitored | dests) & set(proj.pinned)), migrates
+
+
+def _before_rezone(change: Change, damon: DamonFacts, proj: NodeProjection) -> Change:
+    """A kdamond of nodeagent's stopped because it acts on a node that becomes a pinned pool goes before the DAX
+    changes (it would migrate pages into, or out of, memory being offlined and rezoned)."""
+    kd = damon.kdamond(int(change.detail("index", -1))) if change.op == "delete" else None
+    if kd is None or not _pinned_by(kd, proj)[0]:
+        return change
+    return replace(change, data=change.data + (("before_dax", True),))
+
+
+def _unmanaged(damon: DamonFacts, ownership: dict[str, Any], proj: NodeProjection) -> ResourcePlan:
+    """A profile without ``damon:`` leaves nodeagent's kdamonds alone — except a migrate kdamond over or into a
+    node the profile declares a pinned pool, which is stopped (before the DAX rezone); any other kdamond of
+    nodeagent's acting on such a node is warned about."""
+    rp = ResourcePlan()
+    if not damon.sysfs or not proj.pinned:
+        return rp
+    owned, _ = owned_kdamonds(damon, ownership)
+    for o in owned.values():
+        nodes, migrates = _pinned_by(o.kdamond, proj)
+        if not nodes or o.name is None:
+            continue
+        where = ", ".join(f"node{n}" for n in nodes)
+        if not migrates:
+            rp.warnings.append(f"damon.{o.name} ({o.kdamond.describe()}, nodeagent's) acts on {where}, which this "
+                               "profile declares a pinned pool (memory.dax use: pinned-pool); the profile has no "
+                               "damon: section, so it is left running — add damon: {kdamonds: []} to remove it")
+            continue
+        rp.changes.append(Change(
+            KIND, f"damon.{o.name}", "delete", o.kdamond.describe(), None,
+            reason=f"migrates pages over or into {where}, which this profile declares a pinned pool: stop it, empty "
+            f"slot {o.index} (nr_contexts 0), before the DAX devices are rezoned", path=_path(o.index),
+            before_label=o.kdamond.describe(), after_label=f"stopped, slot {o.index} empty",
+            data=(("index", o.index), ("pid", o.pid), ("running", o.kdamond.running), ("before_dax", True),
+                  ("devices", sorted(d for n in nodes for d in proj.devices_on(n))))))
+    return rp
 
 
 def _devices_by_spec(specs: list[Spec], proj: NodeProjection) -> dict[str, list[str]]:
