@@ -98,13 +98,18 @@ GiB = 1024**3
 
 
 def generated(p: Preset, devices: int | None = None, device_size: int | None = None,
-              block_size: int | None = None) -> Preset:
+              block_size: int | None = None, dram_size: int | None = None) -> Preset:
     """``p`` with ``devices`` CXL expanders of ``device_size`` (hanging off the sockets in turn, target nodes after
-    the DRAM nodes, equidistant: the emulator's default distances) and ``block_size`` memory blocks."""
+    the DRAM nodes, equidistant: the emulator's default distances), ``block_size`` memory blocks and, with
+    ``dram_size``, that much DRAM per node (laid end to end; what the node uses shrinks in proportion)."""
     bs = block_size or p.block_size
     if bs < 128 * 1024**2 or bs & (bs - 1):
         raise ValueError(f"--block-size: {bs} is not a power of two of at least 128MiB")
     out = replace(p, block_size=bs)
+    if dram_size is not None:
+        nodes = tuple(replace(n, start=i * dram_size, size=dram_size, used=n.used * dram_size // max(n.size, 1))
+                      for i, n in enumerate(p.nodes))
+        p = out = replace(out, nodes=nodes)
     for n in p.nodes:
         if n.start % bs or n.size % bs:
             raise ValueError(f"--block-size: node{n.id}'s DRAM ({n.start:#x} + {n.size:#x}) is not a whole number of "
