@@ -79,8 +79,8 @@ shapes = st.builds(
     policy=st.sampled_from(["offline", "online", "online_movable"]),
     profile=st.sampled_from(["cxl-inference", "cxl-kv-pool"]),
 )
-events = st.lists(st.sampled_from(["hot-add-devdax", "hot-add-kmem-offline", "switch", "reapply", "fail-online"]),
-                  min_size=1, max_size=4)
+events = st.lists(st.sampled_from(["hot-add-devdax", "hot-add-kmem-offline", "hot-add-beside", "switch", "reapply",
+                                   "fail-online"]), min_size=1, max_size=4)
 
 
 def na(root: Path, *args: str) -> tuple[int, dict]:
@@ -130,17 +130,27 @@ class Run:
         self.converged = False
 
 
-def _next_device(k: SimKernel) -> tuple[str, int] | None:
+def _next_device(k: SimKernel, beside: bool = False) -> tuple[str, int] | None:
+    """A new device name and its target node: a possible node nothing uses yet, or (``beside``) the node of a
+    device there is already (a second region in the same CXL window)."""
     from nodeagent.kfmt import parse_list
 
     possible = parse_list(k.tree.read("/sys/devices/system/node/possible"))
-    used = {int(d["node"]) for d in k.state().get("dax", {}).values()}
+    used = sorted({int(d["node"]) for d in k.state().get("dax", {}).values()})
     online = set(parse_list(k.tree.read("/sys/devices/system/node/online")))
-    free = [n for n in possible if n not in used and n not in online]
+    free = used if beside else [n for n in possible if n not in used and n not in online]
     if not free:
         return None
     ids = [int(n.split(".")[0][3:]) for n in k.state().get("dax", {})]
-    return f"dax{max(ids + [-1]) + 1}.0", free[0]
+    return f"dax{max(ids + [-1]) + 1}.0", free[-1] if beside else free[0]
+
+
+def _host_of(k: SimKernel, node: int) -> int:
+    """The node an expander of ``node`` hangs off: that of a device already there, else the sockets in turn."""
+    for name, info in sorted(k.state().get("dax", {}).items()):
+        if int(info["node"]) == node:
+            return int(k.tree.read(f"/sys/bus/dax/devices/{name}/numa_node"))
+    return node % 2
 
 
 def _fail_one_block(k: SimKernel) -> bool:
@@ -183,13 +193,14 @@ def test_every_apply_converges_or_says_why(kernel: str, shape: Shape, sequence: 
         k = SimKernel(root)
         for event in sequence:
             if event.startswith("hot-add"):
-                nxt = _next_device(k)
+                nxt = _next_device(k, beside=event == "hot-add-beside")
                 if nxt is None:
                     run.apply(shape.profile)
                     continue
                 name, node = nxt
-                d = hotplug.next_dax(k, name, 8 * shape.block_size, node, host_node=node % 2 if node > 2 else 0)
-                kmem = event == "hot-add-kmem-offline"
+                host = _host_of(k, node)
+                d = hotplug.next_dax(k, name, 8 * shape.block_size, node, host_node=host)
+                kmem = event != "hot-add-devdax"
                 hotplug.hot_add_dax(k, d, system_ram=kmem, blocks="offline" if kmem else None)
                 run.apply(shape.profile, "--device", name, scoped=True)
             elif event == "switch":
