@@ -157,3 +157,16 @@ def test_sim_write_reports_the_kernel_errno(tmp_path, capsys) -> None:
     sim(capsys, "create", str(root), "--preset", "workstation")
     code, _, err = run(["sim", "write", str(root), "/sys/devices/system/memory/auto_online_blocks", "bogus"], capsys)
     assert code == 1 and "EINVAL" in err
+
+
+def test_a_device_nodeagent_onlined_that_no_rule_matches_any_more_is_left_with_a_warning(tmp_path, capsys) -> None:
+    root = tmp_path / "n"
+    sim(capsys, "create", str(root), "--preset", "h100-cxl")
+    converges(root, capsys)
+    narrower = tmp_path / "one.yaml"
+    narrower.write_text(Path(TIERED).read_text().replace("match: {all: true}", "match: {devices: [dax0.0]}"))
+    (tmp_path / "base.yaml").write_text((REPO / "profiles" / "base.yaml").read_text())
+    code, plan = plan_code(root, capsys, str(narrower))
+    assert not [c for c in plan["changes"] if c["kind"] == "dax"]
+    (warning,) = [w for w in plan["warnings"] if w.startswith("dax1.0 matches no memory.dax rule")]
+    assert "nodeagent changed it before; `nodeagent revert` puts it back" in warning
