@@ -114,7 +114,7 @@ def test_equidistant_cxl_nodes_pair_by_the_socket_their_device_hangs_off(tmp_pat
     assert len(damon_writes(root)) == before
 
 
-def test_switching_to_a_pinned_pool_stops_the_migrate_kdamonds_before_the_rezone(tmp_path, capsys) -> None:
+def test_switching_to_a_pinned_pool_stops_the_kdamonds_before_the_rezone(tmp_path, capsys) -> None:
     root = tmp_path / "n"
     sim(capsys, "create", str(root), "--preset", "h100-cxl")
     converges(root, capsys)
@@ -125,9 +125,8 @@ def test_switching_to_a_pinned_pool_stops_the_migrate_kdamonds_before_the_rezone
     assert max(i for i, k in enumerate(kinds) if k == ("damon", "delete")) < first_dax
     assert plan_code(root, capsys, POOL)[0] == 5  # the rezone is disruptive: apply would be partial
     converges(root, capsys, POOL, "--allow-disruptive")
-    k = SimKernel(root)
-    states = [k.tree.read(f"/sys/kernel/mm/damon/admin/kdamonds/{i}/state") for i in range(4)]
-    assert states == ["off"] * 4
+    # damon: {kdamonds: []}: every kdamond stopped, and (all slots being nodeagent's) the slots released
+    assert SimKernel(root).tree.read("/sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds") == "0"
     converges(root, capsys, TIERED, "--allow-disruptive")  # and back: the kdamonds come back in their slots
 
 
@@ -170,3 +169,16 @@ def test_a_device_nodeagent_onlined_that_no_rule_matches_any_more_is_left_with_a
     assert not [c for c in plan["changes"] if c["kind"] == "dax"]
     (warning,) = [w for w in plan["warnings"] if w.startswith("dax1.0 matches no memory.dax rule")]
     assert "nodeagent changed it before; `nodeagent revert` puts it back" in warning
+
+
+def test_without_a_damon_section_the_kdamonds_over_a_pinned_pool_are_left_with_a_warning(tmp_path, capsys) -> None:
+    root = tmp_path / "n"
+    sim(capsys, "create", str(root), "--preset", "h100-cxl")
+    converges(root, capsys)
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(Path(POOL).read_text().split("\ndamon:")[0])
+    (tmp_path / "base.yaml").write_text((REPO / "profiles" / "base.yaml").read_text())
+    plan = plan_code(root, capsys, str(pool))[1]
+    assert not [c for c in plan["changes"] if c["kind"] == "damon"]
+    warned = [w for w in plan["warnings"] if "declares a pinned pool" in w]
+    assert len(warned) == 4 and all("add `damon: {kdamonds: []}` to stop them" in w for w in warned)

@@ -8,10 +8,10 @@ checks every file, action and filter against the kernel's capabilities (found wi
 Statistics of nodeagent's own kdamonds: :mod:`.stats`.
 
 A ``damon:`` section is the complete set of nodeagent's kdamonds: one of nodeagent's that it no longer names is
-stopped and its slot released (a foreign kdamond never is); ``damon: {kdamonds: []}`` removes them all. A profile
-without ``damon:`` leaves nodeagent's kdamonds alone, except a migrate kdamond over or into a node the profile
-declares a pinned pool (``memory.dax`` ``use: pinned-pool``), which is stopped before the DAX devices are rezoned;
-another kind acting there is warned about. Pinned-pool nodes are never ``slow`` nodes.
+stopped and its slot released (a foreign kdamond never is); ``damon: {kdamonds: []}`` removes them all. A kdamond it
+stops because it acts on a node that becomes a pinned pool (``memory.dax`` ``use: pinned-pool``; such nodes are
+never ``slow``) is stopped before the DAX devices are rezoned. A profile without ``damon:`` leaves nodeagent's
+kdamonds alone, and warns about each that acts on a pinned-pool node.
 A kdamond whose classes resolve to no node here (no CXL node, say) is skipped with a warning.
 """
 
@@ -29,7 +29,7 @@ from ...projection import NodeProjection, project
 from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
-from .plan import ALL, KIND, _path, owned_kdamonds, plan_kdamonds, revert_kdamonds
+from .plan import ALL, KIND, owned_kdamonds, plan_kdamonds, revert_kdamonds
 from .spec import Checker, Spec, kdamond_spec
 
 __all__ = ["DamonResource", "KIND", "build_specs", "revert_kdamonds"]
@@ -54,7 +54,7 @@ def build_specs(loaded: LoadedProfile, facts: Facts,
     damon = from_facts(facts)
     nc = classes(proj if proj is not None else project(loaded, facts))
     chk = Checker(damon, loaded.where, facts.kernel_release)
-    notes = list(nc.notes)
+    notes = list(nc.notes) if model and model.kdamonds else []  # what the classes left out matters to kdamonds
     specs: list[Spec] = []
     for i, kd in enumerate(model.kdamonds if model else []):
         base = ("damon", "kdamonds", i)
@@ -189,30 +189,22 @@ def _before_rezone(change: Change, damon: DamonFacts, proj: NodeProjection) -> C
 
 
 def _unmanaged(damon: DamonFacts, ownership: dict[str, Any], proj: NodeProjection) -> ResourcePlan:
-    """A profile without ``damon:`` leaves nodeagent's kdamonds alone — except a migrate kdamond over or into a
-    node the profile declares a pinned pool, which is stopped (before the DAX rezone); any other kdamond of
-    nodeagent's acting on such a node is warned about."""
+    """A profile without ``damon:`` leaves nodeagent's kdamonds alone, but warns about each that acts on a node the
+    profile declares a pinned pool (a migrate kdamond there moves pages over or into the pool)."""
     rp = ResourcePlan()
     if not damon.sysfs or not proj.pinned:
         return rp
     owned, _ = owned_kdamonds(damon, ownership)
-    for o in owned.values():
+    for o in sorted(owned.values(), key=lambda o: o.index):
         nodes, migrates = _pinned_by(o.kdamond, proj)
         if not nodes or o.name is None:
             continue
         where = ", ".join(f"node{n}" for n in nodes)
-        if not migrates:
-            rp.warnings.append(f"damon.{o.name} ({o.kdamond.describe()}, nodeagent's) acts on {where}, which this "
-                               "profile declares a pinned pool (memory.dax use: pinned-pool); the profile has no "
-                               "damon: section, so it is left running — add damon: {kdamonds: []} to remove it")
-            continue
-        rp.changes.append(Change(
-            KIND, f"damon.{o.name}", "delete", o.kdamond.describe(), None,
-            reason=f"migrates pages over or into {where}, which this profile declares a pinned pool: stop it, empty "
-            f"slot {o.index} (nr_contexts 0), before the DAX devices are rezoned", path=_path(o.index),
-            before_label=o.kdamond.describe(), after_label=f"stopped, slot {o.index} empty",
-            data=(("index", o.index), ("pid", o.pid), ("running", o.kdamond.running), ("before_dax", True),
-                  ("devices", sorted(d for n in nodes for d in proj.devices_on(n))))))
+        what = "migrates pages over or into" if migrates else "acts on"
+        rp.warnings.append(f"damon.{o.name} ({o.kdamond.describe()}, nodeagent's) {what} {where}, which this profile "
+                           "declares a pinned pool (memory.dax use: pinned-pool); without a damon: section nodeagent "
+                           "leaves its kdamonds as they are — add `damon: {kdamonds: []}` to stop them (before the "
+                           "DAX devices are rezoned)")
     return rp
 
 
