@@ -103,8 +103,9 @@ class Engine:
         An error-severity check that fails (and is not in ``skip_checks``) stops here: nothing is written. A
         blocked plan (a problem that makes the whole profile inapplicable) writes nothing either. A disruptive
         change without ``allow_disruptive`` is skipped as ``blocked`` while the rest is applied. With ``scope``
-        only the changes that concern those hot-plugged devices are planned and applied. Every apply that
-        gets the lock is written to the history journal.
+        only the changes that concern those hot-plugged devices are planned and applied. After executing, the
+        whole profile is planned again on fresh facts (:meth:`_verify`): the result is ``converged`` only when
+        that plan is empty. Every apply that gets the lock is written to the history journal.
         """
         if dry_run:
             facts = self.facts()
