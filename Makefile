@@ -51,3 +51,13 @@ fleet-demo: $(STAMP)
 .PHONY: ansible-sanity
 ansible-sanity: $(STAMP)
 	VENV_BIN=$(BIN) scripts/ansible-sanity.sh
+
+# The convergence property over the whole matrix (tests/sim/test_converge_property.py, 240 sequences, fixed seed):
+# two processes, one per pair of kernels, so both cores work. `make test` runs the same test with a few sequences.
+.PHONY: converge-sweep
+converge-sweep: $(STAMP)
+	NODEAGENT_HYPOTHESIS=sweep $(BIN)/python -m pytest -q -p no:cacheprovider tests/sim/test_converge_property.py \
+		-k '5.15 or 6.1.0' & p1=$$!; \
+	NODEAGENT_HYPOTHESIS=sweep $(BIN)/python -m pytest -q -p no:cacheprovider tests/sim/test_converge_property.py \
+		-k '6.12 or 6.18' & p2=$$!; \
+	wait $$p1; r1=$$?; wait $$p2; r2=$$?; test $$r1 -eq 0 -a $$r2 -eq 0

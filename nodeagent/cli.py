@@ -10,7 +10,6 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -178,7 +177,8 @@ def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool) -> None:
 
 @cli.command()
 @profile_arg
-@click.option("--detailed-exitcode", is_flag=True, help="Exit 2 when the plan changes something.")
+@click.option("--detailed-exitcode", is_flag=True,
+              help="Exit 2 when the plan changes something, 5 when part of it cannot be done.")
 @click.option("--allow-disruptive", is_flag=True, help="Plan disruptive changes instead of refusing them.")
 @click.option("--facts", "facts_path", metavar="FILE|DIR",
               help="Plan offline against saved facts (`facts --save`): one file, or every *.json in DIR.")
@@ -206,8 +206,9 @@ def plan(ctx: Ctx, profile: str | None, detailed_exitcode: bool, allow_disruptiv
     ctx.emit(plan_text(p), p.to_dict())
     if p.blocked:
         raise click.exceptions.Exit(ExitCode.ERROR)
-    if detailed_exitcode and p.changes:
-        raise click.exceptions.Exit(ExitCode.CHANGES)
+    if detailed_exitcode and (p.changes or p.problems):  # 5: apply would be partial (wins over 2)
+        partial = p.problems or (p.disruptive and not allow_disruptive)
+        raise click.exceptions.Exit(ExitCode.PARTIAL if partial else ExitCode.CHANGES)
 
 
 skip_checks_opt = click.option(
@@ -271,7 +272,7 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
         click.echo(escape_controls(review_markdown(reviews, loaded, old, offline=facts_path is not None)), nl=False)
     else:
         ctx.emit(review_text(reviews), to_dict(reviews, loaded, old))
-    code = exit_code(reviews, detailed=detailed)
+    code = exit_code(reviews, detailed=detailed, allow_disruptive=allow_disruptive)
     if code:
         raise click.exceptions.Exit(code)
 
@@ -385,50 +386,9 @@ def completion(shell: str) -> None:
     click.echo(complete(cli, {}, "nodeagent", "_NODEAGENT_COMPLETE").source())
 
 
-@cli.group()
-def sim() -> None:
-    """Simulated nodes: an emulated kernel in a directory, for rehearsals, tests and benchmarks."""
+from .cli_sim import sim as _sim  # noqa: E402  (the `sim` group: create, hot-add, boot, kdamond, write...)
 
-
-@sim.command("create")
-@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
-@click.option("--preset", required=True, help="Which node to simulate (see `nodeagent sim presets`).")
-@click.option("--kernel", metavar="RELEASE", help="Pretend to run this kernel release (e.g. 5.10.0).")
-def sim_create(directory: str, preset: str, kernel: str | None) -> None:
-    """Lay out a simulated node of PRESET in DIRECTORY (empty or absent)."""
-    from .sim import create
-
-    try:
-        create(Path(directory), preset, kernel=kernel)
-    except KeyError as exc:
-        raise UsageError(f"--preset: {exc.args[0]}") from None
-    except FileExistsError as exc:
-        raise UsageError(f"{exc}", hint="give an empty or new directory") from None
-    click.echo(f"simulated {preset} node at {directory}")
-
-
-@sim.command("reset")
-@click.argument("preset")
-def sim_reset(preset: str) -> None:
-    """Forget the cached simulated node of PRESET (the next --simulate starts from a freshly booted one)."""
-    from .sim import cached_path, remove
-
-    root = cached_path(preset)
-    if root.exists():
-        remove(root)
-        click.echo(f"removed the cached {preset} node")
-    else:
-        click.echo(f"no cached {preset} node")
-
-
-@sim.command("presets")
-def sim_presets() -> None:
-    """List the simulated node presets."""
-    from .sim import PRESETS, get
-
-    for name in PRESETS:
-        click.echo(f"{name:<22} {get(name).description}")
-
+cli.add_command(_sim)
 
 from . import cli_ops as _cli_ops  # noqa: E402  (drift, history, status, revert, units, watch)
 

@@ -56,7 +56,8 @@ metrics_opt = click.option("--metrics-textfile", metavar="PATH",
 @metrics_opt
 @click.pass_obj
 def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | None) -> None:
-    """Compare the node with the last applied profile (or PROFILE). Exit 0: converged, 3: drift."""
+    """Compare the node with the last applied profile (or PROFILE). Exit 0: converged, 3: drift, 5: part of the
+    profile cannot be done on this node."""
     from .cli import _load
     from .drift import detect
     from .drift import record as record_drift
@@ -77,6 +78,8 @@ def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | N
     if metrics_textfile:
         write_metrics(eng, metrics_textfile, loaded=loaded, drift=report)
     ctx.emit(drift_text(report), report.to_dict())
+    if report.cannot_be_done:  # apply would be partial: 5 wins over 3
+        raise click.exceptions.Exit(ExitCode.PARTIAL)
     if not report.converged:
         raise click.exceptions.Exit(ExitCode.DRIFT)
 

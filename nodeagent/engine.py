@@ -3,7 +3,8 @@
 ``make_plan`` is pure (facts in, plan out), so a plan made offline from saved facts is the plan the node would
 make. ``Engine.apply`` takes the state lock, gathers facts, plans, and — unless it is a dry run — executes
 exactly that plan in order, records originals before the first write and progress after every change,
-re-reads the node and reports any value the kernel did not keep.
+then re-plans the whole profile on fresh facts: the apply converged only when that plan is empty, and every
+change left is a verify error saying why.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .facts import Facts, gather
 from .host import Host
 from .journal import Journal
 from .plan import Change, Outcome, Plan, Problem, Result
+from .projection import project
 from .resources.base import ApplyContext, PlanContext
 from .resources.registry import BY_KIND, RESOURCES
 from .scope import expand, restrict
@@ -28,8 +30,11 @@ if TYPE_CHECKING:
 
 
 def make_plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext | None = None) -> Plan:
-    """Pure: what applying ``loaded`` to a node with ``facts`` would change, and what it cannot do."""
+    """Pure: what applying ``loaded`` to a node with ``facts`` would change, and what it cannot do. Every kind
+    plans against the same projection of the node after the kinds before it (:mod:`nodeagent.projection`)."""
     ctx = ctx or PlanContext()
+    if ctx.projection is None:
+        ctx = replace(ctx, projection=project(loaded, facts, ctx.allow_disruptive))
     changes: list[Change] = []
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -40,9 +45,22 @@ def make_plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext | None = Non
         problems += rp.problems
         warnings += rp.warnings
         unchanged += rp.unchanged
+    changes = _before_dax(changes)
     node = (facts.hostname or "node") + (f" (simulated {facts.simulated})" if facts.simulated else "")
     return Plan(loaded.name, loaded.digest, tuple(changes), tuple(problems), tuple(warnings), tuple(unchanged),
                 node=node)
+
+
+def _before_dax(changes: list[Change]) -> list[Change]:
+    """Changes a later kind marks ``before_dax`` (stopping a kdamond that migrates into memory about to be
+    rezoned) go right before the first DAX change."""
+    early = [c for c in changes if c.detail("before_dax")]
+    first = next((i for i, c in enumerate(changes) if c.kind == "dax"), None)
+    if not early or first is None:
+        return changes
+    rest = [c for c in changes if not c.detail("before_dax")]
+    at = next(i for i, c in enumerate(rest) if c.kind == "dax")
+    return rest[:at] + early + rest[at:]
 
 
 @dataclass
@@ -86,9 +104,11 @@ class Engine:
         An error-severity check that fails (and is not in ``skip_checks``) stops here: nothing is written. A
         blocked plan (a problem that makes the whole profile inapplicable) writes nothing either. A disruptive
         change without ``allow_disruptive`` is skipped as ``blocked`` while the rest is applied. With ``scope``
-        only the changes that concern those hot-plugged devices are planned and applied. Every apply that
-        gets the lock is written to the history journal. ``on_plan(checks, plan)`` is called once both are known,
-        before ``confirm`` and before anything is written (the CLI prints them there).
+        only the changes that concern those hot-plugged devices are planned and applied. After executing, the
+        whole profile is planned again on fresh facts (:meth:`_verify`): the result is ``converged`` only when
+        that plan is empty. Every apply that gets the lock is written to the history journal. ``on_plan(checks,
+        plan)`` is called once both are known, before ``confirm`` and before anything is written (the CLI prints
+        them there).
         """
         if dry_run:
             facts = self.facts()
@@ -117,7 +137,7 @@ class Engine:
                 return Result(plan, dry_run=True, checks=report)
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
             outcomes = self._execute(loaded, plan, actx, facts, scope)
-            verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive)
+            verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive, scope)
             result = Result(plan, tuple(outcomes), tuple(verify_errors), checks=report)
             self._record(loaded, plan, outcomes, result.status, verify_errors, scope=scope)
             self._history(loaded, result, scope)
@@ -155,16 +175,29 @@ class Engine:
             self._record(loaded, plan, outcomes, "in-progress", scope=scope)
         return outcomes
 
-    def _verify(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome],
-                allow_disruptive: bool) -> list[str]:
-        """Re-read the node: every applied change must now be in place (the kernel may refuse silently)."""
-        applied = {o.change.target for o in outcomes if o.status == "applied"}
+    def _verify(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], allow_disruptive: bool,
+                scope: Collection[str] | None = None) -> list[str]:
+        """Re-plan the whole profile on fresh facts: the apply converged only when that plan is empty (within
+        ``scope`` for a scoped apply — what it left out is listed in its plan's warnings). Every change left is
+        an error naming it and why: the kernel did not keep a value written, the change failed or was held back,
+        or it appeared only once this apply's own changes were made (a decision the plan should have foreseen)."""
         after = make_plan(loaded, self.facts(), self.context(allow_disruptive))
+        if scope is not None:
+            after = restrict(after, expand(self.host, scope))
+        by_target = {o.change.target: o for o in outcomes}
         errors = []
         for change in after.changes:
-            if change.target in applied:
-                errors.append(f"{change.target}: wrote {change.after_label or change.after}, but the node now "
-                              f"reads {change.before_label or change.before}")
+            o = by_target.get(change.target)
+            now, want = change.before_label or change.before, change.after_label or change.after
+            if o is not None and o.status == "applied":
+                errors.append(f"{change.target}: wrote {o.change.after_label or o.change.after}, but the node now "
+                              f"reads {now}")
+                continue
+            if o is None:
+                why = "it appeared only once this apply's changes were made (its plan did not foresee it)"
+            else:
+                why = f"{o.status}: {o.message}" if o.message else o.status
+            errors.append(f"{change.target}: still {now}, the profile wants {want} — {why}")
         return errors
 
     def _record(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], status: str,

@@ -9,8 +9,9 @@ starts managing. That is what a reviewer of a profile pull request needs to see.
 Exit codes (:func:`exit_code`). With ``--baseline``: 1 when the change makes the profile impossible to carry out
 on some node (a new blocking problem: one the baseline did not have), else 2 when it alters the plan of any node,
 else 0 — so a node class that was already broken does not fail every later review. Without it, as ``plan``: 1
-when the profile cannot be carried out on some node, 2 under ``--detailed-exitcode`` when any node would change,
-else 0.
+when the profile cannot be carried out on some node; under ``--detailed-exitcode`` 5 when apply would be partial
+on some node (part of the plan cannot be done, or a disruptive change is held back without
+``--allow-disruptive``), else 2 when any node would change; else 0.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def review(loaded: LoadedProfile, snapshots: list[Snapshot], *, baseline: Loaded
     return out
 
 
-def exit_code(reviews: list[NodeReview], *, detailed: bool = False) -> int:
+def exit_code(reviews: list[NodeReview], *, detailed: bool = False, allow_disruptive: bool = False) -> int:
     """See the module docstring."""
     if any(r.delta is not None for r in reviews):
         if any(r.delta is not None and any(p.blocking for p in r.delta.new_problems) for r in reviews):
@@ -166,6 +167,9 @@ def exit_code(reviews: list[NodeReview], *, detailed: bool = False) -> int:
         return int(ExitCode.CHANGES) if any(r.delta is not None and not r.delta.empty for r in reviews) else 0
     if any(r.plan.blocked for r in reviews):
         return int(ExitCode.ERROR)
+    if detailed and any(r.plan.problems or (r.plan.disruptive and not allow_disruptive) for r in reviews):
+        # apply would be partial (something it cannot do, or a disruptive change it holds back): 5 wins over 2
+        return int(ExitCode.PARTIAL)
     if detailed and any(r.plan.changes for r in reviews):
         return int(ExitCode.CHANGES)
     return int(ExitCode.OK)

@@ -19,6 +19,8 @@ Node-wide settings (kernel knobs) name no device and are not in a device's scope
 re-apply them (``nodeagent-apply.service`` and ``apply`` do) — except the ones an in-scope change
 ``requires`` (in its data): onlining a DAX device needs ``memory.auto_online_blocks`` offline first, so when
 that knob drifted its change comes along. The changes left out are listed in a warning of the scoped plan.
+A scoped apply verifies within its scope: the engine re-plans the whole profile and restricts that plan the
+same way, so what is left in scope is a verify error and what is out of scope stays for a full apply.
 """
 
 from __future__ import annotations

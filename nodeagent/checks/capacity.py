@@ -37,6 +37,7 @@ from ..facts import Facts
 from ..facts.dax import from_facts as dax_facts
 from ..facts.hardware import read_gpu_memory
 from ..host import Host
+from ..projection import project
 from ..units import format_size
 from ..vocab import DTYPE_BYTES
 from .base import CheckContext, Finding, Skip
@@ -108,9 +109,16 @@ def place(need: int, tiers: list[Tier]) -> tuple[list[tuple[Tier, int]], int]:
     return out, left
 
 
+def _not_online(dev: Any, onlined: frozenset[str]) -> str:
+    """Why a device's memory is not online yet, and whether the profile brings it online."""
+    what = "bound to kmem, its blocks offline" if dev.mode == "system-ram" else dev.mode
+    return what + ("; this profile onlines it" if dev.name in onlined else "")
+
+
 def node_tiers(spec: CapacityCheck, facts: Facts, hbm: int, hbm_src: str,
-               dax: list[Any]) -> tuple[list[Tier], dict[str, Any]]:
-    """The HBM, DRAM and CXL tiers of this node, with what went into each (pure: facts and DAX data in)."""
+               dax: list[Any], onlined: frozenset[str] = frozenset()) -> tuple[list[Tier], dict[str, Any]]:
+    """The HBM, DRAM and CXL tiers of this node, with what went into each (pure: facts and DAX data in;
+    ``onlined``: the devices the profile's memory.dax rules bring online, from the node's projection)."""
     top = min(facts.tiers) if facts.tiers else None
     cxl_nodes = [n for n in facts.nodes if not n.has_cpu and n.mem_total > 0 and n.tier is not None
                  and top is not None and n.tier > top]
@@ -118,7 +126,9 @@ def node_tiers(spec: CapacityCheck, facts: Facts, hbm: int, hbm_src: str,
     online_ids = {n.id for n in facts.nodes if n.mem_total > 0}
     pending = [d for d in dax if d.size and (d.mode != "system-ram" or d.target_node not in online_ids)]
     pending_bytes = sum(d.size for d in pending)
-    memmap_here = sum(d.size for d in pending if not d.memmap_on_memory)
+    # A device bound to kmem with its blocks offline was hot-added already: its struct pages are in DRAM (and
+    # out of DRAM's free memory) now. Only a devdax device still has them to take.
+    memmap_here = sum(d.size for d in pending if not d.memmap_on_memory and d.mode != "system-ram")
     struct_cost = struct_pages(memmap_here)
     cxl_pending = sum(d.size - (struct_pages(d.size) if d.memmap_on_memory else 0) for d in pending)
     dram_free = sum(n.mem_free for n in dram_nodes)
@@ -135,7 +145,8 @@ def node_tiers(spec: CapacityCheck, facts: Facts, hbm: int, hbm_src: str,
     if pending:
         cxl_parts.append(f"{gb(cxl_pending)} in {', '.join(d.name for d in pending)} (not online yet)")
     if cxl_parts:
-        tiers.append(Tier("CXL", cxl_online + cxl_pending, "; ".join(cxl_parts), tuple(d.name for d in pending)))
+        tiers.append(Tier("CXL", cxl_online + cxl_pending, "; ".join(cxl_parts),
+                          tuple(f"{d.name} ({_not_online(d, onlined)})" for d in pending)))
     evidence = {"hbm": hbm, "hbm_source": hbm_src, "dram_nodes": [n.id for n in dram_nodes],
                 "dram_free": dram_free, "dram_offload": spec.dram_offload, "dram_usable": dram,
                 "struct_pages_for_cxl": struct_cost, "cxl_nodes": [n.id for n in cxl_nodes],
@@ -162,7 +173,11 @@ class CapacityCheckImpl:
             hbm = mem.total_bytes
             src = f"{len(mem.per_gpu_mib)} × {mem.names[0]}, {gb(hbm)} (nvidia-smi)" if len(set(mem.names)) == 1 \
                 else f"{len(mem.per_gpu_mib)} GPUs, {gb(hbm)} (nvidia-smi)"
-        tiers, evidence = node_tiers(spec, facts, hbm, src, dax_facts(facts).devices)
+        onlined: frozenset[str] = frozenset()
+        if ctx.loaded is not None:
+            proj = project(ctx.loaded, facts)
+            onlined = frozenset(d.name for d in proj.dax if d.comes_online)
+        tiers, evidence = node_tiers(spec, facts, hbm, src, dax_facts(facts).devices, onlined)
         return evaluate(spec, tiers), evidence | explain(spec, tiers)
 
 
@@ -237,7 +252,8 @@ def evaluate(spec: CapacityCheck, tiers: list[Tier]) -> list[Finding]:
     msg = (f"does not fit in HBM: needs {gb(need)}, HBM holds {gb(hbm.capacity)}; {where} ({largest})")
     fix = f"{retune}; every byte off HBM costs decode throughput (a third, in a field report)"
     if pending:
-        fix += (f"; the CXL capacity must be online before the workload starts: {', '.join(pending)} are still "
-                "devdax (nodeagent's dax resource, or daxctl reconfigure-device --mode=system-ram)")
+        fix += (f"; the CXL capacity must be online before the workload starts, and is not yet: "
+                f"{', '.join(pending)} (nodeagent's dax resource onlines them; by hand: daxctl reconfigure-device "
+                "--mode=system-ram for devdax, daxctl online-memory for kmem-bound)")
     findings.append(Finding("warn", msg, fix))
     return findings

@@ -10,6 +10,10 @@ moment it can be planned, with no drift code of its own. Each item gets its like
 ``record`` (``drift --record``) keeps the open items in ``drift.json`` — which is where "first seen" comes from
 — and journals what changed since the last check: a ``drift`` event for an item first seen or seen with a new
 value, a ``resolved`` event for one that is gone. An apply closes the items it fixes.
+
+A plan's problems are not drift: they are what apply *cannot do* on this node (a kdamond refused while a DAMON
+module runs, a device bound to another driver). The report lists them apart, as "cannot be done"; ``drift``
+exits 5 when there are any (apply would be partial, the code apply itself uses), else 3 when anything drifted.
 """
 
 from __future__ import annotations
@@ -81,18 +85,23 @@ class DriftReport:
     def converged(self) -> bool:
         return not self.items and not self.problems
 
+    @property
+    def cannot_be_done(self) -> tuple[Problem, ...]:
+        """What apply cannot do on this node: listed apart from drift (not something that moved)."""
+        return self.problems
+
     def by_resource(self) -> dict[str, int]:
+        """Drifted items per resource kind (what cannot be done is not drift: see :attr:`cannot_be_done`)."""
         out: dict[str, int] = {}
         for i in self.items:
             out[i.resource] = out.get(i.resource, 0) + 1
-        for p in self.problems:
-            out[p.kind] = out.get(p.kind, 0) + 1
         return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"converged": self.converged, "profile": self.profile, "profile_digest": self.profile_digest,
                 "source": self.source, "node": self.node, "checked": iso(self.checked),
                 "items": [i.to_dict() for i in self.items], "problems": [p.to_dict() for p in self.problems],
+                "cannot_be_done": [p.to_dict() for p in self.problems],
                 "by_resource": self.by_resource(), "last_apply": self.last_apply, "notes": list(self.notes),
                 "recorded": self.recorded}
 

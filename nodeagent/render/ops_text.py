@@ -33,16 +33,19 @@ def drift_text(report: Any) -> str:  # nodeagent.drift.DriftReport
         else:
             out.append("      likely cause: none found (no sysctl.d, TuneD or udev setting for it: changed at run "
                        "time by another program or by hand)")
-    for p in report.problems:
-        out.append(f"  ! {p.message}" + (f"\n      hint: {p.hint}" if p.hint else ""))
+    for p in report.cannot_be_done:
+        out.append(f"  ! cannot be done: {p.message}" + (f"\n      hint: {p.hint}" if p.hint else ""))
     for n in report.notes:
         out.append(f"  note: {n}")
     if report.converged:
         out.append(f"No drift: the node matches profile {report.profile}.")
     else:
         counts = ", ".join(f"{k}: {v}" for k, v in sorted(report.by_resource().items()))
-        n = len(report.items) + len(report.problems)
-        out.append(f"{n} drifted ({counts}). `nodeagent apply` brings the node back.")
+        if report.items:
+            out.append(f"{len(report.items)} drifted ({counts}). `nodeagent apply` brings the node back.")
+        if report.cannot_be_done:
+            out.append(f"{len(report.cannot_be_done)} cannot be done on this node (not drift): apply would be "
+                       "partial until the node or the profile changes as each says.")
     return "\n".join(out)
 
 

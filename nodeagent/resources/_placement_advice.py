@@ -11,13 +11,12 @@ whose fast node has 1 GiB; "hot on fast" is the share of the hot set on the fast
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..facts import Facts
 from ..facts.damon import from_facts as damon_facts
-from ..facts.knobs import BY_KEY
 from ..facts.reclaim import from_facts as reclaim_facts
-from .knobs import desired as desired_knobs
+from ..projection import NodeProjection, project
 
 if TYPE_CHECKING:
     from ..profile import LoadedProfile
@@ -49,23 +48,6 @@ def fast_nodes(facts: Facts) -> list[int]:
         return []
     top = next(iter(facts.tiers.values()))
     return [n.id for n in facts.nodes if n.id in top and n.has_memory]
-
-
-def slow_nodes(loaded: LoadedProfile, facts: Facts) -> list[int]:
-    """Lower-tier nodes online now, and the nodes of DAX devices this profile brings online."""
-    from .damon import onlined_by_profile
-    from .damon.nodes import classes
-
-    return list(classes(facts, damon_facts(facts), onlined_by_profile(loaded, facts)).slow)
-
-
-def setting(loaded: LoadedProfile, facts: Facts, key: str) -> Any:
-    """The value the profile sets, else what the node has now (parsed)."""
-    want = desired_knobs(loaded)
-    if key in want:
-        return want[key]
-    raw = facts.knobs.get(key)
-    return BY_KEY[key].parse(raw) if raw is not None else None
 
 
 def _young(s: Scheme, matching: bool) -> bool:
@@ -107,11 +89,13 @@ def _system_free_permil(facts: Facts) -> int | None:
     return round(1000 * sum(n.mem_free for n in facts.nodes if n.has_memory) / total) if total else None
 
 
-def advisories(loaded: LoadedProfile, facts: Facts) -> list[Advisory]:
-    """Every placement advisory that applies to this profile on this node. Pure."""
+def advisories(loaded: LoadedProfile, facts: Facts, proj: NodeProjection | None = None) -> list[Advisory]:
+    """Every placement advisory that applies to this profile on this node (with the knob values the node will
+    have once the profile's knob changes are made: its projection). Pure."""
     out: list[Advisory] = []
-    nb = setting(loaded, facts, "kernel.numa_balancing")
-    demotion = setting(loaded, facts, "kernel.demotion_enabled") is True
+    proj = proj if proj is not None else project(loaded, facts)
+    nb = proj.setting("kernel.numa_balancing")
+    demotion = proj.setting("kernel.demotion_enabled") is True
     tiering = nb in TIERING_MODES
     schemes = _schemes(loaded, facts)
     hot = [(w, s) for w, s, _ in schemes if s.action == "migrate_hot"]

@@ -18,6 +18,17 @@ if TYPE_CHECKING:
 class PlanContext:
     allow_disruptive: bool = False
     state: dict[str, Any] = field(default_factory=dict)  # ownership and last-applied records
+    # nodeagent.projection.NodeProjection: the node once the earlier kinds are done (make_plan fills it in)
+    projection: Any = None
+
+
+def projection_of(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> Any:
+    """The node's projection the planner put in ``ctx`` (made here when a kind is planned on its own)."""
+    if ctx.projection is not None:
+        return ctx.projection
+    from ..projection import project  # the projection reads the DAX rules, so it sits above the kinds
+
+    return project(loaded, facts, ctx.allow_disruptive)
 
 
 @dataclass

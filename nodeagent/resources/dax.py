@@ -44,7 +44,7 @@ from ..host import Host
 from ..plan import Change, Problem
 from ..units import format_size
 from ..vocab import ZONE_KERNEL_NAME
-from .base import ApplyContext, PlanContext, ResourcePlan
+from .base import ApplyContext, PlanContext, ResourcePlan, projection_of
 
 if TYPE_CHECKING:
     from ..profile import LoadedProfile
@@ -156,9 +156,12 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
             shadowed = ", ".join(d.name for d in dax.devices if matches(rule, d))
             out.warnings.append(f"memory.dax rule {rule.name!r} ({loaded.where('memory', 'dax', i)}) decides "
                                 f"nothing: earlier rules already decide {shadowed}")
+    owned = (ctx.state.get("ownership") or {}).get("dax", {})
     for dev in dax.devices:
         if dev.name not in chosen:
-            out.warnings.append(f"{dev.name} matches no memory.dax rule: left as it is ({state_label(dev)})")
+            mine = (" — nodeagent changed it before; `nodeagent revert` puts it back as it was"
+                    if dev.name in owned else "")
+            out.warnings.append(f"{dev.name} matches no memory.dax rule: left as it is ({state_label(dev)}){mine}")
     for dev in dax.devices:
         rule = chosen.get(dev.name)
         if rule is None:
@@ -172,7 +175,7 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
             if result.disruptive and not ctx.allow_disruptive:
                 result = replace(result, reason=result.reason + "; not done without --allow-disruptive")
             out.changes.append(result)
-    out.problems += _preconditions(loaded, facts, dax, out.changes)
+    out.problems += _preconditions(projection_of(loaded, facts, ctx), dax, out.changes)
     out.warnings += advisories(loaded, facts, dax, chosen, ctx, {c.target for c in out.changes})
     return out
 
@@ -183,17 +186,7 @@ def _inventory(dax: DaxFacts) -> str:
     return "it has " + ", ".join(f"{d.name} ({format_size(d.size)}, node {d.target_node})" for d in dax.devices)
 
 
-def effective_knob(loaded: LoadedProfile, facts: Facts, key: str) -> str | None:
-    """What a knob will be once the knob changes (applied first) are done: the profile's value, else today's."""
-    section, name = key.split(".")
-    want = getattr(getattr(loaded.profile, section), name, None)
-    if want is not None:
-        return str(want).lower() if isinstance(want, bool) else str(want)
-    raw = facts.knobs.get(key)
-    return raw.strip() if raw is not None else None
-
-
-def _preconditions(loaded: LoadedProfile, facts: Facts, dax: DaxFacts, changes: list[Change]) -> list[Problem]:
+def _preconditions(proj: Any, dax: DaxFacts, changes: list[Change]) -> list[Problem]:
     problems: list[Problem] = []
     if changes and dax.daxctl is None:
         problems.append(Problem(KIND, "daxctl", "daxctl is not installed on this node, and "
@@ -201,7 +194,7 @@ def _preconditions(loaded: LoadedProfile, facts: Facts, dax: DaxFacts, changes: 
                                 hint="install the daxctl package (Debian/Ubuntu: apt install daxctl; "
                                      "Fedora/RHEL: dnf install daxctl)"))
     adds = [c.target for c in changes if "to-system-ram" in c.detail("steps", ())]
-    policy = effective_knob(loaded, facts, "memory.auto_online_blocks")
+    policy = proj.knob("memory.auto_online_blocks")
     if adds and policy and policy.startswith("online"):
         problems.append(Problem(
             KIND, "memory.auto_online_blocks",
@@ -227,7 +220,7 @@ def advisories(loaded: LoadedProfile, facts: Facts, dax: DaxFacts, chosen: dict[
                        "kernel may put unmovable allocations there and offlining it later is best-effort; use "
                        "zone: movable")
     movable = sorted(n for n, r in chosen.items() if r.mode == "system-ram" and r.zone == "movable")
-    demotion = effective_knob(loaded, facts, "kernel.demotion_enabled")
+    demotion = projection_of(loaded, facts, ctx).knob("kernel.demotion_enabled")
     if movable and demotion not in ("true", "1") and dax.swap_total == 0:
         out.append(f"{', '.join(movable)} will be ZONE_MOVABLE memory while demotion is off and there is no "
                    "swap: kernel allocations cannot use it and anonymous memory cannot be moved there under "

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import HostError
 from ..facts import Facts
@@ -38,8 +38,8 @@ from ..host import Host
 from ..kfmt import parse_meminfo
 from ..plan import Change, Problem
 from ..units import format_size
-from ._placement_advice import advisories, fast_nodes, setting, slow_nodes
-from .base import ApplyContext, PlanContext, ResourcePlan
+from ._placement_advice import advisories, fast_nodes
+from .base import ApplyContext, PlanContext, ResourcePlan, projection_of
 
 if TYPE_CHECKING:
     from ..profile import LoadedProfile
@@ -59,8 +59,9 @@ def _stuck(host: Host, node: int) -> bool:
     return bool(parse_zoneinfo(host.read_opt("/proc/zoneinfo") or "").get(node, {}).get("unreclaimable"))
 
 
-def plan_pass(loaded: LoadedProfile, facts: Facts) -> ResourcePlan:
-    """Pure: a demotion pass per fast node kswapd gave up on (only with ``memory.demotion_pass``)."""
+def plan_pass(loaded: LoadedProfile, facts: Facts, proj: Any) -> ResourcePlan:
+    """Pure: a demotion pass per fast node kswapd gave up on (only with ``memory.demotion_pass``), to the slow
+    nodes of the node's projection ``proj`` (those online after the DAX changes before it)."""
     rp = ResourcePlan()
     spec = loaded.profile.memory.demotion_pass
     if spec is None:
@@ -70,8 +71,8 @@ def plan_pass(loaded: LoadedProfile, facts: Facts) -> ResourcePlan:
     if not stuck:
         rp.unchanged.append("placement.demotion_pass")
         return rp
-    demotion = setting(loaded, facts, "kernel.demotion_enabled")
-    targets = slow_nodes(loaded, facts)
+    demotion = proj.setting("kernel.demotion_enabled")
+    targets = list(proj.slow)
     for node in stuck:
         target = f"placement.node{node}"
         if demotion is not True:
@@ -149,8 +150,8 @@ class PlacementResource:
     kind = KIND
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
-        rp = plan_pass(loaded, facts)
-        rp.warnings += [a.render() for a in advisories(loaded, facts)]
+        rp = plan_pass(loaded, facts, projection_of(loaded, facts, ctx))
+        rp.warnings += [a.render() for a in advisories(loaded, facts, projection_of(loaded, facts, ctx))]
         return rp
 
     def original(self, change: Change, facts: Facts) -> None:

@@ -72,6 +72,27 @@ def start_foreign(k: SimKernel, pid: int = 77, region: tuple[int, int] = FOREIGN
     return pid
 
 
+def add_foreign(k: SimKernel, *, operations: str = "paddr", action: str = "stat", start: bool = True,
+                region: tuple[int, int] = FOREIGN_REGION) -> int:
+    """One more kdamond, configured and (with ``start``) started as another agent would, through the kernel's
+    files: ``nr_kdamonds`` grows by one, which resets every kdamond and fails with EBUSY while any runs. Its
+    index."""
+    n = int(k.tree.read(f"{KDAMONDS}/nr_kdamonds") or 0)
+    base = f"{KDAMONDS}/{n}"
+    for path, value in foreign_writes(k, region):
+        if path == f"{KDAMONDS}/nr_kdamonds":
+            value = str(n + 1)
+        path = path.replace(f"{KDAMONDS}/0/", f"{base}/", 1)
+        if path.endswith("/operations"):
+            value = operations
+        elif path.endswith("/schemes/0/action"):
+            value = action
+        k.write(path, value)
+    if start:
+        k.write(f"{base}/state", "on")
+    return n
+
+
 def _step(k: SimKernel, preset: presets.Preset) -> None:
     lay_out(k)
     if preset.name in FOREIGN:

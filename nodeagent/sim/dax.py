@@ -126,6 +126,11 @@ def _device_rel(k: SimKernel, name: str) -> str:
     return "/" + os.path.relpath(real, k.tree.root)
 
 
+def device_path(k: SimKernel, name: str) -> str:
+    """The device's own directory under /sys/devices (where ``/sys/bus/dax/devices/<name>`` leads)."""
+    return _device_rel(k, name)
+
+
 def driver_of(k: SimKernel, name: str) -> str | None:
     link = k.tree.local(f"{BUS}/devices/{name}/driver")
     return os.path.basename(os.readlink(link)) if link.is_symlink() else None

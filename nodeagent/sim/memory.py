@@ -304,6 +304,14 @@ def _online(k: SimKernel, n: int, zone: str) -> None:
     _account(k, block_node(k, n), zone, 1, n, n + 1)
 
 
+def set_block(k: SimKernel, n: int, zone: str | None) -> None:
+    """Online block ``n`` in ``zone``, or offline it (None), as a write to its ``state`` would (kernel errors)."""
+    if zone is None:
+        _offline(k, n)
+    else:
+        _online(k, n, zone)
+
+
 def _offline(k: SimKernel, n: int) -> None:
     b = f"{MEM}/memory{n}"
     if k.tree.read(f"{b}/state") == "offline":

@@ -7,7 +7,11 @@ checks every file, action and filter against the kernel's capabilities (found wi
 (:mod:`.plan`). Apply writes in the kernel's order and verifies each ``on``/``commit`` (:mod:`.apply`).
 Statistics of nodeagent's own kdamonds: :mod:`.stats`.
 
-A profile without ``damon:`` leaves DAMON alone; ``damon: {kdamonds: []}`` removes nodeagent's kdamonds.
+A ``damon:`` section is the complete set of nodeagent's kdamonds: one of nodeagent's that it no longer names is
+stopped and its slot released (a foreign kdamond never is); ``damon: {kdamonds: []}`` removes them all. A kdamond it
+stops because it acts on a node that becomes a pinned pool (``memory.dax`` ``use: pinned-pool``; such nodes are
+never ``slow``) is stopped before the DAX devices are rezoned. A profile without ``damon:`` leaves nodeagent's
+kdamonds alone, and warns about each that acts on a pinned-pool node.
 A kdamond whose classes resolve to no node here (no CXL node, say) is skipped with a warning.
 """
 
@@ -17,13 +21,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ...facts import Facts
-from ...facts.damon import KDAMONDS, from_facts
+from ...facts.damon import KDAMONDS, DamonFacts, Kdamond, from_facts
 from ...host import Host
 from ...plan import Change, Problem
-from ..base import ApplyContext, PlanContext, ResourcePlan
+from ...projection import NodeProjection, project
+from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
-from .plan import ALL, KIND, plan_kdamonds, revert_kdamonds
+from .plan import ALL, KIND, owned_kdamonds, plan_kdamonds, revert_kdamonds
 from .spec import Checker, Spec, kdamond_spec
 
 if TYPE_CHECKING:
@@ -44,24 +49,14 @@ def _resolve(ref: int | str, nc: NodeClasses, facts: Facts, chk: Checker, path: 
     return nc.resolve(ref)
 
 
-def onlined_by_profile(loaded: LoadedProfile, facts: Facts) -> frozenset[str]:
-    """DAX devices that this profile's ``memory.dax`` rules bring online as system-ram (the same matching the DAX
-    resource applies), so their future nodes count as slow nodes in the same plan."""
-    from ...facts.dax import from_facts as dax_facts
-    from ..dax import assign
-
-    rules = loaded.profile.memory.dax or ()
-    chosen, _ = assign(tuple(rules), dax_facts(facts).devices)
-    return frozenset(name for name, rule in chosen.items() if rule.mode == "system-ram")
-
-
-def build_specs(loaded: LoadedProfile, facts: Facts) -> tuple[list[Spec], Checker, list[str]]:
+def build_specs(loaded: LoadedProfile, facts: Facts,
+                proj: NodeProjection | None = None) -> tuple[list[Spec], Checker, list[str]]:
     """The kdamonds the profile asks for on this node, with the problems and warnings found on the way."""
     model = loaded.profile.damon
     damon = from_facts(facts)
-    nc = classes(facts, damon, onlined_by_profile(loaded, facts))
+    nc = classes(proj if proj is not None else project(loaded, facts))
     chk = Checker(damon, loaded.where, facts.kernel_release)
-    notes = list(nc.notes)
+    notes = list(nc.notes) if model and model.kdamonds else []  # what the classes left out matters to kdamonds
     specs: list[Spec] = []
     for i, kd in enumerate(model.kdamonds if model else []):
         base = ("damon", "kdamonds", i)
@@ -125,8 +120,9 @@ class DamonResource:
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         model = loaded.profile.damon
+        proj = projection_of(loaded, facts, ctx)
         if model is None:
-            return ResourcePlan()
+            return _unmanaged(from_facts(facts), ctx.state.get("ownership") or {}, proj)
         damon = from_facts(facts)
         if not damon.sysfs:
             rp = ResourcePlan()
@@ -140,13 +136,13 @@ class DamonResource:
                                            "(/sys/kernel/mm/damon/admin: kernel 5.18 with CONFIG_DAMON_SYSFS)",
                                            hint="remove the damon section, or run a kernel with DAMON sysfs"))
             return rp
-        specs, chk, notes = build_specs(loaded, facts)
+        specs, chk, notes = build_specs(loaded, facts, proj)
         if chk.problems:
             return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
                                 warnings=notes + chk.warnings)
         rp = plan_kdamonds(specs, damon, ctx.state.get("ownership") or {}, model.coexist, ctx.allow_disruptive)
-        devices = _devices_by_spec(specs, facts)
-        rp.changes = [_with_profile(c, loaded.name, devices) for c in rp.changes]
+        devices = _devices_by_spec(specs, proj)
+        rp.changes = [_before_rezone(_with_profile(c, loaded.name, devices), damon, proj) for c in rp.changes]
         rp.warnings = notes + chk.warnings + rp.warnings
         return rp
 
@@ -160,15 +156,63 @@ class DamonResource:
         return apply_change(host, change, actx, str(change.detail("profile", "")))
 
 
-def _devices_by_spec(specs: list[Spec], facts: Facts) -> dict[str, list[str]]:
-    """Per kdamond to build: the DAX devices behind the nodes it monitors or migrates to."""
-    from ...facts.dax import from_facts as dax_facts
+def acts_on(kd: Kdamond, proj: NodeProjection) -> tuple[set[int], set[int]]:
+    """(nodes a kdamond monitors, nodes its schemes migrate to), from what its files hold now: its paddr regions
+    against the projected node ranges, and its schemes' ``target_nid``."""
+    cfg = kd.config
+    monitored: set[int] = set()
+    for key, start in cfg.items():
+        if not key.endswith("/start") or "/regions/" not in key:
+            continue
+        end = cfg.get(key[: -len("start")] + "end")
+        if not (start.isdigit() and end and end.isdigit()):
+            continue
+        lo, hi = int(start), int(end)
+        monitored |= {n for n, rs in proj.ranges.items() for a, b in rs if a < hi and lo < b}
+    dests = {int(v) for k, v in cfg.items() if k.endswith("/target_nid") and v.strip().lstrip("-").isdigit()
+             and cfg.get(k.rsplit("/", 1)[0] + "/action", "").startswith("migrate_") and int(v) >= 0}
+    return monitored, dests
 
-    by_node: dict[int, list[str]] = {}
-    for dev in dax_facts(facts).devices:
-        if dev.target_node is not None:
-            by_node.setdefault(dev.target_node, []).append(dev.name)
-    return {s.name: sorted({d for n in (*s.sources, *s.dest_nodes) for d in by_node.get(n, ())}) for s in specs}
+
+def _pinned_by(kd: Kdamond, proj: NodeProjection) -> tuple[list[int], bool]:
+    """The pinned-pool nodes ``kd`` acts on, and whether it migrates pages (over or into them)."""
+    monitored, dests = acts_on(kd, proj)
+    migrates = any(k.endswith("/action") and v.startswith("migrate_") for k, v in kd.config.items())
+    return sorted((monitored | dests) & set(proj.pinned)), migrates
+
+
+def _before_rezone(change: Change, damon: DamonFacts, proj: NodeProjection) -> Change:
+    """A kdamond of nodeagent's stopped because it acts on a node that becomes a pinned pool goes before the DAX
+    changes (it would migrate pages into, or out of, memory being offlined and rezoned)."""
+    kd = damon.kdamond(int(change.detail("index", -1))) if change.op == "delete" else None
+    if kd is None or not _pinned_by(kd, proj)[0]:
+        return change
+    return replace(change, data=change.data + (("before_dax", True),))
+
+
+def _unmanaged(damon: DamonFacts, ownership: dict[str, Any], proj: NodeProjection) -> ResourcePlan:
+    """A profile without ``damon:`` leaves nodeagent's kdamonds alone, but warns about each that acts on a node the
+    profile declares a pinned pool (a migrate kdamond there moves pages over or into the pool)."""
+    rp = ResourcePlan()
+    if not damon.sysfs or not proj.pinned:
+        return rp
+    owned, _ = owned_kdamonds(damon, ownership)
+    for o in sorted(owned.values(), key=lambda o: o.index):
+        nodes, migrates = _pinned_by(o.kdamond, proj)
+        if not nodes or o.name is None:
+            continue
+        where = ", ".join(f"node{n}" for n in nodes)
+        what = "migrates pages over or into" if migrates else "acts on"
+        rp.warnings.append(f"damon.{o.name} ({o.kdamond.describe()}, nodeagent's) {what} {where}, which this profile "
+                           "declares a pinned pool (memory.dax use: pinned-pool); without a damon: section nodeagent "
+                           "leaves its kdamonds as they are — add `damon: {kdamonds: []}` to stop them (before the "
+                           "DAX devices are rezoned)")
+    return rp
+
+
+def _devices_by_spec(specs: list[Spec], proj: NodeProjection) -> dict[str, list[str]]:
+    """Per kdamond to build: the DAX devices behind the nodes it monitors or migrates to."""
+    return {s.name: sorted({d for n in (*s.sources, *s.dest_nodes) for d in proj.devices_on(n)}) for s in specs}
 
 
 def _with_profile(change: Change, profile: str, devices: dict[str, list[str]]) -> Change:

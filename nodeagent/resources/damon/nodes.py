@@ -1,22 +1,23 @@
 """Which nodes ``fast`` and ``slow`` mean on this node, how sources pair with destinations, and the physical
-ranges a paddr target monitors. Pure functions of the facts.
+ranges a paddr target monitors. Pure functions of the node's projection (:mod:`nodeagent.projection`).
 
 - ``fast``: the nodes of the top memory tier (lowest ``memory_tier<N>``); ``slow``: the nodes of every lower
-  tier, ordered by tier then id. CPU presence plays no part (a CPU-less node can be DRAM).
-- A DAX device still in devdax mode becomes a ``slow`` node *only* when the profile also manages DAX (a
-  ``dax:`` section, applied before DAMON): its node is then pending, and its ranges are the device's
-  ``resource``/``size`` rounded inwards to whole memory blocks — what kmem will hot-add. A device whose node
-  is online already (a second expander on the same node) adds its range to that node's.
-- Distances come from ``nodeN/distance`` (one entry per online node, in node order); a pending DAX node has
-  none yet, so it counts as near the node its device hangs off (``numa_node``) and far from the others.
+  tier, ordered by tier then id, plus the nodes the profile's ``memory.dax`` rules bring online in the same
+  apply (devdax devices, and kmem-bound devices whose blocks are offline) — their ranges are the devices'
+  ``resource``/``size`` rounded inwards to whole memory blocks, what kmem hot-adds; pinned-pool nodes are
+  neither. CPU presence plays no part (a CPU-less node can be DRAM).
+- Pairing keys on firmware proximity, which onlining does not change: a DAX-backed node is as near a node as the
+  node its device hangs off (``numa_node``); other nodes by NUMA distance; the lowest id breaks ties
+  (:meth:`nodeagent.projection.NodeProjection.proximity`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ...facts import Facts
-from ...facts.damon import DamonFacts
+if TYPE_CHECKING:
+    from ...projection import NodeProjection
 
 FAR = 255
 
@@ -28,8 +29,8 @@ class NodeClasses:
     tier: dict[int, int]  # node → tier number (pending DAX nodes: a number below every real tier)
     ranges: dict[int, tuple[tuple[int, int], ...]]
     pending: dict[int, str] = field(default_factory=dict)  # node → DAX device not yet online
-    near: dict[int, int] = field(default_factory=dict)  # pending node → node its device is attached to
-    distances: dict[tuple[int, int], int] = field(default_factory=dict)
+    near: dict[int, int] = field(default_factory=dict)  # DAX-backed node → node its device hangs off
+    distances: dict[tuple[int, int], int] = field(default_factory=dict)  # between nodes online now
     notes: tuple[str, ...] = ()
 
     def resolve(self, ref: int | str) -> tuple[int, ...]:
@@ -38,90 +39,27 @@ class NodeClasses:
         return self.fast if ref == "fast" else self.slow
 
     def distance(self, a: int, b: int) -> int:
-        if (a, b) in self.distances:
-            return self.distances[(a, b)]
-        if b in self.near:
-            return self._pending_distance(a) if self.near[b] == a else FAR
-        if a in self.near:
-            return self._pending_distance(b) if self.near[a] == b else FAR
-        return FAR
-
-    def _pending_distance(self, socket: int) -> int:
-        """The distance a not-yet-online node will have from the socket its device hangs off: unknown until the
-        kernel registers the node, so take that of the nearest lower-tier node already online there (an expander
-        beside it), else 0. Guessing closer than the online ones would pair a kdamond with the new node now and
-        back with the old one once real distances (often equal) are known: the next apply would flip it."""
-        known = [d for (x, y), d in self.distances.items() if x == socket and y != socket and y in self.slow]
-        return min(known) if known else 0
+        """Pairing distance, the same before and after onlining: a DAX-backed node counts as its host node."""
+        ha, hb = self.near.get(a, a), self.near.get(b, b)
+        if ha == hb:
+            return 0 if a == b else 10
+        return self.distances.get((ha, hb), FAR)
 
     def nearest(self, source: int, candidates: tuple[int, ...]) -> int | None:
-        """The candidate closest to ``source`` (ties: faster tier, then lower id); never ``source`` itself."""
+        """The candidate closest to ``source`` (ties: lower id); never ``source`` itself."""
         pool = [c for c in candidates if c != source]
         if not pool:
             return None
-        return min(pool, key=lambda c: (self.distance(source, c), self.tier.get(c, FAR), c))
+        return min(pool, key=lambda c: (self.distance(source, c), c))
 
     def label(self, node: int) -> str:
         return f"node{node}" + (f" ({self.pending[node]}, not yet online)" if node in self.pending else "")
 
 
-def _distances(facts: Facts) -> dict[tuple[int, int], int]:
-    online = [n.id for n in facts.nodes]
-    out: dict[tuple[int, int], int] = {}
-    for n in facts.nodes:
-        row = n.distances
-        ids = online if len(row) == len(online) else list(range(len(row)))
-        for other, d in zip(ids, row, strict=False):
-            out[(n.id, other)] = d
-    return out
-
-
-def classes(facts: Facts, damon: DamonFacts, onlined: frozenset[str] = frozenset()) -> NodeClasses:
-    """Node classes from memory tiers; DAX devices in ``onlined`` (which the profile brings online as system-ram)
-    count as slow nodes already, with their range rounded inwards to whole blocks."""
-    tiers = sorted(facts.tiers.items())
-    tier_of = {n: t for t, nodes in tiers for n in nodes}
-    fast = tuple(sorted(tiers[0][1])) if tiers else ()
-    slow = [n for _, nodes in tiers[1:] for n in sorted(nodes)]
-    ranges = {n: tuple(r) for n, r in damon.node_ranges.items() if r}
-    pending: dict[int, str] = {}
-    near: dict[int, int] = {}
-    notes: list[str] = []
-    bs = damon.block_size or 0
-    lowest = (tiers[-1][0] + 1) if tiers else 0
-    for dev in damon.dax:
-        node = int(dev["target_node"])
-        if dev["mode"] == "system-ram" or not bs:
-            continue
-        first = -(-dev["start"] // bs)
-        last = (dev["start"] + dev["size"]) // bs
-        if node in tier_of or node in pending:
-            if dev["name"] in onlined and last > first:  # more memory for a node that is there already
-                ranges[node] = _merged((*ranges.get(node, ()), (first * bs, last * bs)))
-            continue
-        if dev["name"] not in onlined:
-            notes.append(f"node{node} ({dev['name']}, {dev['mode']}) is not online and no memory.dax rule of this "
-                         "profile brings it online: it is not used as a slow node")
-            continue
-        if last <= first:
-            continue
-        pending[node] = dev["name"]
-        near[node] = int(dev.get("numa_node", -1))
-        ranges[node] = ((first * bs, last * bs),)
-        tier_of[node] = lowest
-        slow.append(node)
-    return NodeClasses(fast, tuple(slow), tier_of, ranges, pending, near, _distances(facts), tuple(notes))
-
-
-def _merged(ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-    """Sorted, with touching or overlapping ranges joined: how the facts show a node's memory blocks."""
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(end, out[-1][1]))
-        else:
-            out.append((start, end))
-    return tuple(out)
+def classes(proj: NodeProjection) -> NodeClasses:
+    """The node classes of the projected node."""
+    return NodeClasses(proj.fast, proj.slow, dict(proj.tier), dict(proj.ranges), dict(proj.pending),
+                       dict(proj.host), dict(proj.distances), proj.notes)
 
 
 @dataclass(frozen=True)
@@ -159,6 +97,8 @@ def pair(name: str, pairing: str, sources: tuple[int, ...], scheme_dests: list[t
                 best = nc.nearest(src, cand)
                 if best is None:
                     break
+                if (check := _cross_check(nc, src, best, cand)) and check not in skipped:
+                    skipped.append(check)
                 dests.append((best,))
             else:
                 groups.setdefault(tuple(dests) if pairing == "gather" else ((src,),), (dests, []))[1].append(src)
@@ -191,9 +131,23 @@ def pair(name: str, pairing: str, sources: tuple[int, ...], scheme_dests: list[t
 
 
 def _dist(nc: NodeClasses, a: int, b: int) -> str:
+    via = [f"node{n} hangs off node{nc.near[n]}" for n in (a, b) if n in nc.near]
+    if via:
+        return "firmware proximity: " + ", ".join(via)
     if (a, b) in nc.distances:
         return f"distance {nc.distances[(a, b)]}"
-    pend, other = (b, a) if b in nc.near else (a, b)
-    if nc.near.get(pend) == other:
-        return f"distance known once online; the device hangs off node{other}"
     return "distance unknown"
+
+
+def _cross_check(nc: NodeClasses, source: int, chosen: int, candidates: tuple[int, ...]) -> str | None:
+    """A note when the NUMA distances of nodes online now disagree with the firmware-proximity choice."""
+    known = [c for c in candidates if c != source and (source, c) in nc.distances]
+    if chosen not in known or len(known) < 2:
+        return None
+    best = min(nc.distances[(source, c)] for c in known)
+    if nc.distances[(source, chosen)] <= best:
+        return None
+    other = min(c for c in known if nc.distances[(source, c)] == best)
+    return (f"node{source} pairs with node{chosen} by firmware proximity (the node a DAX device hangs off), although "
+            f"its NUMA distance to node{other} is shorter ({best} < {nc.distances[(source, chosen)]}): check the "
+            "firmware's numa_node and SLIT tables")

@@ -1,0 +1,190 @@
+"""``nodeagent sim``: simulated nodes from the command line — lay one out, then rehearse node shapes on it.
+
+Every verb but ``create``, ``reset`` and ``presets`` acts on a directory that must carry the simulator's marker
+(``.nodeagent-sim/meta.json``): on any other root it is refused with exit 64, so a typo never reaches a real
+``/sys``. The verbs change the simulated node the way the kernel (or another agent) would, through the same
+emulator the tests use (:mod:`nodeagent.sim`):
+
+- ``create DIR --preset NAME [--devices N --device-size SIZE --block-size SIZE]``: a preset, optionally with
+  N generated CXL expanders of SIZE and another memory block size (the expanders hang off the sockets in turn;
+  NUMA distances are left to the emulator's defaults, so the CXL nodes are equidistant from every DRAM node);
+- ``hot-add DIR --dax NAME --size SIZE --node N [--host-node N] --mode devdax|kmem [--blocks online|offline]``:
+  an expander appears (uevents go to ``nodeagent watch``); ``kmem`` binds it to kmem at once, its blocks as
+  ``--blocks`` says or, without it, as ``auto_online_blocks`` says;
+- ``boot DIR --memhp-default-state offline|online|online_movable``: re-lays the boot-time onlining of the CXL
+  devices (bound to kmem, blocks offline or online in that zone);
+- ``kdamond DIR --foreign [--operations paddr] [--action stat] [--state on|off]``: another agent's kdamond;
+- ``write DIR PATH VALUE``: one write through the emulator; a refusal prints the kernel's errno (exit 1).
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+from pathlib import Path
+
+import click
+
+from .errors import ExitCode, UsageError
+from .units import parse_size
+
+
+@click.group()
+def sim() -> None:
+    """Simulated nodes: an emulated kernel in a directory, for rehearsals, tests and benchmarks."""
+
+
+def _size(option: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _simulated(directory: str):  # type: ignore[no-untyped-def]
+    """The emulated kernel of ``directory``; exit 64 when it is not a simulated node."""
+    from .sim import MARKER, SimKernel
+
+    if not (Path(directory) / MARKER / "meta.json").is_file():
+        raise UsageError(f"{directory} is not a simulated node (no {MARKER}/meta.json): refused",
+                         hint="make one with `nodeagent sim create DIR --preset NAME`")
+    return SimKernel(directory)
+
+
+@sim.command("create")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--preset", required=True, help="Which node to simulate (see `nodeagent sim presets`).")
+@click.option("--kernel", metavar="RELEASE", help="Pretend to run this kernel release (e.g. 5.10.0).")
+@click.option("--devices", type=click.IntRange(0, 64), help="Replace the preset's DAX devices by N CXL expanders.")
+@click.option("--device-size", metavar="SIZE", help="Size of each generated expander (default 64GiB).")
+@click.option("--block-size", metavar="SIZE", help="Memory block size (a power of two, ≥ 128MiB).")
+def sim_create(directory: str, preset: str, kernel: str | None, devices: int | None, device_size: str | None,
+               block_size: str | None) -> None:
+    """Lay out a simulated node of PRESET in DIRECTORY (empty or absent)."""
+    from .sim import build, get
+    from .sim.hotplug import generated
+
+    try:
+        p = get(preset)
+    except KeyError as exc:
+        raise UsageError(f"--preset: {exc.args[0]}") from None
+    size, bs = _size("--device-size", device_size), _size("--block-size", block_size)
+    if devices is not None or size is not None or bs is not None:
+        try:
+            p = generated(p, devices, size, bs)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        build(p, Path(directory), kernel=kernel)
+    except FileExistsError as exc:
+        raise UsageError(f"{exc}", hint="give an empty or new directory") from None
+    click.echo(f"simulated {preset} node at {directory}")
+
+
+@sim.command("reset")
+@click.argument("preset")
+def sim_reset(preset: str) -> None:
+    """Forget the cached simulated node of PRESET (the next --simulate starts from a freshly booted one)."""
+    from .sim import cached_path, remove
+
+    root = cached_path(preset)
+    if root.exists():
+        remove(root)
+        click.echo(f"removed the cached {preset} node")
+    else:
+        click.echo(f"no cached {preset} node")
+
+
+@sim.command("presets")
+def sim_presets() -> None:
+    """List the simulated node presets."""
+    from .sim import PRESETS, get
+
+    for name in PRESETS:
+        click.echo(f"{name:<22} {get(name).description}")
+
+
+@sim.command("hot-add")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--dax", "name", required=True, metavar="NAME", help="The new DAX device (daxR.0).")
+@click.option("--size", required=True, metavar="SIZE", help="Its capacity (e.g. 64GiB).")
+@click.option("--node", type=int, required=True, help="Its target node (a possible node).")
+@click.option("--host-node", type=int, default=0, show_default=True,
+              help="The node the device hangs off (its host bridge's: numa_node).")
+@click.option("--mode", type=click.Choice(["devdax", "kmem"]), required=True)
+@click.option("--blocks", type=click.Choice(["online", "offline"]),
+              help="kmem only: its blocks online or offline (default: as auto_online_blocks says).")
+def sim_hot_add(directory: str, name: str, size: str, node: int, host_node: int, mode: str,
+                blocks: str | None) -> None:
+    """Hot-add a CXL expander to the simulated node in DIRECTORY."""
+    from .sim import hotplug
+
+    k = _simulated(directory)
+    if blocks is not None and mode != "kmem":
+        raise UsageError("--blocks goes with --mode kmem (a devdax device has no memory blocks)")
+    try:
+        d = hotplug.next_dax(k, name, _size("--size", size) or 0, node, host_node)
+        events = hotplug.hot_add_dax(k, d, system_ram=mode == "kmem", blocks=blocks)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    click.echo(f"hot-added {name} ({size} at {d.start:#x}, node {node}, off node {host_node}) as "
+               f"{'system-ram' if mode == 'kmem' else 'devdax'}: {len(events)} uevent(s)")
+
+
+@sim.command("boot")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--memhp-default-state", "state", required=True,
+              type=click.Choice(["offline", "online", "online_movable"]))
+def sim_boot(directory: str, state: str) -> None:
+    """Re-lay the boot-time onlining of the CXL memory, as with memhp_default_state=STATE on the command line."""
+    from .sim import hotplug
+
+    try:
+        bound = hotplug.boot(_simulated(directory), state)
+    except OSError as exc:
+        raise click.ClickException(f"boot: {exc.strerror or exc}") from None
+    click.echo(f"booted with memhp_default_state={state}: {', '.join(bound) or 'no CXL device'} bound to kmem")
+
+
+@sim.command("kdamond")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--foreign", is_flag=True, required=True, help="Another agent's kdamond (the only kind for now).")
+@click.option("--operations", default="paddr", show_default=True, type=click.Choice(["paddr", "vaddr", "fvaddr"]))
+@click.option("--action", default="stat", show_default=True, help="Its one scheme's action.")
+@click.option("--state", "run_state", default="on", show_default=True, type=click.Choice(["on", "off"]))
+def sim_kdamond(directory: str, foreign: bool, operations: str, action: str, run_state: str) -> None:
+    """Add a kdamond another agent owns, through the kernel's files (the kernel's rules apply: adding a
+    kdamond rewrites nr_kdamonds, which fails while any runs)."""
+    from .sim.damon_presets import add_foreign
+
+    k = _simulated(directory)
+    try:
+        index = add_foreign(k, operations=operations, action=action, start=run_state == "on")
+    except OSError as exc:
+        click.echo(f"nodeagent: kdamond: {_errno_text(exc)}", err=True)
+        raise click.exceptions.Exit(ExitCode.ERROR) from None
+    click.echo(f"kdamond {index}: foreign, {operations}, {action}, {'running' if run_state == 'on' else 'stopped'}")
+
+
+@sim.command("write")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.argument("path")
+@click.argument("value")
+def sim_write(directory: str, path: str, value: str) -> None:
+    """Write VALUE to PATH (/sys/..., /proc/...) of the simulated node, as a process on it would."""
+    k = _simulated(directory)
+    if not path.startswith("/") or ".." in path.split("/"):
+        raise UsageError(f"{path}: give an absolute path inside the node (/sys/..., /proc/...)")
+    try:
+        k.write(path, value)
+    except OSError as exc:
+        click.echo(f"nodeagent: write {path}: {_errno_text(exc)}", err=True)
+        raise click.exceptions.Exit(ExitCode.ERROR) from None
+    click.echo(f"{path} = {value}")
+
+
+def _errno_text(exc: OSError) -> str:
+    name = _errno.errorcode.get(exc.errno or 0, "")
+    return f"{name} ({exc.strerror or os.strerror(exc.errno or 0)})" if name else str(exc)
