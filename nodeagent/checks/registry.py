@@ -16,11 +16,13 @@ from .capacity import CapacityCheckImpl
 from .coexist import CoexistenceCheckImpl
 from .cpu import CpuCheckImpl
 from .disk import DiskCheckImpl
+from .latency import LatencyCheckImpl
 from .pcie import GpuPcieCheckImpl
 from .placement import PlacementCheckImpl
 
 CHECKS: tuple[Check, ...] = (CpuCheckImpl(), DiskCheckImpl(), GpuPcieCheckImpl(), CapacityCheckImpl(),
-                             CoexistenceCheckImpl(), MemoryBandwidthCheckImpl(), PlacementCheckImpl())
+                             CoexistenceCheckImpl(), MemoryBandwidthCheckImpl(), LatencyCheckImpl(),
+                             PlacementCheckImpl())
 BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
 assert set(BY_NAME) == set(CHECK_NAMES)
 
