@@ -51,3 +51,9 @@ fleet-demo: $(STAMP)
 .PHONY: ansible-sanity
 ansible-sanity: $(STAMP)
 	VENV_BIN=$(BIN) scripts/ansible-sanity.sh
+
+# monitoring/ is where the alert rules and the dashboard are edited; the package ships a copy (nodeagent/monitoring,
+# printed by `nodeagent metrics rules|dashboard`) that a test keeps equal.
+.PHONY: monitoring
+monitoring:
+	cp monitoring/alerts.yaml monitoring/dashboard.json nodeagent/monitoring/

@@ -91,6 +91,28 @@ def show(ctx: Ctx) -> None:
         click.echo(render(fams), nl=False)
 
 
+#: The files ``metrics rules`` and ``metrics dashboard`` print: package data, copies of the repository's monitoring/.
+SHIPPED = {"rules": "alerts.yaml", "dashboard": "dashboard.json"}
+
+
+def shipped(name: str) -> str:
+    from importlib import resources
+
+    return resources.files("nodeagent.monitoring").joinpath(SHIPPED[name]).read_text(encoding="utf-8")
+
+
+@metrics.command("rules")
+def rules() -> None:
+    """Print the Prometheus alerting rules (for rule_files: in prometheus.yml, e.g. /etc/prometheus/rules/)."""
+    click.echo(shipped("rules"), nl=False)
+
+
+@metrics.command("dashboard")
+def dashboard() -> None:
+    """Print the Grafana dashboard JSON (import it, or drop it in a provisioned dashboards folder)."""
+    click.echo(shipped("dashboard"), nl=False)
+
+
 def _latency_interval(value: float) -> float:
     if value != 0 and value < 900:
         raise click.BadParameter(f"expected 0 (never) or at least 900 seconds, got {value:g}: the probe chases "
