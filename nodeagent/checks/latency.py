@@ -101,7 +101,9 @@ class LatencyCheckImpl:
         ratio = s.ratio(p)
         kind = "CPU-less node" if cpuless else "DRAM"
         rel = f", {ratio:.2f}× node{p.initiator}'s DRAM" if ratio is not None and p.node != p.initiator else ""
-        text = (f"{kind} node{node} from node{p.initiator}: {p.ns:.0f} ns load-to-use{rel}"
+        thp = "" if p.thp_bytes is None or p.thp_bytes * 2 >= p.buffer else \
+            " (not THP-backed: page walks included; transparent_hugepage is never, or memory is fragmented)"
+        text = (f"{kind} node{node} from node{p.initiator}: {p.ns:.0f} ns load-to-use{rel}{thp}"
                 f"{declared_text(s, node, p.initiator)}")
         fix = SLOW_FIX if cpuless else SLOW_DRAM_FIX
         if cpuless and spec.max_ratio is not None and ratio is not None and ratio > spec.max_ratio:

@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -205,7 +206,10 @@ def survey(host: Host, limits: Limits | None = None, *, initiators: list[int] | 
     return s
 
 
-def _one(host: Host, runner: object, i: int, t: int, cpus: list[int], size: int, limits: Limits,
+Runner = Callable[[int, int, int, int, "Limits"], "Pair"]
+
+
+def _one(host: Host, runner: Runner, i: int, t: int, cpus: list[int], size: int, limits: Limits,
          llc: int | None) -> Pair:
     cpu = cpus[0] if cpus else None
     if cpu is None:
@@ -220,12 +224,12 @@ def _one(host: Host, runner: object, i: int, t: int, cpus: list[int], size: int,
         return Pair(i, t, cpu, size, error=f"node{t} has {free // MiB} MiB free, the probe needs {size // MiB} MiB",
                     hint="run it when the node has that much free, or lower max_buffer")
     try:
-        return runner(i, t, cpu, size, limits)  # type: ignore[operator]
+        return runner(i, t, cpu, size, limits)
     except HostError as exc:
         return Pair(i, t, cpu, size, error=exc.message, hint=exc.hint)
 
 
-def _runner(host: Host) -> object:
+def _runner(host: Host) -> Runner:
     if host.simulated:
         sim = importlib.import_module("nodeagent.sim.latency")
 
@@ -313,8 +317,10 @@ def run(binary: Path, initiator: int, node: int, cpu: int, size: int, limits: Li
             from None
     if proc.returncode != 0:
         msg = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
-        raise HostError(f"the latency probe of node{node} from CPU {cpu} failed: {msg}",
-                        hint="the node may have no memory online" if "mbind" in msg else None)
+        hint = ("the node may have no memory online" if "mbind" in msg else
+                "faulting the buffer in is slower than the budget here (a busy or virtualised node): raise "
+                "checks.latency.max_seconds (up to 10)" if proc.returncode == 4 else None)
+        raise HostError(f"the latency probe of node{node} from CPU {cpu} failed: {msg}", hint=hint)
     try:
         out = json.loads(proc.stdout)
     except ValueError:

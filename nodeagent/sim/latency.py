@@ -18,12 +18,11 @@ A :data:`~nodeagent.sim.presets.LAYERS` step lays out, from the preset:
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 from pathlib import Path
 
-from ..kfmt import format_list, parse_list, parse_meminfo
+from ..kfmt import format_list, parse_list
+from .hardware import mbind_target
 from .kernel import MARKER, SimKernel
 from .presets import LAYERS, Preset
 from .tree import RO
@@ -97,13 +96,7 @@ def chase_ns(root: Path, initiator: int, target: int) -> float:
     """Load-to-use ns from a CPU of node ``initiator`` to memory of node ``target``. EINVAL when ``target`` has
     no memory online (``mbind`` fails so on the real kernel)."""
     root = Path(root)
-    base = root / NODE.lstrip("/") / f"node{target}"
-    try:
-        info = parse_meminfo((base / "meminfo").read_text())
-    except OSError:
-        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL) + f" (node {target} is not online)") from None
-    if not info.get("MemTotal"):
-        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL) + f" (node {target} has no memory online)")
+    base = mbind_target(root, target)
     model = json.loads((root / MARKER / LATENCY).read_text())
     row = model["distances"].get(str(initiator))
     dist = row[target] if row and target < len(row) else (10 if initiator == target else 20)
