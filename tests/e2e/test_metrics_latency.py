@@ -99,3 +99,16 @@ def test_serve_refuses_a_latency_interval_below_15_minutes(make_node, capsys) ->
     code = main(["--root", str(root), "metrics", "serve", "--latency-interval", "60"])
     assert code == 64
     assert "expected 0 (never) or at least 900 seconds" in capsys.readouterr().err
+
+
+def test_exporter_unit_leaves_room_for_the_probe(make_node, capsys) -> None:
+    """ProtectHome hides ~/.cache and MemoryMax covers the probe's child: the unit gives it a cache directory and
+    room for its buffer."""
+    import json
+
+    root = make_node("h100-cxl")
+    assert main(["--root", str(root), "--format", "json", "units", "render", PROFILE]) == 0
+    unit = json.loads(capsys.readouterr().out)["/etc/systemd/system/nodeagent-exporter.service"]
+    assert "CacheDirectory=nodeagent" in unit and "Environment=NODEAGENT_CACHE=%C/nodeagent" in unit
+    limit = next(line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("MemoryMax="))
+    assert int(limit.rstrip("M")) * 1024**2 >= 2 * 1024**3 + 256 * 1024**2
