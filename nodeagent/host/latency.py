@@ -240,7 +240,8 @@ def _runner(host: Host) -> Runner:
                 raise HostError(f"mbind to node {t} failed: {exc.strerror}",
                                 hint="the node may have no memory online, or not exist") from None
             seconds = min(size / 8e9 + limits.chains * limits.loads * ns * 1e-9, limits.budget)
-            return Pair(i, t, cpu, size, ns, (ns,) * limits.chains, seconds, size, (t,))
+            thp = host.read_opt("/sys/kernel/mm/transparent_hugepage/enabled") or ""
+            return Pair(i, t, cpu, size, ns, (ns,) * limits.chains, seconds, 0 if "[never]" in thp else size, (t,))
 
         return simulated
     if not host.is_real:
@@ -283,10 +284,12 @@ def build(directory: Path | None = None) -> Path:
     directory = directory or cache_dir()
     binary = directory / f"latprobe-{hashlib.sha256(src).hexdigest()[:12]}"
     if os.access(binary, os.X_OK):
+        _trusted(binary)
         return binary
     cc = compiler()
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _trusted(directory)
         with tempfile.TemporaryDirectory(dir=directory) as tmp:
             c = Path(tmp) / "latprobe.c"
             c.write_bytes(src)
@@ -302,6 +305,14 @@ def build(directory: Path | None = None) -> Path:
         raise HostError(f"cannot build the latency probe in {directory}: {exc.strerror}",
                         hint="set NODEAGENT_CACHE to a writable directory") from None
     return binary
+
+
+def _trusted(path: Path) -> None:
+    """Refuse a helper (or its directory) that someone else could have replaced: nodeagent runs it, often as root."""
+    st = path.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise HostError(f"refusing to use the latency probe at {path}: it is not owned by this user, or others may "
+                        "write it", hint="remove it, or set NODEAGENT_CACHE to a directory only you can write")
 
 
 def run(binary: Path, initiator: int, node: int, cpu: int, size: int, limits: Limits, max_node: int) -> Pair:

@@ -91,3 +91,10 @@ def test_another_root_refuses_to_measure(tmp_path) -> None:
     (tmp_path / "sys/devices/system/node/node0/meminfo").write_text("Node 0 MemTotal: 1048576 kB\n")
     with pytest.raises(HostError, match="it would measure this machine"):
         probe.survey(open_host(tmp_path))
+
+
+def test_without_thp_the_figure_says_page_walks_are_included(make_node) -> None:
+    root = make_node("qemu-3node")
+    set_file(root, "/sys/kernel/mm/transparent_hugepage/enabled", "always madvise [never]")
+    r = one(root, "latency", {})
+    assert r.status == "pass" and "not THP-backed: page walks included" in messages(r)

@@ -67,3 +67,11 @@ def test_helper_builds_once_and_chases_a_bound_buffer_here(tmp_path: Path) -> No
     assert p.seconds < 2.0
     with pytest.raises(HostError, match="failed"):
         probe.run(binary, node, 4095, cpu, 64 * MiB, limits, max_node=4095)  # no such node: mbind refuses
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler")
+def test_a_helper_others_may_write_is_refused(tmp_path: Path) -> None:
+    binary = probe.build(tmp_path)
+    binary.chmod(0o777)
+    with pytest.raises(HostError, match="others may write it"):
+        probe.build(tmp_path)
