@@ -61,3 +61,9 @@ converge-sweep: $(STAMP)
 	NODEAGENT_HYPOTHESIS=sweep $(BIN)/python -m pytest -q -p no:cacheprovider tests/sim/test_converge_property.py \
 		-k '6.12 or 6.18' & p2=$$!; \
 	wait $$p1; r1=$$?; wait $$p2; r2=$$?; test $$r1 -eq 0 -a $$r2 -eq 0
+
+# monitoring/ is where the alert rules and the dashboard are edited; the package ships a copy (nodeagent/monitoring,
+# printed by `nodeagent metrics rules|dashboard`) that a test keeps equal.
+.PHONY: monitoring
+monitoring:
+	cp monitoring/alerts.yaml monitoring/dashboard.json nodeagent/monitoring/

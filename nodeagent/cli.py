@@ -213,8 +213,8 @@ def plan(ctx: Ctx, profile: str | None, detailed_exitcode: bool, allow_disruptiv
 
 skip_checks_opt = click.option(
     "--skip-checks", "skip_checks", multiple=True, metavar="NAME",
-    help="Do not run this preflight check (repeatable; cpu, disk, gpu_pcie, memory_bandwidth, capacity, "
-         "coexistence, placement, or all).")
+    help="Do not run this preflight check (repeatable; cpu, disk, gpu_pcie, memory_bandwidth, latency, "
+         "capacity, coexistence, placement, or all).")
 
 
 def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:

@@ -32,18 +32,31 @@ def metrics() -> None:
               "refresh their statistics (the exporter's only write).")
 @click.option("--pingpong-window", type=click.FloatRange(min=30), default=300.0, show_default=True,
               metavar="SECONDS", help="The window of the ping-pong estimator.")
+@click.option("--latency-interval", type=float, default=900.0, show_default=True, metavar="SECONDS",
+              callback=lambda _c, _p, v: _latency_interval(v),
+              help="How often the memory latency probe runs (up to 2 s per CPU node x memory node; at least "
+              "900; 0: never).")
+@click.option("--latency-max-buffer", default="2GiB", show_default=True, metavar="SIZE",
+              help="The latency probe's memory cap per node (its buffer is 4x the last-level cache).")
 @click.pass_obj
-def serve(ctx: Ctx, listen: str, gpu_interval: float, refresh_interval: float, pingpong_window: float) -> None:
+def serve(ctx: Ctx, listen: str, gpu_interval: float, refresh_interval: float, pingpong_window: float,
+          latency_interval: float, latency_max_buffer: str) -> None:
     """Serve the metrics over HTTP until SIGTERM or SIGINT. Read-only but for the stated statistics refresh."""
+    from .host.latency import Limits
     from .metrics.collector import Collector
     from .metrics.exporter import Exporter, Intervals, parse_listen
+    from .units import parse_size
 
     try:
         addr, port = parse_listen(listen)
     except ValueError as exc:
         raise UsageError(f"--listen: {exc}") from None
+    try:
+        cap = parse_size(latency_max_buffer)
+    except ValueError as exc:
+        raise UsageError(f"--latency-max-buffer: {exc}") from None
     exp = Exporter(Collector(ctx.host, refresh_interval=refresh_interval, pingpong_window=pingpong_window),
-                   Intervals(gpu=gpu_interval))
+                   Intervals(gpu=gpu_interval, latency=latency_interval), Limits(max_buffer=cap))
     try:
         host, bound = exp.start(addr, port)
     except OSError as exc:
@@ -76,6 +89,35 @@ def show(ctx: Ctx) -> None:
                                    for v, x in f.samples]} for f in fams])
     else:
         click.echo(render(fams), nl=False)
+
+
+#: The files ``metrics rules`` and ``metrics dashboard`` print: package data, copies of the repository's monitoring/.
+SHIPPED = {"rules": "alerts.yaml", "dashboard": "dashboard.json"}
+
+
+def shipped(name: str) -> str:
+    from importlib import resources
+
+    return resources.files("nodeagent.monitoring").joinpath(SHIPPED[name]).read_text(encoding="utf-8")
+
+
+@metrics.command("rules")
+def rules() -> None:
+    """Print the Prometheus alerting rules (for rule_files: in prometheus.yml, e.g. /etc/prometheus/rules/)."""
+    click.echo(shipped("rules"), nl=False)
+
+
+@metrics.command("dashboard")
+def dashboard() -> None:
+    """Print the Grafana dashboard JSON (import it, or drop it in a provisioned dashboards folder)."""
+    click.echo(shipped("dashboard"), nl=False)
+
+
+def _latency_interval(value: float) -> float:
+    if value != 0 and value < 900:
+        raise click.BadParameter(f"expected 0 (never) or at least 900 seconds, got {value:g}: the probe chases "
+                                 "pointers for up to 2 s per node pair", param_hint="--latency-interval")
+    return value
 
 
 def register(cli: click.Group) -> None:

@@ -28,4 +28,4 @@ DTYPE_BYTES: dict[str, float] = {
     "fp8": 1, "int8": 1, "float8": 1, "fp6": 0.75, "int4": 0.5, "fp4": 0.5, "nf4": 0.5,
 }
 #: The check names, as the profile's ``checks:`` section, ``--skip-checks`` and reports spell them.
-CHECK_NAMES = ("cpu", "disk", "gpu_pcie", "memory_bandwidth", "capacity", "coexistence", "placement")
+CHECK_NAMES = ("cpu", "disk", "gpu_pcie", "memory_bandwidth", "latency", "capacity", "coexistence", "placement")

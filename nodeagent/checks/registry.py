@@ -16,6 +16,7 @@ from .capacity import CapacityCheckImpl
 from .coexist import CoexistenceCheckImpl
 from .cpu import CpuCheckImpl
 from .disk import DiskCheckImpl
+from .latency import LatencyCheckImpl
 from .pcie import GpuPcieCheckImpl
 from .placement import PlacementCheckImpl
 
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
     from ..profile import LoadedProfile
 
 CHECKS: tuple[Check, ...] = (CpuCheckImpl(), DiskCheckImpl(), GpuPcieCheckImpl(), CapacityCheckImpl(),
-                             CoexistenceCheckImpl(), MemoryBandwidthCheckImpl(), PlacementCheckImpl())
+                             CoexistenceCheckImpl(), MemoryBandwidthCheckImpl(), LatencyCheckImpl(),
+                             PlacementCheckImpl())
 BY_NAME: dict[str, Check] = {c.name: c for c in CHECKS}
 assert set(BY_NAME) == set(CHECK_NAMES)
 

@@ -27,6 +27,7 @@ from ..host import Host
 from ..kfmt import parse_list
 from . import gpu as gpu_mod
 from .families import Family, counter, gauge, one
+from .latency import families as latency_families
 from .tiering import DEMOTE_CAUSES, History, Moves, page_size
 
 NODE = "/sys/devices/system/node"
@@ -128,6 +129,7 @@ class Collector:
         self.refresh_interval = refresh_interval
         self.gpus_enabled = gpus
         self.gpu: gpu_mod.GpuReading | None = None
+        self.latency: Any = None  # metrics.latency.LatencyReading: set by the exporter's slow schedule only
         self.history = History(pingpong_window)
         self.refreshed: dict[int, float] = {}  # kdamond index → when this collector last asked for a refresh
         self.refresh_error: str | None = None
@@ -252,6 +254,7 @@ class Collector:
         fams += self._schemes(d, now)
         fams += self._kdamond_cpu(d.kdamonds)
         fams += self._gpus(now)
+        fams += latency_families(self.latency)
         fams.append(one("nodeagent_collector_cpu_seconds", "CPU time this collection took",
                         time.process_time() - cpu0))
         return fams

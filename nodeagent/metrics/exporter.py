@@ -2,8 +2,10 @@
 
 A scrape collects the cheap kernel files there and then; a sampler thread does the rest on intervals
 (GPUs every ``gpu_interval``, the DAMON statistics refresh at most every ``refresh_interval`` and only where
-``refresh_ms`` is not set, the ping-pong history every ``moves_interval``). Scrapes never write; the sampler
-writes ``update_schemes_stats`` to nodeagent's own kdamonds only, and nothing on kernels with ``refresh_ms``.
+``refresh_ms`` is not set, the ping-pong history every ``moves_interval``, the memory latency probe every
+``latency_interval`` — 15 minutes — whose last figures every scrape serves with their timestamp). Scrapes never
+write; the sampler writes ``update_schemes_stats`` to nodeagent's own kdamonds only, and nothing on kernels with
+``refresh_ms``.
 ``process_*`` series (CPU seconds, resident memory) show what the exporter itself costs.
 """
 
@@ -18,6 +20,8 @@ from typing import Any
 from . import gpu as gpu_mod
 from .collector import GPU_INTERVAL, MOVES_INTERVAL, Collector
 from .families import Family
+from .latency import LATENCY_INTERVAL
+from .latency import measure as measure_latency
 
 #: Above the 9100-9999 range of Prometheus' default port allocations, which is full (9400 is dcgm-exporter's).
 DEFAULT_PORT = 10075
@@ -62,11 +66,13 @@ class _Adapter:
 class Intervals:
     gpu: float = GPU_INTERVAL
     moves: float = MOVES_INTERVAL
+    latency: float = LATENCY_INTERVAL  # 0: never probe memory latency
 
 
 class Exporter:
-    def __init__(self, collector: Collector, intervals: Intervals | None = None) -> None:
+    def __init__(self, collector: Collector, intervals: Intervals | None = None, latency_limits: Any = None) -> None:
         self.collector = collector
+        self.latency_limits = latency_limits  # host.latency.Limits, or the probe's defaults
         self.intervals = intervals or Intervals()
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -83,9 +89,13 @@ class Exporter:
 
     def _sampler(self) -> None:
         next_gpu = next_moves = 0.0
+        next_latency = 0.0 if self.intervals.latency > 0 else float("inf")
         while not self.stop.is_set():
             now = time.monotonic()
             gpus, moves = now >= next_gpu, now >= next_moves
+            if now >= next_latency:
+                self._probe_latency()
+                next_latency = time.monotonic() + self.intervals.latency
             try:
                 # GPUs are read outside the lock: nvidia-smi dmon takes a second, scrapes must not wait for it.
                 sample_gpus = gpus and self.collector.gpus_enabled
@@ -100,7 +110,17 @@ class Exporter:
                 next_gpu = now + self.intervals.gpu
             if moves:
                 next_moves = now + self.intervals.moves
-            self.stop.wait(max(min(next_gpu, next_moves) - time.monotonic(), 0.05))
+            self.stop.wait(max(min(next_gpu, next_moves, next_latency) - time.monotonic(), 0.05))
+
+    def _probe_latency(self) -> None:
+        """The slow schedule: seconds of pointer chasing outside the lock; scrapes serve the last reading."""
+        try:
+            reading = measure_latency(self.collector.host, self.latency_limits)
+        except Exception as exc:  # like the sampler: say it, keep serving
+            self.collector.refresh_error = f"latency probe failed: {type(exc).__name__}: {exc}"
+            return
+        with self.lock:
+            self.collector.latency = reading
 
     def start(self, addr: str, port: int) -> tuple[str, int]:
         """Listen on ``addr:port`` (port 0: an ephemeral one) and start sampling. Returns where it listens."""

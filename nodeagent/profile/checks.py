@@ -13,6 +13,7 @@ before anything is written, and ``check`` exits 4) or ``warning`` (reported, nev
           - {path: /, min_free: 10GiB, min_free_inodes: 100000}
       gpu_pcie: {min_gen: 4, min_width: 16, min_count: 1}
       memory_bandwidth: {min_gbps: 40}      # opt-in: measures every NUMA node, takes seconds
+      latency: {max_ratio: 3.0}             # opt-in: CXL (CPU-less) nodes at most 3x local DRAM, ≤ 2 s a pair
       capacity:
         severity: warning
         model: {params: 70B, dtype: bf16, layers: 80, kv_heads: 8, head_dim: 128}
@@ -185,6 +186,18 @@ class MemoryBandwidthCheck(_Strict):
         return self
 
 
+class LatencyCheck(_Strict):
+    """Load-to-use latency of each memory node from each CPU node (nodeagent.checks.latency)."""
+
+    severity: Severity = "error"
+    max_ratio: PositiveNumber | None = 3.0  # a CPU-less (CXL) node, from its nearest CPU node, against local DRAM
+    max_ns: PositiveNumber | None = None  # any node from its nearest CPU node
+    nodes: tuple[NonNegativeInt, ...] | None = None  # memory nodes; default: every node with memory
+    max_buffer: Size = 2048 * 1024**2  # the memory cap per node (the buffer is 4x the last-level cache)
+    max_seconds: Annotated[float, Field(gt=0, le=10)] = 2.0  # per (CPU node, memory node) pair
+    chains: Annotated[int, BeforeValidator(_int_range(3, 63))] = 7
+
+
 class ModelSpec(_Strict):
     params: Annotated[int, BeforeValidator(_count)]
     dtype: Annotated[str, BeforeValidator(_dtype)] = "bf16"
@@ -221,6 +234,7 @@ class Checks(_Strict):
     disk: DiskCheck | None = None
     gpu_pcie: GpuPcieCheck | None = None
     memory_bandwidth: MemoryBandwidthCheck | None = None
+    latency: LatencyCheck | None = None
     capacity: CapacityCheck | None = None
     coexistence: CoexistenceCheck | None = None
     placement: PlacementCheck | None = None

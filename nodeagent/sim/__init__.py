@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from . import hardware as _hardware  # noqa: F401  (registers the hardware layout step)
+from . import latency as _latency  # noqa: F401  (registers the L3, HMAT and latency-model step)
 from . import nvidia as _nvidia  # noqa: F401  (after hardware: its nvidia-smi and NVML replace hardware's)
 from .kernel import MARKER, SimKernel
 from .presets import PRESETS, Preset, build, create, get, large, remove

@@ -229,10 +229,9 @@ def _bandwidth(k: SimKernel, p: Preset) -> None:
     (k.meta_dir / BANDWIDTH).write_text(json.dumps({"dram": dram, "cpuless": far}))
 
 
-def copy_seconds(root: Path, node: int, threads: int, nbytes: int) -> float:
-    """How long the simulated node takes to move ``nbytes`` (read + write) on ``node`` with ``threads`` threads:
-    ``threads × single-thread`` figure, capped at the node's all-CPU figure. EINVAL for a node without memory,
-    as ``mbind`` fails on the real kernel."""
+def mbind_target(root: Path, node: int) -> Path:
+    """The directory of ``node``, which a buffer can be bound to; EINVAL, as ``mbind`` fails on the real kernel,
+    when the node is not online or has no memory."""
     base = Path(root) / "sys/devices/system/node" / f"node{node}"
     try:
         info = parse_meminfo((base / "meminfo").read_text())
@@ -240,6 +239,14 @@ def copy_seconds(root: Path, node: int, threads: int, nbytes: int) -> float:
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL) + f" (node {node} is not online)") from None
     if not info.get("MemTotal"):
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL) + f" (node {node} has no memory online)")
+    return base
+
+
+def copy_seconds(root: Path, node: int, threads: int, nbytes: int) -> float:
+    """How long the simulated node takes to move ``nbytes`` (read + write) on ``node`` with ``threads`` threads:
+    ``threads × single-thread`` figure, capped at the node's all-CPU figure. EINVAL for a node without memory,
+    as ``mbind`` fails on the real kernel."""
+    base = mbind_target(root, node)
     model = json.loads((Path(root) / MARKER / BANDWIDTH).read_text())
     cpuless = not (base / "cpulist").read_text().strip()
     single, full = model["cpuless" if cpuless else "dram"]

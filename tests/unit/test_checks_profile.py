@@ -71,7 +71,7 @@ def test_units_and_defaults() -> None:
     ({"cpu": {"require": ["avx2"]}}, "checks.cpu.require: unknown key (did you mean 'require_flags'?); allowed here: "
                                      "reject_virtual_models, require_flags, severity"),
     ({"bogus": {}}, "checks.bogus: unknown key; allowed here: capacity, coexistence, cpu, disk, gpu_pcie, "
-                    "memory_bandwidth"),
+                    "latency, memory_bandwidth"),
 ])
 def test_impossible_values_are_rejected_with_the_field_named(checks: dict, expected: str) -> None:
     with pytest.raises(ProfileError) as err:

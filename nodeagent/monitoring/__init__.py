@@ -1,0 +1,1 @@
+"""The shipped alert rules and Grafana dashboard (copies of the repository's monitoring/; ``make monitoring``)."""
