@@ -18,13 +18,15 @@ cache) and is refused on a node with less free memory than that. Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..host import Host
-from ..host import latency as probe
-from ..profile.checks import LatencyCheck
 from .base import CheckContext, Finding, Skip
+
+if TYPE_CHECKING:  # the probe (hashlib, subprocess, a C helper) and pydantic load only when the check runs
+    from ..host import latency as probe
+    from ..profile.checks import LatencyCheck
 
 SLOW_FIX = ("check the CXL device's PCIe link (lspci -vv: LnkSta against LnkCap), that the region is not "
             "interleaved across a slower host bridge (cxl list -R), and that the node is attached to the socket "
@@ -34,6 +36,8 @@ SLOW_DRAM_FIX = ("check the DIMM population and speed (dmidecode -t memory), and
 
 
 def limits(spec: LatencyCheck) -> probe.Limits:
+    from ..host import latency as probe
+
     return probe.Limits(max_buffer=spec.max_buffer, budget=spec.max_seconds, chains=spec.chains)
 
 
@@ -87,6 +91,8 @@ class LatencyCheckImpl:
             raise Skip("no NUMA node with memory online")
         if not any(n.has_cpu for n in facts.nodes):
             raise Skip("no NUMA node with CPUs to measure from")
+        from ..host import latency as probe
+
         s = probe.survey(host, limits(spec), targets=list(spec.nodes) if spec.nodes is not None else with_mem)
         findings: list[Finding] = [Finding("fail", f"node{p.node} from node{p.initiator}: cannot measure: {p.error}",
                                            p.hint) for p in s.pairs if p.error]
