@@ -108,6 +108,23 @@ def _presets(prefix: str) -> list[str]:
     return [name for name in PRESETS if name.startswith(prefix)]
 
 
+class _Seconds(click.ParamType):
+    """--lock-timeout: a finite number of seconds ≥ 0, refused while parsing (exit 64) — also by commands that
+    take no lock, wherever on the command line the option was written."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, cx: click.Context | None) -> float:
+        from .host.fs import check_timeout
+
+        try:
+            seconds = float(value)
+            check_timeout(seconds)
+        except (ValueError, UsageError):
+            self.fail(f"{value!r} is not a finite number of seconds ≥ 0 (e.g. 60; 0: do not wait)", param, cx)
+        return seconds
+
+
 class _Cli(click.Group):
     """Global options go before or after the command (see ``_cli_args``)."""
 
@@ -124,7 +141,7 @@ class _Cli(click.Group):
               help="Use a simulated node of this preset (created or reused under the cache directory).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
               help="markdown: a review comment (plan only).")
-@click.option("--lock-timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
+@click.option("--lock-timeout", type=_Seconds(), default=60.0, show_default=True, metavar="SECONDS",
               help="How long to wait for another nodeagent run holding the state lock.")
 @click.version_option(__version__, prog_name="nodeagent")
 @click.pass_context

@@ -130,7 +130,29 @@ def test_lock_timeout_is_finite_and_not_negative(make_node, capsys, timeout: str
     code = main(["--root", str(root), "--lock-timeout", timeout, "apply", "--yes", "profiles/base.yaml"])
     out = capsys.readouterr()
     assert code == 64, out.out + out.err
-    assert "lock timeout" in out.err and "Traceback" not in out.err
+    assert "--lock-timeout" in out.err and "finite number of seconds" in out.err and "Traceback" not in out.err
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-inf", "-1", "soon"])
+@pytest.mark.parametrize("where", ["before", "after"])
+@pytest.mark.parametrize("command", [["plan", "profiles/base.yaml"], ["validate", "profiles/base.yaml"], ["facts"]])
+def test_lock_timeout_is_refused_while_parsing_by_commands_that_take_no_lock(
+        capsys, timeout: str, where: str, command: list[str]) -> None:
+    option = ["--lock-timeout", timeout]
+    args = [*option, "--simulate", "small", *command] if where == "before" else \
+        ["--simulate", "small", *command, *option]
+    assert main(args) == 64
+    out = capsys.readouterr()
+    assert out.out == "" and f"Invalid value for '--lock-timeout': '{timeout}'" in out.err, out.out + out.err
+    assert main([*args, "--format", "json"]) == 64
+    doc = json.loads(capsys.readouterr().out)  # one document: json.loads refuses trailing data
+    assert doc["error"]["exit_code"] == 64 and "--lock-timeout" in doc["error"]["message"]
+
+
+@pytest.mark.parametrize("timeout", ["0", "0.5", "60"])
+def test_finite_lock_timeouts_are_taken(make_node, timeout: str, capsys) -> None:
+    root = make_node("workstation")
+    assert main(["--root", str(root), "apply", "--yes", "profiles/base.yaml", "--lock-timeout", timeout]) == 0
 
 
 def test_facts_file_errors_are_json_documents_too(tmp_path: Path, capsys) -> None:
