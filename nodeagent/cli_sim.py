@@ -15,6 +15,9 @@ emulator the tests use (:mod:`nodeagent.sim`):
   devices (bound to kmem, blocks offline or online in that zone);
 - ``kdamond DIR --foreign [--operations paddr] [--action stat] [--state on|off]``: another agent's kdamond;
 - ``write DIR PATH VALUE``: one write through the emulator; a refusal prints the kernel's errno (exit 1).
+
+Output follows the CLI's contract (:meth:`nodeagent.cli.Ctx.emit`): a line of text, or with ``--format json``
+exactly one JSON document on stdout — the verb's own keys, and ``error`` beside them when it then failed.
 """
 
 from __future__ import annotations
@@ -22,11 +25,15 @@ from __future__ import annotations
 import errno as _errno
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from .errors import ExitCode, UsageError
 from .units import parse_size
+
+if TYPE_CHECKING:
+    from .cli import Ctx
 
 
 @click.group()
@@ -41,6 +48,33 @@ def _size(option: str, value: str | None) -> int | None:
         return parse_size(value)
     except ValueError as exc:
         raise UsageError(f"{option}: {exc}") from None
+
+
+def _emit(text: str, data: dict[str, Any]) -> None:
+    """The verb's one line (text) or its one document (``--format json``, printed by ``main``)."""
+    _ctx().emit(text, data)
+
+
+def _ctx() -> Ctx:
+    from .cli import Ctx
+
+    cx = click.get_current_context()
+    obj = cx.find_object(Ctx)
+    if obj is None:  # the sim group invoked on its own (click's test runner): print when done
+        obj = cx.find_root().obj = Ctx()
+        cx.find_root().call_on_close(obj.flush)
+    return obj
+
+
+def _refused(verb: str, exc: OSError, data: dict[str, Any]) -> NoReturn:
+    """The emulator refused, as the kernel would: its errno on stderr (and in the document), exit 1."""
+    message = f"{verb}: {_errno_text(exc)}"
+    click.echo(f"nodeagent: {message}", err=True)
+    ctx = _ctx()
+    if ctx.fmt == "json":
+        ctx.emit("", {**data, "errno": _errno.errorcode.get(exc.errno or 0)})
+    ctx.failure = (message, None)
+    raise click.exceptions.Exit(ExitCode.ERROR)
 
 
 def _simulated(directory: str):  # type: ignore[no-untyped-def]
@@ -80,7 +114,9 @@ def sim_create(directory: str, preset: str, kernel: str | None, devices: int | N
         build(p, Path(directory), kernel=kernel)
     except FileExistsError as exc:
         raise UsageError(f"{exc}", hint="give an empty or new directory") from None
-    click.echo(f"simulated {preset} node at {directory}")
+    _emit(f"simulated {preset} node at {directory}",
+          {"directory": directory, "preset": preset, "kernel": kernel, "devices": devices, "device_size": size,
+           "block_size": bs})
 
 
 @sim.command("reset")
@@ -90,11 +126,11 @@ def sim_reset(preset: str) -> None:
     from .sim import cached_path, remove
 
     root = cached_path(preset)
-    if root.exists():
+    existed = root.exists()
+    if existed:
         remove(root)
-        click.echo(f"removed the cached {preset} node")
-    else:
-        click.echo(f"no cached {preset} node")
+    _emit(f"removed the cached {preset} node" if existed else f"no cached {preset} node",
+          {"preset": preset, "path": str(root), "removed": existed})
 
 
 @sim.command("presets")
@@ -102,8 +138,9 @@ def sim_presets() -> None:
     """List the simulated node presets."""
     from .sim import PRESETS, get
 
-    for name in PRESETS:
-        click.echo(f"{name:<22} {get(name).description}")
+    rows = [(name, get(name).description) for name in PRESETS]
+    _emit("\n".join(f"{name:<22} {description}" for name, description in rows),
+          {"presets": [{"name": name, "description": description} for name, description in rows]})
 
 
 @sim.command("hot-add")
@@ -129,8 +166,11 @@ def sim_hot_add(directory: str, name: str, size: str, node: int, host_node: int,
         events = hotplug.hot_add_dax(k, d, system_ram=mode == "kmem", blocks=blocks)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    click.echo(f"hot-added {name} ({size} at {d.start:#x}, node {node}, off node {host_node}) as "
-               f"{'system-ram' if mode == 'kmem' else 'devdax'}: {len(events)} uevent(s)")
+    _emit(f"hot-added {name} ({size} at {d.start:#x}, node {node}, off node {host_node}) as "
+          f"{'system-ram' if mode == 'kmem' else 'devdax'}: {len(events)} uevent(s)",
+          {"directory": directory, "dax": name, "size": d.size, "start": d.start, "node": node,
+           "host_node": host_node, "mode": mode, "blocks": blocks,
+           "uevents": _uevent_counts(events)})
 
 
 @sim.command("boot")
@@ -141,11 +181,13 @@ def sim_boot(directory: str, state: str) -> None:
     """Re-lay the boot-time onlining of the CXL memory, as with memhp_default_state=STATE on the command line."""
     from .sim import hotplug
 
+    data: dict[str, Any] = {"directory": directory, "memhp_default_state": state}
     try:
         bound = hotplug.boot(_simulated(directory), state)
     except OSError as exc:
-        raise click.ClickException(f"boot: {exc.strerror or exc}") from None
-    click.echo(f"booted with memhp_default_state={state}: {', '.join(bound) or 'no CXL device'} bound to kmem")
+        _refused("boot", exc, data)
+    _emit(f"booted with memhp_default_state={state}: {', '.join(bound) or 'no CXL device'} bound to kmem",
+          {**data, "bound": bound})
 
 
 @sim.command("kdamond")
@@ -160,12 +202,14 @@ def sim_kdamond(directory: str, foreign: bool, operations: str, action: str, run
     from .sim.damon_presets import add_foreign
 
     k = _simulated(directory)
+    data: dict[str, Any] = {"directory": directory, "foreign": True, "operations": operations, "action": action,
+                            "state": run_state}
     try:
         index = add_foreign(k, operations=operations, action=action, start=run_state == "on")
     except OSError as exc:
-        click.echo(f"nodeagent: kdamond: {_errno_text(exc)}", err=True)
-        raise click.exceptions.Exit(ExitCode.ERROR) from None
-    click.echo(f"kdamond {index}: foreign, {operations}, {action}, {'running' if run_state == 'on' else 'stopped'}")
+        _refused("kdamond", exc, data)
+    _emit(f"kdamond {index}: foreign, {operations}, {action}, {'running' if run_state == 'on' else 'stopped'}",
+          {**data, "kdamond": index})
 
 
 @sim.command("write")
@@ -177,12 +221,20 @@ def sim_write(directory: str, path: str, value: str) -> None:
     k = _simulated(directory)
     if not path.startswith("/") or ".." in path.split("/"):
         raise UsageError(f"{path}: give an absolute path inside the node (/sys/..., /proc/...)")
+    data: dict[str, Any] = {"directory": directory, "path": path, "value": value}
     try:
         k.write(path, value)
     except OSError as exc:
-        click.echo(f"nodeagent: write {path}: {_errno_text(exc)}", err=True)
-        raise click.exceptions.Exit(ExitCode.ERROR) from None
-    click.echo(f"{path} = {value}")
+        _refused(f"write {path}", exc, {**data, "written": False})
+    _emit(f"{path} = {value}", {**data, "written": True})
+
+
+def _uevent_counts(events: list[Any]) -> list[dict[str, Any]]:
+    """The uevents a hot-add emitted, as {action, subsystem, count} in order (one per memory block is too many)."""
+    counts: dict[tuple[str, str], int] = {}
+    for e in events:
+        counts[(e.action, e.subsystem)] = counts.get((e.action, e.subsystem), 0) + 1
+    return [{"action": action, "subsystem": subsystem, "count": n} for (action, subsystem), n in counts.items()]
 
 
 def _errno_text(exc: OSError) -> str:
