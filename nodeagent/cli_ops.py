@@ -87,7 +87,7 @@ def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | N
 @click.command()
 @click.option("--resource", metavar="KIND", help="Only events about this resource kind (knob, dax, damon...).")
 @click.option("--target", metavar="NAME", help="Only events about this setting or device.")
-@click.option("--event", type=click.Choice(["apply", "drift", "resolved", "revert", "hotplug"]),
+@click.option("--event", type=click.Choice(["apply", "drift", "cannot-be-done", "resolved", "revert", "hotplug"]),
               help="Only this kind of event.")
 @click.option("--since", metavar="WHEN", help="Only events since WHEN: 30m, 2h, 7d, or an ISO time.")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Only the newest N events.")

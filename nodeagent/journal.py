@@ -28,7 +28,7 @@ JOURNAL = "/var/lib/nodeagent/journal.jsonl"
 MAX_BYTES = 1024 * 1024
 KEEP = 3  # files: journal.jsonl, journal.jsonl.1, journal.jsonl.2
 
-EVENTS = ("apply", "drift", "resolved", "revert", "hotplug")
+EVENTS = ("apply", "drift", "cannot-be-done", "resolved", "revert", "hotplug")
 
 
 def iso(ts: float) -> str:

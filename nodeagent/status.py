@@ -1,7 +1,8 @@
 """``nodeagent status``: the one screen an operator opens first.
 
 It gathers, as plain data: the last apply (profile, time, result, scope), drift against it now (items by
-resource, with when each was first seen when ``drift --record`` saw it before), what nodeagent changed and can
+resource, with when each was first seen when ``drift --record`` saw it before; what cannot be done on this node
+is listed apart and never counted as drift), what nodeagent changed and can
 revert, the kdamonds nodeagent owns with their scheme statistics, the memory tiers with how full each node is,
 and the latest journal events. Its one write: asking nodeagent's own running kdamonds to refresh their
 statistics (:mod:`nodeagent.schemestats`); everything else is read.
@@ -39,8 +40,14 @@ def _kdamonds(engine: Engine) -> dict[str, Any]:
     return {"owned": owned.kdamonds, "schemes": [s.to_dict() for s in owned.schemes], "notes": owned.notes}
 
 
+def _since(rec: dict[str, Any] | None) -> str | None:
+    from .journal import iso
+
+    return iso(float(rec["first_seen"])) if rec and rec.get("first_seen") else None
+
+
 def gather_status(engine: Engine, *, events: int = 5) -> dict[str, Any]:
-    from .drift import detect  # above this module's floor only at call time (drift imports the engine)
+    from .drift import STATE_FILE, detect, open_records, problem_key  # at call time (drift imports the engine)
 
     st = engine.state
     last = st.last_applied()
@@ -56,8 +63,12 @@ def gather_status(engine: Engine, *, events: int = 5) -> dict[str, Any]:
     if last.get("desired"):
         try:
             report = detect(engine)
-            drift = {"converged": report.converged, "by_resource": report.by_resource(),
-                     "items": [i.to_dict() for i in report.items], "problems": [p.message for p in report.problems]}
+            seen = open_records(st.load(STATE_FILE))[1]
+            drift = {"converged": report.converged, "drifted": len(report.items), "by_resource": report.by_resource(),
+                     "items": [i.to_dict() for i in report.items],
+                     "cannot_be_done": [{**p.to_dict(), "first_seen": _since(seen.get(problem_key(p)))}
+                                        for p in report.cannot_be_done],
+                     "problems": [p.message for p in report.cannot_be_done]}
         except NodeagentError as exc:
             drift = {"error": exc.message}
     out["drift"] = drift

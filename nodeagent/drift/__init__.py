@@ -14,6 +14,9 @@ value, a ``resolved`` event for one that is gone. An apply closes the items it f
 A plan's problems are not drift: they are what apply *cannot do* on this node (a kdamond refused while a DAMON
 module runs, a device bound to another driver). The report lists them apart, as "cannot be done"; ``drift``
 exits 5 when there are any (apply would be partial, the code apply itself uses), else 3 when anything drifted.
+``record`` keeps them apart too: under ``cannot_be_done`` in ``drift.json`` (never among ``items``), journalled
+as ``cannot-be-done`` events (first seen, or with a new message) and as ``resolved`` events with
+``"cannot_be_done": true`` once gone.
 """
 
 from __future__ import annotations
@@ -32,9 +35,31 @@ if TYPE_CHECKING:
     from ..profile import LoadedProfile
     from .causes import Cause
 
-__all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "record", "STATE_FILE"]
+__all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "open_records", "problem_key", "record",
+           "STATE_FILE"]
 
 STATE_FILE = "drift.json"
+#: What ``drift.json`` written before "cannot be done" was kept apart put as a problem's expected value.
+_OLD_PROBLEM = "(as the profile says)"
+
+
+def problem_key(p: Problem) -> str:
+    return f"{p.kind}:{p.target}"
+
+
+def open_records(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``drift.json``'s open drift items and cannot-be-done items. A file from before they were kept apart has
+    its problems among the items (expected ``(as the profile says)``): they are moved to cannot-be-done."""
+    items = state.get("items", {})
+    apart = dict(state.get("cannot_be_done", {}))
+    drifted = {}
+    for key, rec in items.items():
+        if isinstance(rec, dict) and rec.get("expected") == _OLD_PROBLEM:
+            apart.setdefault(key, {**{k: v for k, v in rec.items() if k not in ("expected", "actual")},
+                                   "message": rec.get("actual")})
+        else:
+            drifted[key] = rec
+    return drifted, apart
 
 
 @dataclass(frozen=True)
@@ -166,9 +191,9 @@ def record(engine: Engine, report: DriftReport) -> DriftReport:
 
     Takes the state lock; returns the report with each item's ``first_seen`` filled in."""
     with engine.state.locked(engine.lock_timeout):
-        state = engine.state.load(STATE_FILE)
-        old = state.get("items", {})
+        old, old_apart = open_records(engine.state.load(STATE_FILE))
         new: dict[str, dict[str, Any]] = {}
+        apart: dict[str, dict[str, Any]] = {}
         events: list[dict[str, Any]] = []
         items = []
         for item in report.items:
@@ -182,21 +207,26 @@ def record(engine: Engine, report: DriftReport) -> DriftReport:
                                "first_seen": iso(first), "profile": report.profile,
                                "cause": item.causes[0].message if item.causes else None})
             items.append(replace(item, first_seen=first))
-        for p in report.problems:
-            key = f"{p.kind}:{p.target}"
-            prev = old.get(key)
+        for p in report.cannot_be_done:  # not drift: kept and journalled apart
+            key = problem_key(p)
+            prev = old_apart.get(key)
             first = float(prev["first_seen"]) if prev and prev.get("first_seen") else report.checked
-            new[key] = {"resource": p.kind, "target": p.target, "expected": "(as the profile says)",
-                        "actual": p.message, "first_seen": first, "last_seen": report.checked}
-            if prev is None or prev.get("actual") != p.message:
-                events.append({"event": "drift", "resource": p.kind, "target": p.target, "actual": p.message,
-                               "first_seen": iso(first), "profile": report.profile, "cause": None})
+            apart[key] = {"resource": p.kind, "target": p.target, "message": p.message, "hint": p.hint,
+                          "first_seen": first, "last_seen": report.checked}
+            if prev is None or prev.get("message") != p.message:
+                events.append({"event": "cannot-be-done", "resource": p.kind, "target": p.target,
+                               "message": p.message, "hint": p.hint, "first_seen": iso(first),
+                               "profile": report.profile})
         for key, prev in old.items():
             if key not in new:
                 events.append({"event": "resolved", "resource": prev.get("resource"), "target": prev.get("target"),
                                "by": "outside nodeagent", "was": prev.get("actual")})
+        for key, prev in old_apart.items():
+            if key not in apart:
+                events.append({"event": "resolved", "resource": prev.get("resource"), "target": prev.get("target"),
+                               "was": prev.get("message"), "cannot_be_done": True})
         engine.state.save(STATE_FILE, {"profile": report.profile, "profile_digest": report.profile_digest,
-                                       "checked": report.checked, "items": new})
+                                       "checked": report.checked, "items": new, "cannot_be_done": apart})
         Journal(engine.host).append(events)
     return replace(report, items=tuple(items), recorded=True)
 

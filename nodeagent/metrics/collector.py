@@ -304,6 +304,15 @@ class Collector:
         for kind in sorted(set(kinds) | set(by)):
             fam.add(by.get(kind, 0), kind)
         yield fam
+        # What apply cannot do on this node is not drift (nodeagent.drift): a series of its own.
+        apart: dict[str, int] = {}
+        for p in getattr(drift, "cannot_be_done", ()):
+            apart[p.kind] = apart.get(p.kind, 0) + 1
+        fam = gauge("nodeagent_cannot_be_done_items",
+                    "Parts of the profile apply cannot do on this node (not drift), by resource kind", "resource")
+        for kind in sorted(set(kinds) | set(apart)):
+            fam.add(apart.get(kind, 0), kind)
+        yield fam
 
     def _memory(self) -> Iterator[Family]:
         from ..facts.dax import gather as dax_gather

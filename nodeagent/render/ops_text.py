@@ -118,6 +118,10 @@ def _event_line(e: dict[str, Any]) -> str:
         text = f"drift {e.get('target')} [{e.get('resource')}]: expected {e.get('expected')}, actual {e.get('actual')}"
         if e.get("cause"):
             text += f" — likely cause: {e['cause']}"
+    elif kind == "cannot-be-done":
+        text = f"cannot be done {e.get('target')} [{e.get('resource')}]: {e.get('message')}"
+    elif kind == "resolved" and e.get("cannot_be_done"):
+        text = f"resolved {e.get('target')} [{e.get('resource')}]: no longer cannot be done (was: {e.get('was')})"
     elif kind == "resolved":
         text = f"resolved {e.get('target')} [{e.get('resource')}] by {e.get('by')}"
     elif kind == "revert":
@@ -161,12 +165,17 @@ def status_text(s: dict[str, Any]) -> str:
         out.append("drift: none — the node matches the profile")
     else:
         counts = ", ".join(f"{k}: {v}" for k, v in sorted(d["by_resource"].items()))
-        out.append(f"drift: {len(d['items']) + len(d['problems'])} ({counts})")
+        out.append(f"drift: {len(d['items'])} ({counts})" if d["items"] else "drift: none")
         for i in d["items"]:
             cause = f" — {i['causes'][0]['message']}" if i["causes"] else ""
             since = f" since {i['first_seen']}" if i.get("first_seen") else ""
             out.append(f"  ~ {i['target']}: expected {i['expected']}, actual {i['actual']}{since}{cause}")
-        out += [f"  ! {p}" for p in d["problems"]]
+        apart = d.get("cannot_be_done") or [{"message": p} for p in d.get("problems", [])]
+        if apart:
+            out.append(f"cannot be done on this node (not drift; apply would be partial): {len(apart)}")
+        for p in apart:
+            since = f" (since {p['first_seen']})" if p.get("first_seen") else ""
+            out.append(f"  ! {p['message']}{since}" + (f"\n      hint: {p['hint']}" if p.get("hint") else ""))
     changed = s.get("changed_by_nodeagent", [])
     out.append(f"changed by nodeagent (revert restores): {', '.join(changed) if changed else 'nothing'}")
     kd = s.get("kdamonds", {})
