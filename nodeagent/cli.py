@@ -174,13 +174,21 @@ def validate(ctx: Ctx, profile: str | None) -> None:
               help="Also write the facts as JSON to FILE (for offline planning).")
 @click.option("--measure-bandwidth", is_flag=True,
               help="Also measure each NUMA node's memory bandwidth into the facts (takes seconds).")
+@click.option("--profile", "profile", metavar="PROFILE", type=click.Path(dir_okay=True, path_type=str),
+              help="Record the paths this profile's disk check lists (default: the last applied profile's).")
 @click.pass_obj
-def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool) -> None:
+def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool, profile: str | None) -> None:
     """Show what the node looks like now. Read-only: never writes to the node."""
     from .facts import snapshot
     from .render.text import facts_text
 
-    snap = snapshot.capture(ctx.host, hardware=True, bandwidth=measure_bandwidth)
+    checked = None
+    if profile is not None:
+        from .facts.hardware import disk_check_paths
+
+        loaded = _load(profile)
+        checked = (loaded.name, disk_check_paths(loaded.data))
+    snap = snapshot.capture(ctx.host, hardware=True, bandwidth=measure_bandwidth, checked=checked)
     if save:
         try:
             snapshot.save(snap, save)

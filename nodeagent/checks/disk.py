@@ -5,6 +5,11 @@ Per path: ``min_free`` (bytes an ordinary process can still write: ``df``'s Avai
 ``min_free_inodes``. Usage comes from ``statvfs`` through the host layer. A path that does not exist is judged
 by the filesystem that would hold it (its nearest existing parent) unless ``must_exist: true``.
 
+Offline (``check --facts``), a path the facts recorded (``facts --save`` with the profile, or after it was
+applied: ``checked_paths``) is judged exactly as on the node — whether it exists, the filesystem it is on. A path
+they did not record is placed by the mount table alone: its filesystem's usage is judged, ``must_exist`` cannot
+be (a warning), and the check's evidence lists it under ``unresolved``.
+
 Example::
 
     checks:
@@ -20,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import HostError, MissingError
 from ..facts import Facts
-from ..facts.hardware import DiskFacts, Mount, SavedHardware, existing_ancestor, mount_of, read_mounts
+from ..facts.hardware import CheckedPath, Mount, SavedHardware, existing_ancestor, mount_of, read_mounts
 from ..host import Host, StatVfs
 from ..units import format_size
 from .base import CheckContext, Finding
@@ -43,35 +48,66 @@ class DiskCheckImpl:
     def run(self, host: Host, spec: DiskCheck, facts: Facts, ctx: CheckContext) -> tuple[list[Finding],
                                                                                           dict[str, Any]]:
         hw = ctx.hardware
-        saved = hw.disks() if isinstance(hw, SavedHardware) else None
-        mounts = read_mounts(host) if saved is None else [Mount(d.device, d.path, d.fstype) for d in saved]
+        saved = hw if isinstance(hw, SavedHardware) else None
         findings: list[Finding] = []
         evidence: dict[str, Any] = {"paths": []}
-        if saved is not None:
-            evidence["offline"] = True
+        if saved is None:
+            mounts = read_mounts(host)
+            for item in spec.paths:
+                f, ev = self._one(host, item, mounts)
+                findings += f
+                evidence["paths"].append(ev)
+            return findings, evidence
+        evidence["offline"] = True
+        recorded = saved.checked_paths()
+        points = {m.path for m in saved.mounts()}  # a mount point exists, and its filesystem is known
+        unresolved = [item.path for item in spec.paths if item.path not in recorded and item.path not in points]
+        profile = saved.checked_paths_profile()
+        why = (f"the facts hold the disk paths of profile {profile!r}, not this one" if profile else
+               "the facts were saved without a profile")
         for item in spec.paths:
-            f, ev = self._one(host, item, mounts) if saved is None else self._saved(item, mounts, saved)
+            cp = recorded.get(item.path)
+            f, ev = self._recorded(item, cp) if cp is not None else self._by_mount(item, saved, why)
             findings += f
             evidence["paths"].append(ev)
+        if unresolved:
+            evidence["unresolved"] = unresolved
+            evidence["unresolved_why"] = why
         return findings, evidence
 
-    def _saved(self, item: DiskPath, mounts: list[Mount], saved: list[DiskFacts]) -> tuple[list[Finding],
-                                                                                            dict[str, Any]]:
-        """From a facts file: the usage of the filesystem that holds the path (whether the path itself exists
-        was not recorded, so ``must_exist`` cannot be judged offline)."""
+    def _recorded(self, item: DiskPath, cp: CheckedPath) -> tuple[list[Finding], dict[str, Any]]:
+        """A path the facts recorded as the node saw it: judged exactly as :meth:`_one` judges it live."""
         path = item.path
         ev: dict[str, Any] = {"path": path}
-        mount = mount_of(mounts, path)
-        disk = next((d for d in saved if mount and d.path == mount.path), None)
+        if not cp.exists:
+            if item.must_exist:
+                return [Finding("fail", f"{path} does not exist", f"create {path} (or mount its filesystem), or "
+                                "fix the path in the profile")], {**ev, "exists": False}
+            ev["exists"] = False
+            ev["measured"] = cp.measured
+        if cp.usage is None:
+            return [Finding("fail", f"{path}: cannot read its usage: {cp.error}", None)], ev
+        mount = Mount(cp.device or "", cp.mount, cp.fstype or "") if cp.mount else None
+        return self._judge(item, cp.measured, StatVfs(**cp.usage), mount, ev)
+
+    def _by_mount(self, item: DiskPath, saved: SavedHardware, why_not: str) -> tuple[list[Finding], dict[str, Any]]:
+        """A path the facts did not record: the usage of the filesystem the mount table places it on; whether the
+        path itself exists is unknown, so ``must_exist`` is not judged (a warning says so)."""
+        path = item.path
+        ev: dict[str, Any] = {"path": path, "resolved": "by mount point"}
+        mount = mount_of(saved.mounts(), path)
+        disk = next((d for d in saved.disks() if mount and d.path == mount.path), None)
+        recapture = "capture the facts on the node with this profile: `nodeagent facts --save FILE --profile PROFILE`"
         if disk is None or disk.usage is None:
-            why = disk.error if disk and disk.error else "no filesystem in the saved facts holds it"
-            return [Finding("warn", f"{path}: cannot judge offline: {why}", "capture the facts again on the node "
-                            "(`nodeagent facts --save FILE`)")], ev
-        shown = path if path == disk.path else f"{path} (on {disk.path}: whether the path exists is not in saved facts)"
+            why = (disk.error if disk and disk.error else f"it is on {mount.path} ({mount.fstype}), whose usage the "
+                   "facts do not record" if mount else "no filesystem in the saved facts holds it")
+            return [Finding("warn", f"{path}: cannot judge offline: {why}", recapture)], ev
+        shown = path if path == disk.path else (f"{path} (not resolved: {why_not}; placed on {disk.path} by the "
+                                                "mount table)")
         out, ev = self._judge(item, path, StatVfs(**disk.usage), mount, ev, shown)
         if item.must_exist and path != disk.path:
-            out.append(Finding("pass", f"{path}: must_exist not judged offline (the facts record filesystems, not "
-                               "paths)"))
+            out.append(Finding("warn", f"{path}: must_exist cannot be judged offline: the facts do not record "
+                               f"whether the path exists ({why_not})", recapture))
         return out, ev
 
     def _one(self, host: Host, item: DiskPath, mounts: list) -> tuple[list[Finding], dict[str, Any]]:

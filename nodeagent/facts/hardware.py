@@ -572,6 +572,40 @@ class DiskFacts:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class CheckedPath:
+    """A path a profile's disk check lists, as the check sees it on the node: whether it exists, the path whose
+    filesystem is measured (itself, or its nearest existing parent), that filesystem's mount and usage."""
+
+    path: str
+    exists: bool
+    measured: str
+    mount: str | None
+    device: str | None
+    fstype: str | None
+    usage: dict[str, int] | None  # StatVfs fields; None when it could not be read
+    error: str | None = None
+
+
+def read_checked_path(host: Host, path: str, mounts: list[Mount]) -> CheckedPath:
+    """What the disk check reads on the node for ``path`` (see :mod:`nodeagent.checks.disk`), as plain facts."""
+    exists = host.fs.exists(path)
+    measured = path if exists else existing_ancestor(host, path)
+    m = mount_of(mounts, measured)
+    where = (m.path, m.device, m.fstype) if m else (None, None, None)
+    try:
+        return CheckedPath(path, exists, measured, *where, asdict(host.statvfs(measured)))
+    except HostError as exc:
+        return CheckedPath(path, exists, measured, *where, None, exc.message)
+
+
+def disk_check_paths(doc: Any) -> list[str]:
+    """The paths the ``checks.disk.paths`` of a profile document (merged, as last-applied.json keeps it) lists."""
+    disk = ((doc or {}).get("checks") or {}).get("disk") if isinstance(doc, dict) else None
+    items = disk.get("paths") if isinstance(disk, dict) else None
+    return [p["path"] for p in items or () if isinstance(p, dict) and isinstance(p.get("path"), str)]
+
+
 class Hardware:
     """Where the checks read hardware from: the node itself (:class:`LiveHardware`) or a saved facts file
     (:class:`SavedHardware`). Same answers either way, so a check judges a saved node as it would the live one."""
@@ -656,6 +690,22 @@ class SavedHardware(Hardware):
         return [DiskFacts(d["path"], d["device"], d["fstype"], d.get("usage"), d.get("error"))
                 for d in self.doc.get("disks", [])]
 
+    def mounts(self) -> list[Mount]:
+        """Every mount point when the facts recorded them (``mounts``), else the filesystems with usage."""
+        if isinstance(self.doc.get("mounts"), list):
+            return [Mount(m["device"], m["path"], m["fstype"]) for m in self.doc["mounts"]]
+        return [Mount(d.device, d.path, d.fstype) for d in self.disks()]
+
+    def checked_paths(self) -> dict[str, CheckedPath]:
+        """The disk check's paths as the node saw them (``facts --save`` with a profile), by path."""
+        rec = self.doc.get("checked_paths") or {}
+        return {p["path"]: CheckedPath(**p) for p in rec.get("paths", [])} if isinstance(rec, dict) else {}
+
+    def checked_paths_profile(self) -> str | None:
+        """Which profile's disk paths were recorded (None: the facts were saved without one)."""
+        rec = self.doc.get("checked_paths")
+        return rec.get("profile") if isinstance(rec, dict) else None
+
 
 def pci_from_dict(d: dict[str, Any]) -> PciGpu:
     """A :class:`PciGpu` back from ``dataclasses.asdict``."""
@@ -684,11 +734,13 @@ def measure_bandwidth(host: Host, facts: Any) -> dict[str, Any]:
     return {**evidence, **({"errors": errors} if errors else {})}
 
 
-def gather(host: Host, *, commands: bool = True) -> dict[str, Any]:
+def gather(host: Host, *, commands: bool = True, checked: tuple[str | None, list[str]] | None = None) -> dict[str, Any]:
     """The node's hardware facts, read from files (so a static copy of /sys and /proc works): CPU model and
     flags, the virtual CPU model and hypervisor, the kernel command line, every GPU / display-only device with
-    its link, the hops to its root port and its NUMA node, the mounted filesystems with their usage. GPU memory
-    where known: AMD's ``mem_info_vram_total`` file, else nvidia-smi when ``commands`` and it is installed."""
+    its link, the hops to its root port and its NUMA node, every mount point, the mounted filesystems with their
+    usage. GPU memory where known: AMD's ``mem_info_vram_total`` file, else nvidia-smi when ``commands`` and it
+    is installed. ``checked``: (profile name, the paths its disk check lists): each one's existence, filesystem
+    and usage as the check would read them (``checked_paths``), so offline checks judge them as on the node."""
 
     cpu = read_cpuinfo(host)
     virt = read_virtualization(host, cpu)
@@ -718,7 +770,13 @@ def gather(host: Host, *, commands: bool = True) -> dict[str, Any]:
         else:
             doc["gpu_memory"] = asdict(mem) if mem else None
     disks = []
-    for m in read_mounts(host):
+    mounts = read_mounts(host)
+    doc["mounts"] = [asdict(m) for m in mounts]
+    if checked is not None:
+        profile, paths = checked
+        doc["checked_paths"] = {"profile": profile,
+                                "paths": [asdict(read_checked_path(host, p, mounts)) for p in dict.fromkeys(paths)]}
+    for m in mounts:
         if m.fstype in PSEUDO_FS or any(d.path == m.path for d in disks):
             continue
         try:
@@ -730,7 +788,8 @@ def gather(host: Host, *, commands: bool = True) -> dict[str, Any]:
     return doc
 
 
-__all__ = ["CpuInfo", "DiskFacts", "GpuMemory", "Hardware", "LiveHardware", "SavedHardware", "classify_model",
+__all__ = ["CheckedPath", "CpuInfo", "DiskFacts", "disk_check_paths", "read_checked_path",
+           "GpuMemory", "Hardware", "LiveHardware", "SavedHardware", "classify_model",
            "gather", "Mount", "PciGpu", "PciHop", "PciLink", "Virtualization",
            "arch", "classify", "cmdline_params", "existing_ancestor", "is_gpu_class", "mount_of", "oversubscription",
            "pci_devices", "read_cmdline", "read_cpuinfo", "read_gpu_memory", "read_gpus", "read_mounts",

@@ -11,7 +11,10 @@ A facts file is one JSON object::
       "tiers": [{"tier": 4, "nodes": [0, 1]}, ...],
       "sections": {...},                        # one entry per further fact section (DAX devices, DAMON...)
                                                 # and "hardware" (v2): CPU, GPUs and display-only devices with
-                                                # their PCIe links, filesystems with their usage (facts.hardware)
+                                                # their PCIe links, filesystems with their usage, every mount
+                                                # point ("mounts") and the disk check's paths as the node saw
+                                                # them ("checked_paths": {profile, paths: [{path, exists,
+                                                # measured, mount, device, fstype, usage}]}) (facts.hardware)
       "state": {"last_applied": {...}, "originals": {...}, "ownership": {...}},   # nodeagent's own records
       "captured": {"time": "2025-...", "nodeagent": "0.1.0"},
       "checks": {"results": [...]}               # optional: a `nodeagent check --format json` report of the node
@@ -21,6 +24,8 @@ The version rule: a change that an older reader would misread (a field renamed, 
 offline checks rely on) takes the next version; adding an optional field does not. This nodeagent reads the
 current format and the previous one (v1 has no hardware section: offline checks that need it say so), and
 refuses a newer one with exit 65 ("written by a newer nodeagent"), as it refuses an older one it cannot read.
+``mounts`` and ``checked_paths`` are such optional additions to v2: a v2 file without them is read, and the disk
+check says offline which paths it could only place by mount point.
 
 It holds what the planner and the offline checks read and nothing else: kernel attributes nodeagent manages,
 the NUMA layout, the hardware, and nodeagent's own records (what it created, what it last applied). No
@@ -75,10 +80,12 @@ class Snapshot:
         return node if stem == self.facts.hostname else f"{stem}: {node}"
 
 
-def capture(host: Host, *, hardware: bool = False, bandwidth: bool = False) -> Snapshot:
+def capture(host: Host, *, hardware: bool = False, bandwidth: bool = False,
+            checked: tuple[str | None, list[str]] | None = None) -> Snapshot:
     """Gather the node's facts and nodeagent's records (read-only: a corrupt record is reported, not moved).
     ``hardware``: also the hardware facts (``facts``, ``facts --save``, reviews) — never for plan or drift;
-    ``bandwidth``: and measure each node's memory bandwidth into them (seconds of copying)."""
+    ``bandwidth``: and measure each node's memory bandwidth into them (seconds of copying); ``checked``: the
+    profile whose disk-check paths to record (name, paths) — by default the last applied profile's, if any."""
     from .. import __version__
     from ..state import StateStore
     from .hardware import gather as gather_hardware
@@ -87,7 +94,12 @@ def capture(host: Host, *, hardware: bool = False, bandwidth: bool = False) -> S
     state = store.load_all()
     facts = gather(host)
     if hardware:
-        facts.sections[HARDWARE] = gather_hardware(host)
+        last = state.get("last_applied") or {}
+        if checked is None and isinstance(last.get("desired"), dict) and last.get("status") != "reverted":
+            from .hardware import disk_check_paths
+
+            checked = (str(last.get("profile")), disk_check_paths(last["desired"]))
+        facts.sections[HARDWARE] = gather_hardware(host, checked=checked)
         if bandwidth:
             from .hardware import measure_bandwidth
 

@@ -77,4 +77,9 @@ def hardware_text(doc: dict[str, Any] | None) -> str:
         inodes = f", {u['files_free']:,} of {u['files']:,} inodes free" if u["files"] else ""
         out.append(f"  disk {disk['path']}: {disk['device']} {disk['fstype']}, {_size(free)} free of "
                    f"{_size(size)}{inodes}")
+    checked = doc.get("checked_paths") or {}
+    for cp in checked.get("paths", []):
+        state = "exists" if cp["exists"] else f"missing (its filesystem: that of {cp['measured']})"
+        where = f"on {cp['mount']} ({cp['device']}, {cp['fstype']})" if cp.get("mount") else "on no known mount"
+        out.append(f"  disk check path {cp['path']} (profile {checked.get('profile')}): {state}, {where}")
     return "\n".join(out)
