@@ -49,9 +49,9 @@ def format_size(n: int) -> str:
 PINNED_PER_RANK = 1 * GiB
 ENGINES = ("vllm", "sglang", "lmcache")
 #: The releases whose sources the option names and units were read from (README "Serving-engine hand-off").
-VERSIONS = {"vllm": "vLLM 0.11+ (--kv-offloading-size/--kv-offloading-backend, vllm/config/cache.py)",
-            "sglang": "SGLang 0.5 (server_args.py: --hicache-size, --disable-hicache-numa-detect)",
-            "lmcache": "LMCache 0.3 (v1 config: max_local_cpu_size, numa_mode, extra_config.gpu_to_numa_mapping)"}
+VERSIONS = {"vllm": "vLLM 0.18 (--kv-offloading-backend native, --kv-offloading-size GiB over TP×PP)",
+            "sglang": "SGLang 0.5 server_args (--hicache-size GB per rank, --disable-hicache-numa-detect)",
+            "lmcache": "LMCache 0.4 v1 config (max_local_cpu_size, numa_mode, extra_config.gpu_to_numa_mapping)"}
 PROFILE_CHANGE = ("apply profiles/cxl-kv-pool.yaml, or give the memory.dax rule of the CXL devices `zone: normal, "
                   "use: pinned-pool` (ZONE_NORMAL: pinned pages may stay there)")
 
