@@ -26,7 +26,8 @@ Size (the model; README "Serving-engine hand-off" states it too), per pool node:
 The pool wanted is what the capacity model (``checks.capacity``) puts off HBM at ``max_batch`` (at least
 ``dram_offload``); without a model, or when the workload fits HBM, the pool is a prefix cache: all that a CXL
 pool node can give (it holds nothing else), half of what a DRAM node can give.
-Per rank: ``min(wanted / ranks, usable of its node / ranks on that node)``, whole GiB.
+Per rank: ``min(wanted / ranks, usable of its node / ranks on that node)``, in steps of 256 MiB.
+Reserves are capped for small nodes: half of a DRAM node, a quarter of a CXL node.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from ..projection import NodeProjection
 
 GiB = 1024**3
+STEP = GiB // 4  # pool sizes are multiples of 256 MiB (vLLM and LMCache take fractional GiB)
 
 
 def format_size(n: int) -> str:
@@ -86,7 +88,7 @@ class ServingPlan:
     pool: str  # capacity | latency
     ranks: tuple[Rank, ...]
     nodes: tuple[PoolNode, ...]
-    per_rank: int  # bytes, whole GiB
+    per_rank: int  # bytes, a multiple of STEP
     wanted: int | None  # bytes the capacity model puts off HBM (None: no model)
     bind: BindProbe
     notes: tuple[str, ...] = ()
@@ -168,11 +170,11 @@ def _nearest(facts: Facts, gpu_node: int | None, cands: list[CxlNode]) -> CxlNod
 # -- the plan ----------------------------------------------------------------------------------------------------
 
 def _dram_reserve(total: int) -> int:
-    return max(4 * GiB, total * 5 // 100)
+    return min(max(4 * GiB, total * 5 // 100), total // 2)  # a small node keeps half
 
 
 def _cxl_reserve(total: int) -> int:
-    return max(1 * GiB, total * 2 // 100)
+    return min(max(1 * GiB, total * 2 // 100), total // 4)  # a small node keeps a quarter
 
 
 def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, int | None]],
@@ -264,8 +266,8 @@ def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, 
     fit = min(n.usable // n.ranks for n in nodes) if nodes else 0
     if not wanted and pool == "latency":
         fit //= 2  # a prefix cache in DRAM leaves half of what is usable to everything else on the node
-    fit = fit // GiB * GiB
-    per = fit if not wanted else min(fit, -(-wanted // (count * GiB)) * GiB)
+    fit = fit // STEP * STEP
+    per = fit if not wanted else min(fit, -(-wanted // (count * STEP)) * STEP)
     if wanted and per * count < wanted:
         warnings.append(f"the capacity model puts {format_size(wanted)} of KV cache off HBM; the pool nodes give "
                         f"{format_size(per)} per rank × {count} = {format_size(per * count)}: lower max_batch or "
@@ -302,14 +304,19 @@ def _wrapper(p: ServingPlan) -> list[str]:
     return []
 
 
+def _num(x: float) -> int | float:
+    """A size in the option's unit: whole when it is whole, else two decimals (multiples of 0.25 GiB)."""
+    return int(x) if x == int(x) else round(x, 2)
+
+
 def settings(p: ServingPlan) -> dict[str, Any]:
     """The engine's options for ``p`` (names and units as the released engines read them)."""
-    gib = p.per_rank // GiB
+    gib = _num(p.per_rank / GiB)
     n = len(p.ranks)
     wrap = _wrapper(p)
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if p.engine == "vllm":
-        args = ["--kv-offloading-backend", "native", "--kv-offloading-size", str(gib * n)] if gib else []
+        args = ["--kv-offloading-backend", "native", "--kv-offloading-size", str(_num(p.total / GiB))] if gib else []
         return {"env": env, "wrapper": wrap, "args": args,
                 "semantics": "--kv-offloading-size is GiB for the whole engine: vLLM divides it by "
                              "tensor_parallel_size × pipeline_parallel_size (per rank: "

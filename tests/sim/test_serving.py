@@ -81,7 +81,7 @@ def test_capacity_pool_binds_each_rank_to_the_cxl_node_of_its_socket(make_node, 
         s = doc["settings"]
         if engine == "vllm":
             assert s["wrapper"] == ["numactl", "--membind=2,3"]
-            size = int(s["args"][s["args"].index("--kv-offloading-size") + 1])
+            size = float(s["args"][s["args"].index("--kv-offloading-size") + 1])
             assert size * GiB == doc["total_bytes"]  # the whole engine's figure
         elif engine == "sglang":
             assert "--disable-hicache-numa-detect" in s["args"] and s["wrapper"] == ["numactl", "--membind=2,3"]
