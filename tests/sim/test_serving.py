@@ -174,3 +174,24 @@ def test_verify_serving_usage_errors(make_node, capsys) -> None:
     assert main(["--root", str(root), "verify-serving", "--unit", "nope"]) == 1
     assert "no cgroup of that name" in capsys.readouterr().err
     assert main(["--root", str(root), "verify-serving", "--pid", "99999"]) == 1
+
+
+def test_text_output_says_the_launch_line_and_the_model(make_node, capsys) -> None:
+    root = _node(make_node, "cxl-kv-pool")
+    capsys.readouterr()
+    assert main(["--root", str(root), "render", "serving", "--engine", "sglang"]) == 0
+    out = capsys.readouterr().out
+    assert "capacity pool on ZONE_NORMAL CXL" in out
+    assert "numactl --membind=2,3 python3 -m sglang.launch_server" in out and "--disable-hicache-numa-detect" in out
+    assert "usable = free − OS reserve − weights' page cache − pinned overheads" in out
+    assert "GB (10^9) per rank" in out
+    capsys.readouterr()
+    assert main(["--root", str(root), "render", "serving", "--engine", "lmcache"]) == 0
+    out = capsys.readouterr().out
+    assert "numa_mode: manual" in out and "gpu_to_numa_mapping:" in out and "    0: 2" in out
+
+
+def test_no_profile_anywhere_is_exit_65_naming_the_place(make_node, capsys) -> None:
+    root = make_node("workstation")
+    assert main(["--root", str(root), "render", "serving", "--engine", "vllm"]) == 65
+    assert "/etc/nodeagent/profile.yaml" in capsys.readouterr().err
