@@ -33,7 +33,10 @@ def _loaded(ctx: Ctx, given: str | None, command: str) -> Any:
     return _load(node_profile(ctx.host, command))
 
 
-def build_plan(ctx: Ctx, engine: str, profile: str | None, ranks: int | None, command: str) -> ServingPlan:
+def build_plan(ctx: Ctx, engine: str, profile: str | None, ranks: int | None, command: str,
+               credit: dict[int, int] | None = None) -> ServingPlan:
+    """The plan from the node's facts; ``credit``: bytes per node counted as free (verify-serving: the engine's
+    own memory, so that the plan is the one rendered before the engine took it)."""
     from .checks.capacity import workload
     from .facts import gather
     from .facts.hardware import LiveHardware
@@ -45,6 +48,11 @@ def build_plan(ctx: Ctx, engine: str, profile: str | None, ranks: int | None, co
     host = ctx.host
     loaded = _loaded(ctx, profile, command)
     facts = gather(host)
+    if credit:
+        from dataclasses import replace
+
+        facts = replace(facts, nodes=[replace(n, mem_free=min(n.mem_free + credit.get(n.id, 0), n.mem_total))
+                                      for n in facts.nodes])
     proj = project(loaded, facts)
     hw = LiveHardware(host)
     gpus = [(d.address, d.numa_node) for d in sorted(hw.pci(), key=lambda d: d.address) if d.kind == "gpu"]
@@ -106,15 +114,19 @@ def verify_serving(ctx: Ctx, unit: str | None, cgroup: str | None, pid: int | No
     given = [x for x in (unit, cgroup, pid) if x is not None]
     if len(given) != 1:
         raise UsageError("verify-serving: give exactly one of --unit NAME, --cgroup PATH, --pid PID")
-    p = build_plan(ctx, engine, profile, ranks, "verify-serving")
     from .facts import gather
 
     facts = gather(ctx.host)
+
+    def planner(credit: dict[int, int]) -> tuple[tuple[int, ...], int]:
+        p = build_plan(ctx, engine, profile, ranks, "verify-serving", credit)
+        return p.pool_nodes, p.total
+
     if pid is not None:
-        rep = from_pid(ctx.host, facts, pid, p.pool_nodes, p.total)
+        rep = from_pid(ctx.host, facts, pid, planner)
     else:
         where = unit_cgroup(ctx.host, unit) if unit is not None else cgroup_path(ctx.host, cgroup or "")
-        rep = from_cgroup(ctx.host, facts, where, p.pool_nodes, p.total)
+        rep = from_cgroup(ctx.host, facts, where, planner)
     ctx.emit(text(rep), rep.to_dict())
     if not rep.ok:
         ctx.failure = ("the engine's memory is not where the plan puts it", None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,9 @@ _NODE = re.compile(r"N(\d+)=(\d+)")
 ON_PLAN = 0.9
 #: Mappings at least this large off the planned nodes are named (smaller ones are the engine's own heap).
 LARGE = 256 * 1024**2
+#: Anonymous memory off the node its own policy names, from this much up, is named (smaller: the interpreter's
+#: heap from before the engine set its policy).
+STRANDED = 16 * 1024**2
 
 
 def parse_numa_stat(text: str) -> dict[str, dict[int, int]]:
@@ -217,14 +221,17 @@ def judge(rep: Report, vmas: list[Vma] | None = None) -> Report:
             rep.findings.append(("fail", f"{format_size(u.locked)} of locked (unevictable) memory stranded on "
                                          f"node{u.node} ({u.tier}), off the planned {where}"))
     for v in vmas or []:
+        if not v.is_anon:  # page cache: placed by whoever read the file first, shared with others
+            continue
         want = set(v.policy_nodes)
         stray = {n: b for n, b in v.bytes_per_node.items() if want and n not in want}
-        if want and sum(stray.values()) >= 2 * 1024**2:
-            rep.findings.append(("fail", f"mapping {v.start:x} ({v.policy}): "
+        if want and sum(stray.values()) >= STRANDED:
+            rep.findings.append(("fail" if sum(stray.values()) >= LARGE else "warn",
+                                 f"mapping {v.start:x} ({v.policy}): "
                                  + ", ".join(f"{format_size(b)} on node{n}" for n, b in sorted(stray.items()))
                                  + " — off the node its policy binds it to (stranded: allocated before the "
                                    "policy, or migrated when pinned)"))
-        elif not want and v.is_anon and sum(v.bytes_per_node.values()) >= LARGE:
+        elif not want and sum(v.bytes_per_node.values()) >= LARGE:
             off_b = {n: b for n, b in v.bytes_per_node.items() if n not in planned}
             if sum(off_b.values()) >= LARGE:
                 rep.findings.append(("warn", f"mapping {v.start:x} ({v.policy}, {v.kind}): "
@@ -233,7 +240,12 @@ def judge(rep: Report, vmas: list[Vma] | None = None) -> Report:
     return rep
 
 
-def from_cgroup(host: Host, facts: Facts, cgroup: str, planned: tuple[int, ...], expected: int) -> Report:
+#: ``planner(engine's anon bytes per node) -> (planned pool nodes, expected pool bytes)``: the plan as rendered
+#: before the engine started (its own memory counts as free for its pool).
+Planner = Callable[[dict[int, int]], tuple[tuple[int, ...], int]]
+
+
+def from_cgroup(host: Host, facts: Facts, cgroup: str, planner: Planner) -> Report:
     text = host.read_opt(f"{cgroup}/memory.numa_stat")
     if text is None:
         raise NodeagentError(f"{cgroup}/memory.numa_stat: not there (the memory controller is not enabled for "
@@ -241,6 +253,7 @@ def from_cgroup(host: Host, facts: Facts, cgroup: str, planned: tuple[int, ...],
                              hint="enable it (MemoryAccounting=yes on the unit), or give --pid PID")
     stat = parse_numa_stat(text)
     ids = sorted(set().union(*(set(v) for v in stat.values())) if stat else set())
+    planned, expected = planner(dict(stat.get("anon", {})))
     nodes = [NodeUse(n, tier_of(facts, n), stat.get("anon", {}).get(n, 0), stat.get("file", {}).get(n, 0),
                      stat.get("unevictable", {}).get(n, 0), n in planned) for n in ids]
     rep = Report("memory.numa_stat", cgroup, "one read of per-node counters the kernel keeps (cheap)", planned,
@@ -249,7 +262,7 @@ def from_cgroup(host: Host, facts: Facts, cgroup: str, planned: tuple[int, ...],
     return judge(rep)
 
 
-def from_pid(host: Host, facts: Facts, pid: int, planned: tuple[int, ...], expected: int) -> Report:
+def from_pid(host: Host, facts: Facts, pid: int, planner: Planner) -> Report:
     if pid <= 0:
         raise UsageError(f"--pid {pid}: not a process id")
     text = host.read_opt(f"/proc/{pid}/numa_maps")
@@ -262,6 +275,7 @@ def from_pid(host: Host, facts: Facts, pid: int, planned: tuple[int, ...], expec
         for n, b in v.bytes_per_node.items():
             slot = per.setdefault(n, [0, 0])
             slot[0 if v.is_anon else 1] += b
+    planned, expected = planner({n: a for n, (a, _) in per.items()})
     nodes = [NodeUse(n, tier_of(facts, n), a, f, 0, n in planned) for n, (a, f) in sorted(per.items())]
     rep = Report("numa_maps", f"/proc/{pid}/numa_maps", "read once: the kernel walks every mapping's page tables "
                  "under the process's mmap lock (stalls its mmap and page faults while it runs)", planned, expected,

@@ -94,7 +94,8 @@ def test_pinned_pool_lands_where_rendered_and_verify_serving_finds_it(guest: har
         harness.Step("stop", "kill $(cat /tmp/pool.pid)"),
     ]
     res = guest.run_steps(steps, timeout=300, label="serving")
-    print("\n" + "\n".join(f"[{n}] rc={s.rc}\n{s.output.strip()[:1500]}" for n, s in res.steps.items()))
+    print("\n" + "\n".join(f"[{n}] rc={s.rc}\n{s.output.strip() if n.startswith('numa') else s.output.strip()[:1500]}"
+                           for n, s in res.steps.items()))
     assert res["online-normal"].rc == 0, res["online-normal"].output
     assert "2" in res["online-normal"].stdout.split()[-1], "node2 is not in has_normal_memory"
     doc = json.loads(res["render"].stdout)
