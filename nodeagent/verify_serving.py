@@ -24,11 +24,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import NodeagentError, UsageError
-from .units import format_size
 
 if TYPE_CHECKING:
     from .facts import Facts
     from .host import Host
+
+def format_size(n: int) -> str:
+    """GiB with one decimal from 1 GiB up, else MiB: pools are big, interpreter heaps are not."""
+    return f"{n / 1024**3:,.1f} GiB" if n >= 1024**3 else f"{n / 1024**2:,.1f} MiB"
+
 
 _NODE = re.compile(r"N(\d+)=(\d+)")
 #: A pool is "on plan" when at least this share of its anonymous bytes is on the planned nodes.

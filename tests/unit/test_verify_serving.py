@@ -41,3 +41,22 @@ def test_numa_stat_per_item_and_node() -> None:
     stat = parse_numa_stat("anon N0=4096 N1=0 N2=8192\nfile N0=1 N1=2 N2=3\nunevictable N0=0 N1=0 N2=8192\n")
     assert stat["anon"] == {0: 4096, 1: 0, 2: 8192}
     assert stat["unevictable"][2] == 8192
+
+
+RK = Path(__file__).parent.parent / "realkernel" / "captured"
+
+
+def test_guest_capture_of_a_pool_placed_as_rendered() -> None:
+    """Captured by tests/realkernel/test_serving_guest.py on the 6.12 guest: a 512 MiB mlocked pool under
+    set_mempolicy(MPOL_BIND, node2), node2 a kmem node onlined in ZONE_NORMAL."""
+    from nodeagent.sim.serving import NUMA_STAT_ITEMS
+
+    vmas = parse_numa_maps((RK / "numa_maps-kvpool-bind2.txt").read_text())
+    assert vmas and all(v.policy == "bind:2" for v in vmas)  # the process-wide policy shows on every mapping
+    (pool,) = [v for v in vmas if sum(v.pages.values()) >= 131072]
+    assert pool.pages == {2: 131072} and pool.is_anon and pool.policy_nodes == (2,)
+    # the interpreter's own pages from before the policy, and shared page cache, sit on node0
+    assert any(0 in v.pages for v in vmas if v is not pool)
+    stat = parse_numa_stat((RK / "memory.numa_stat-kvpool.txt").read_text())
+    assert stat["anon"][2] == 512 * 1024**2 and stat["unevictable"][2] == 512 * 1024**2
+    assert tuple(stat) == NUMA_STAT_ITEMS  # the simulator prints the items the kernel prints, in its order
