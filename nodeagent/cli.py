@@ -419,6 +419,7 @@ from . import cli_ops as _cli_ops  # noqa: E402  (drift, history, status, revert
 
 _cli_ops.register(cli)
 __import__("nodeagent.cli_metrics").cli_metrics.register(cli)  # the `metrics` group (exporter)
+__import__("nodeagent.cli_serving").cli_serving.register(cli)  # render serving, verify-serving
 
 
 def _fail(ctx: Ctx, code: int, message: str, hint: str | None = None) -> int:
