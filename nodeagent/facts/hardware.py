@@ -18,6 +18,7 @@ from ..errors import CommandError, HostError
 from ..host import Host
 from ..host.boot_cache import probe
 from ..host.mountinfo import unescape
+from ..kfmt import cmdline_params  # noqa: F401  (re-exported: checks and drift causes use it from here)
 
 PCI = "/sys/bus/pci/devices"
 #: PCI class codes of GPUs: VGA-compatible (0x0300) and 3D controllers (0x0302, what datacenter GPUs report).
@@ -141,15 +142,6 @@ def read_virtualization(host: Host, cpu: CpuInfo | None) -> Virtualization:
 
 def read_cmdline(host: Host) -> str:
     return (host.read_opt("/proc/cmdline") or "").strip()
-
-
-def cmdline_params(cmdline: str) -> dict[str, str]:
-    """``key=value`` parameters of a kernel command line (a bare word maps to ``""``); the last one wins."""
-    out: dict[str, str] = {}
-    for word in cmdline.split():
-        key, _, value = word.partition("=")
-        out[key] = value
-    return out
 
 
 def arch(host: Host, cpu: CpuInfo | None) -> str:
