@@ -72,7 +72,7 @@ class Engine:
         self.state = StateStore(self.host)
 
     def facts(self) -> Facts:
-        return gather(self.host)
+        return gather(self.host, planning=True)
 
     def context(self, allow_disruptive: bool = False) -> PlanContext:
         return PlanContext(allow_disruptive=allow_disruptive, state=self.state.load_all())

@@ -67,3 +67,12 @@ def kernel_version(release: str) -> tuple[int, int]:
         return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
     except (IndexError, ValueError):
         return (0, 0)
+
+
+def cmdline_params(cmdline: str) -> dict[str, str]:
+    """``key=value`` parameters of a kernel command line (a bare word maps to ``""``); the last one wins."""
+    out: dict[str, str] = {}
+    for word in cmdline.split():
+        key, _, value = word.partition("=")
+        out[key] = value
+    return out

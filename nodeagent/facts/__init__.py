@@ -66,16 +66,22 @@ class Facts:
         )
 
 
-def gather(host: Host) -> Facts:
-    """Everything planning needs, read (never written) through the rooted host."""
+#: Sections nothing plans from (the CXL bus topology, for the facts document and reviews): left out when
+#: ``gather`` is asked for planning only, as plan, apply, drift, status and check ask.
+NOT_FOR_PLANNING = frozenset({"cxl"})
+
+
+def gather(host: Host, *, planning: bool = False) -> Facts:
+    """Everything planning needs, read (never written) through the rooted host; with ``planning``, without
+    the sections of :data:`NOT_FOR_PLANNING`."""
     token = _BLOCKS.set({})  # node directories are listed once for every section
     try:
-        return _gather(host)
+        return _gather(host, planning)
     finally:
         _BLOCKS.reset(token)
 
 
-def _gather(host: Host) -> Facts:
+def _gather(host: Host, planning: bool = False) -> Facts:
     tiers = read_tiers(host)
     bs = host.read_opt("/sys/devices/system/memory/block_size_bytes")
     simulated = None
@@ -91,11 +97,19 @@ def _gather(host: Host) -> Facts:
         nodes=read_nodes(host, tiers),
         tiers=tiers,
         simulated=simulated,
-        sections={name: fn(host) for name, fn in SECTIONS.items()},
+        sections={name: fn(host) for name, fn in SECTIONS.items() if not (planning and name in NOT_FOR_PLANNING)},
     )
 
 
-from . import cxl as _cxl  # noqa: E402,F401  (registers the "cxl" section: memdevs, decoders, regions)
+def _cxl(host: Host) -> Any:
+    """The "cxl" section (memdevs, decoders, regions); its module loads when the section is gathered."""
+    from .cxl import gather as gather_cxl
+
+    return gather_cxl(host)
+
+
+SECTIONS["cxl"] = _cxl  # (facts.cxl puts its own gatherer under the same name when it is imported)
+
 from . import damon as _damon  # noqa: E402,F401  (registers the DAMON fact section)
 from . import dax as _dax  # noqa: E402,F401  (registers the "dax" section)
 from . import reclaim as _reclaim  # noqa: E402,F401  (registers the "reclaim" section)

@@ -242,7 +242,8 @@ def uname(host: Host) -> str:
 
     parts = [host.read_opt(f"/proc/sys/kernel/{k}") for k in ("ostype", "hostname", "osrelease", "version")]
     words = [(parts[0] or "Linux").strip()] + [p.strip() for p in parts[1:] if p]
-    return " ".join(words + [arch(host, read_cpuinfo(host))])
+    known = (host.read_opt("/proc/sys/kernel/arch") or "").strip()  # cpuinfo (thousands of lines) only without it
+    return " ".join(words + [known or arch(host, read_cpuinfo(host))])
 
 
 def _conditions(opts: Options, variables: dict[str, str], node: dict[str, str]) -> tuple[Condition, ...]:

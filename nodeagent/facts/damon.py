@@ -57,32 +57,29 @@ def retry_busy(fn: Callable[..., T], *args: Any, tries: int = 5) -> T:
     raise AssertionError("unreachable")
 
 
-def _walk(host: Host, base: str, rel: str, config: dict[str, str], status: dict[str, str], seen: set[str],
-          dirs: set[str], in_status: bool = False) -> None:
-    dirs.add(normalize(rel))
-    for name in host.fs.listdir(f"{base}/{rel}" if rel else base):
-        child = f"{rel}/{name}" if rel else name
-        path = f"{base}/{child}"
-        if host.fs.is_dir(path):
-            if in_status and name.isdigit():
-                continue  # tried_regions/<N>: snapshots, possibly thousands; not configuration
-            _walk(host, base, child, config, status, seen, dirs, in_status or name in _STATUS_DIRS)
-            continue
-        seen.add(normalize(child))
-        value = retry_busy(host.read_opt, path)
-        if value is None:
-            continue
-        if in_status or name in _STATUS_FILES:
-            status[child] = value
-        else:
-            config[child] = value
+def _in_status(rel: str) -> bool:
+    return any(part in _STATUS_DIRS for part in rel.split("/")[:-1])
+
+
+def _descend(rel: str) -> bool:
+    """tried_regions/<N> (below a status directory): snapshots, possibly thousands; not configuration."""
+    return not (rel.rpartition("/")[2].isdigit() and _in_status(rel))
 
 
 def _kdamond(host: Host, index: int, seen: set[str], dirs: set[str]) -> dict[str, Any]:
     base = f"{KDAMONDS}/{index}"
+    found, files = retry_busy(host.fs.read_tree, base, _descend)  # one pass, one openat per entry
     config: dict[str, str] = {}
     status: dict[str, str] = {}
-    _walk(host, base, "", config, status, seen, dirs)
+    dirs.update(normalize(d) for d in found)
+    for child, value in files.items():
+        seen.add(normalize(child))
+        if value is None:
+            continue
+        if _in_status(child) or child.rpartition("/")[2] in _STATUS_FILES:
+            status[child] = value
+        else:
+            config[child] = value
     pid_text = status.pop("pid", "-1").strip()
     return {"index": index, "state": status.pop("state", "off").strip(),
             "pid": int(pid_text) if re.fullmatch(r"-?\d+", pid_text) else -1, "config": config, "status": status}

@@ -22,9 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..host import Host
-from ..kfmt import parse_list, parse_meminfo
+from ..kfmt import cmdline_params, parse_list, parse_meminfo
 from . import SECTIONS, Facts
-from .hardware import cmdline_params, read_cmdline
 from .numa import node_blocks, read_zones
 from .setters import daxctl_sections, udev_rules
 
@@ -225,7 +224,8 @@ def _daxctl_conf(host: Host) -> list[dict[str, Any]]:
 
 
 def _cmdline(host: Host) -> dict[str, str]:
-    return {k: v for k, v in cmdline_params(read_cmdline(host)).items() if k in HOTPLUG_CMDLINE}
+    params = cmdline_params(host.read_opt("/proc/cmdline") or "")  # (facts.hardware, which reads it too, is
+    return {k: v for k, v in params.items() if k in HOTPLUG_CMDLINE}  # for checks: not imported on this path)
 
 
 def gather(host: Host) -> dict[str, Any]:

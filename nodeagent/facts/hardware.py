@@ -18,6 +18,7 @@ from ..errors import CommandError, HostError
 from ..host import Host
 from ..host.boot_cache import probe
 from ..host.mountinfo import unescape
+from ..kfmt import cmdline_params  # noqa: F401  (re-exported: checks and drift causes use it from here)
 
 PCI = "/sys/bus/pci/devices"
 #: PCI class codes of GPUs: VGA-compatible (0x0300) and 3D controllers (0x0302, what datacenter GPUs report).
@@ -40,6 +41,9 @@ class CpuInfo:
         return "hypervisor" in self.flags
 
 
+_CPUINFO_KEYS = frozenset({"processor", "model name", "cpu model", "vendor_id", "cpu implementer", "flags", "features"})
+
+
 def read_cpuinfo(host: Host) -> CpuInfo | None:
     """``/proc/cpuinfo`` as the kernel shows it (the flags are what the OS enabled, not raw CPUID)."""
     text = host.read_opt("/proc/cpuinfo")
@@ -47,21 +51,21 @@ def read_cpuinfo(host: Host) -> CpuInfo | None:
         return None
     models: list[str] = []
     vendor = ""
-    flag_sets: list[set[str]] = []
+    flag_texts: list[str] = []
     for block in re.split(r"\n\s*\n", text.strip()):
         fields: dict[str, str] = {}
         for line in block.splitlines():
             key, sep, value = line.partition(":")
-            if sep:
-                fields[key.strip().lower()] = value.strip()
+            if sep and (key := key.strip().lower()) in _CPUINFO_KEYS:  # (a CPU has ~25 lines; 7 matter)
+                fields[key] = value.strip()
         if "processor" not in fields:
             continue
         models.append(fields.get("model name", fields.get("cpu model", "")))
         vendor = vendor or fields.get("vendor_id", fields.get("cpu implementer", ""))
-        flag_sets.append(set((fields.get("flags") or fields.get("features") or "").split()))
-    if not flag_sets:
+        flag_texts.append(fields.get("flags") or fields.get("features") or "")
+    if not flag_texts:
         return None
-    common = set.intersection(*flag_sets)
+    common = set.intersection(*(set(t.split()) for t in dict.fromkeys(flag_texts)))  # CPUs mostly share one
     first = (re.search(r"^(?:flags|features)\s*:(.*)$", text, re.M) or re.match("()", "")).group(1).split()
     distinct = tuple(dict.fromkeys(models))
     # in the kernel's order (the first CPU's), as /proc/cpuinfo prints them
@@ -141,15 +145,6 @@ def read_virtualization(host: Host, cpu: CpuInfo | None) -> Virtualization:
 
 def read_cmdline(host: Host) -> str:
     return (host.read_opt("/proc/cmdline") or "").strip()
-
-
-def cmdline_params(cmdline: str) -> dict[str, str]:
-    """``key=value`` parameters of a kernel command line (a bare word maps to ``""``); the last one wins."""
-    out: dict[str, str] = {}
-    for word in cmdline.split():
-        key, _, value = word.partition("=")
-        out[key] = value
-    return out
 
 
 def arch(host: Host, cpu: CpuInfo | None) -> str:

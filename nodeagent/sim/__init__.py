@@ -9,7 +9,6 @@ root carries the simulator's marker.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 from pathlib import Path
 
@@ -32,6 +31,8 @@ def cache_dir() -> Path:
 
 def fingerprint() -> str:
     """A digest of the simulator's own code: a cached node made by other code is made again."""
+    import hashlib  # (OpenSSL: ~3 ms to load; only to name a cached node)
+
     h = hashlib.sha256()
     for f in sorted(Path(__file__).parent.glob("*.py")):
         h.update(f.name.encode() + b"\0" + f.read_bytes())

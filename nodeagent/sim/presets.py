@@ -34,7 +34,6 @@ shared/reference/cpuinfo-*.txt.
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -603,6 +602,8 @@ def capture_like(name: str, dest: Path) -> Path:
     dest = Path(dest)
     tmp = dest.with_name(dest.name + ".sim")
     build(get(name), tmp)
+    import shutil  # (with bz2, lzma and zlib: loaded by the two helpers that copy or delete trees)
+
     shutil.copytree(tmp, dest, symlinks=True, ignore=shutil.ignore_patterns(MARKER))
     for tool in ("nvidia-smi", "systemd-detect-virt", "daxctl"):
         (dest / "usr/bin" / tool).unlink(missing_ok=True)
@@ -617,6 +618,8 @@ def remove(root: Path) -> None:
     for p in Path(root).rglob("*"):
         if p.is_file() and not p.is_symlink():
             p.chmod(0o644)
+    import shutil
+
     shutil.rmtree(root)
 
 

@@ -10,7 +10,6 @@ Anything that writes into a simulated tree must therefore go through them (or th
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 from pathlib import Path
 
@@ -106,6 +105,8 @@ class Tree:
         cached = self._pooled_paths.get(key)
         if cached is not None:
             return cached
+        import hashlib  # (loaded by the writes that pool a file, not by every command on a simulated root)
+
         pool = self.root / ".nodeagent-sim" / "pool"
         pool.mkdir(parents=True, exist_ok=True)
         gen = self._generation.get(key, 0)

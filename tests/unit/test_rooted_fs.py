@@ -119,6 +119,7 @@ READS: dict[str, Callable[[RootedFS, str], object]] = {
     "is_dir": lambda fs, p: fs.is_dir(p),
     "size": lambda fs, p: fs.size(p),
     "listdir": lambda fs, p: fs.listdir(os.path.dirname(p)) and fs.listdir(p),
+    "read_tree": lambda fs, p: fs.read_tree(os.path.dirname(p)),
 }
 
 
@@ -158,6 +159,23 @@ def test_symlinks_inside_the_root_are_followed_within_it(world) -> None:
     # An absolute link that names the root's own tree on disk is inside it too.
     relink(root, "/sys/bus/dax/devices/dax1.0", str(root / "sys/devices/dax0.0"))
     assert fs.read("/sys/bus/dax/devices/dax1.0/size") == "4096"
+
+
+def test_a_tree_reads_as_file_by_file_reads_do(world) -> None:
+    """read_tree (one pass from each directory's descriptor) gives what read/listdir/is_dir give, links
+    inside the root followed, ``descend`` pruning, and the same refusals."""
+    root, _ = world
+    fs = RootedFS(root)
+    (root / "sys/devices/dax0.0/snap/1").mkdir(parents=True)
+    (root / "sys/devices/dax0.0/snap/1/x").write_text("skipped\n")
+    (root / "sys/devices/dax0.0/link").symlink_to("size")
+    dirs, files = fs.read_tree("/sys/bus", lambda rel: not rel.endswith("/1"))
+    assert dirs == ["", "dax", "dax/devices", "dax/devices/dax0.0", "dax/devices/dax0.0/snap"]
+    assert files == {"dax/devices/dax0.0/link": "4096", "dax/devices/dax0.0/size": "4096"}
+    assert fs.read_tree("/sys/devices/dax0.0/size") == ([], {}) == fs.read_tree("/nowhere")
+    os.mkfifo(root / "sys/devices/dax0.0/fifo")
+    with pytest.raises(NotAllowedError, match="a FIFO, not a regular file"):
+        fs.read_tree("/sys/devices")
 
 
 def test_a_write_is_checked_where_it_leads_not_only_as_spelled(world) -> None:
