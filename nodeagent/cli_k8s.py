@@ -113,7 +113,9 @@ def run(ctx: Ctx, profile: str | None, do_apply: bool, allow_disruptive: bool, i
             addr, port = parse_listen(metrics_listen)
         except ValueError as exc:
             raise UsageError(f"--metrics-listen: {exc}") from None
-        exporter = Exporter(Collector(ctx.host), Intervals(latency=0))
+        # Plan-only writes nothing to the kernel: not even the exporter's DAMON statistics refresh.
+        refresh = 30.0 if do_apply else float("inf")
+        exporter = Exporter(Collector(ctx.host, refresh_interval=refresh), Intervals(latency=0))
         try:
             host, bound = exporter.start(addr, port)
         except OSError as exc:
