@@ -341,7 +341,9 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
         write_metrics(eng, metrics_textfile, loaded=loaded,
                       checks=result.checks.results if result.checks is not None else None)
     if not result.dry_run:  # keep NFD's feature file current, where its features.d directory exists
-        __import__("nodeagent.k8s.labels").k8s.labels.after_apply(eng, loaded, result)
+        note = __import__("nodeagent.k8s.labels").k8s.labels.after_apply(eng, loaded, result)
+        if note:
+            click.echo(escape_controls(f"nodeagent: {note}"), err=True)
     if result.checks_failed:
         raise _checks_failed(result.checks, applying=not dry_run)
     if result.plan.blocked and not result.outcomes:

@@ -253,9 +253,20 @@ def write(host: Host, text: str) -> None:
     host.fs.write_file_atomic(FEATURES_FILE, text)
 
 
-def after_apply(engine: Engine, loaded: LoadedProfile, result: Any, *, prefix: str = DEFAULT_PREFIX) -> bool:
+def after_apply(engine: Engine, loaded: LoadedProfile, result: Any, *, prefix: str = DEFAULT_PREFIX) -> str | None:
     """apply's hook: keep the feature file current — only where the features.d directory exists (NFD's worker, or
-    the DaemonSet, mounts it there). Returns whether it wrote."""
+    the DaemonSet, mounts it there). An apply that succeeded stays a success when the labels cannot be written:
+    returns the message to show instead of raising."""
+    from ..errors import NodeagentError
+
+    try:
+        _after_apply(engine, loaded, result, prefix)
+    except NodeagentError as exc:
+        return f"labels: {FEATURES_FILE} not updated: {exc.render()}"
+    return None
+
+
+def _after_apply(engine: Engine, loaded: LoadedProfile, result: Any, prefix: str) -> bool:
     if result.dry_run:
         return False
     checks = [{"name": r.name, "severity": r.severity, "status": r.status}

@@ -151,3 +151,15 @@ def test_apply_keeps_the_feature_file_only_where_features_d_exists(make_node) ->
     assert f["feature.node.kubernetes.io/nodeagent.state"] == "converged"
     assert f["feature.node.kubernetes.io/nodeagent.checks"] in ("passed", "warnings")
     assert [p.name for p in (nfd / "etc/kubernetes/node-feature-discovery/features.d").iterdir()] == ["nodeagent"]
+
+
+def test_an_apply_stays_a_success_when_the_feature_file_cannot_be_written(make_node, tmp_path, capsys) -> None:
+    root = make_node("h100-cxl")
+    d = root / "etc/kubernetes/node-feature-discovery"
+    d.mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (d / "features.d").symlink_to(tmp_path / "elsewhere")  # a link out of the root: the host layer refuses it
+    assert main(["--root", str(root), "apply", "--yes", str(PROFILES / "cxl-inference.yaml")]) == 0
+    err = capsys.readouterr().err
+    assert f"labels: {FEATURES_FILE} not updated" in err
+    assert not list((tmp_path / "elsewhere").iterdir())
