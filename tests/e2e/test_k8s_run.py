@@ -163,3 +163,25 @@ def test_an_apply_stays_a_success_when_the_feature_file_cannot_be_written(make_n
     err = capsys.readouterr().err
     assert f"labels: {FEATURES_FILE} not updated" in err
     assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_run_with_apply_reconciles_a_drifted_node_on_the_interval(make_node, tmp_path) -> None:
+    root = make_node("h100-cxl")
+    configmap(root, "v1", (PROFILES / "cxl-inference.yaml").read_text())
+    knob = root / "sys/kernel/mm/numa/demotion_enabled"
+    log = tmp_path / "run.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "--root", str(root), "run", "--apply",
+                                 "--interval", "1", "--metrics-listen", "off"], stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        assert _wait(lambda: "reconcile (start)" in log.read_text()), log.read_text()
+        assert knob.read_text().strip() == "true"
+        SimKernel(root).write("/sys/kernel/mm/numa/demotion_enabled", "false")  # someone else's write
+        assert _wait(lambda: "reconcile (drift)" in log.read_text()), log.read_text()
+        assert _wait(lambda: knob.read_text().strip() == "true")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, log.read_text()
+    assert "drift: drifted (1 item(s))" in log.read_text()
+    assert any(e.get("target") == "kernel.demotion_enabled" for e in _journal(root, "drift"))
