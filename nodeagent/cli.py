@@ -365,6 +365,10 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
 
         write_metrics(eng, metrics_textfile, loaded=loaded,
                       checks=result.checks.results if result.checks is not None else None)
+    if not result.dry_run:  # keep NFD's feature file current, where its features.d directory exists
+        note = __import__("nodeagent.k8s.labels").k8s.labels.after_apply(eng, loaded, result)
+        if note:
+            click.echo(escape_controls(f"nodeagent: {note}"), err=True)
     if result.checks_failed:
         raise _checks_failed(result.checks, applying=not dry_run)
     if result.plan.blocked and not result.outcomes:
@@ -420,6 +424,7 @@ from . import cli_ops as _cli_ops  # noqa: E402  (drift, history, status, revert
 _cli_ops.register(cli)
 __import__("nodeagent.cli_metrics").cli_metrics.register(cli)  # the `metrics` group (exporter)
 __import__("nodeagent.cli_serving").cli_serving.register(cli)  # render serving, verify-serving
+__import__("nodeagent.cli_k8s").cli_k8s.register(cli)  # `labels` (NFD feature file) and `run` (DaemonSet loop)
 
 
 def _fail(ctx: Ctx, code: int, message: str, hint: str | None = None) -> int:

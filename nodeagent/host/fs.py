@@ -52,6 +52,8 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         # `nodeagent units install`: only nodeagent's own unit files and udev rule, nothing else under /etc.
         r"/etc/systemd/system/nodeagent-[a-z-]+@?\.(service|timer)",
         r"/etc/udev/rules.d/[0-9]{2}-nodeagent\.rules",
+        # `nodeagent labels --write`, apply and run: NFD's local feature file (nodeagent.k8s.labels), nothing else.
+        r"/etc/kubernetes/node-feature-discovery/features\.d/nodeagent",
     )
 )
 

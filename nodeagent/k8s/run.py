@@ -1,0 +1,263 @@
+"""``nodeagent run [PROFILE]``: the DaemonSet's one long-running process — a small reconcile loop.
+
+It reconciles (checks, plan, and with ``--apply`` the apply) at start and whenever the profile changes; reacts to
+hot-plugged DAX/CXL/memory devices with a scoped reconcile (the machinery of :mod:`nodeagent.watch`); measures
+drift and rewrites the NFD labels every ``interval`` (with ``--apply`` a drifted node is reconciled again, as a
+controller's resync does); serves the metrics endpoint (:mod:`nodeagent.metrics.exporter`); and stops on SIGTERM
+or SIGINT after the step in progress, exiting 0.
+
+Profile changes: a ConfigMap volume is updated by kubelet writing a new timestamped directory and swapping the
+``..data`` symlink, so the profile's own file never changes in place (and a ``subPath`` mount never sees an update
+at all). The loop therefore watches the directory: every ``poll`` seconds it stats where the profile's path leads
+now (through ``..data``) and reconciles when that file, or its content, changed.
+
+Without ``--apply`` it is plan-only: it writes nothing to the kernel, only its own records (state directory, the
+NFD feature file) and says what an apply would change.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ExitCode, NodeagentError
+from ..host.udev import UEvent, open_events, wait_readable
+from . import labels as lab
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..profile import LoadedProfile
+
+#: The host's own boot-time apply: when it is enabled, systemd owns the node and `run` refuses to start.
+HOST_UNIT = "nodeagent-apply.service"
+SYSTEMD_DIR = "/etc/systemd/system"
+
+
+class OwnerConflictError(NodeagentError):
+    """Another owner (the host's nodeagent-apply.service) manages this node."""
+
+    exit_code = ExitCode.ERROR
+
+
+def host_unit_enabled(engine: Engine) -> list[str]:
+    """The ``*.wants/`` or ``*.requires/`` links that enable nodeagent-apply.service under the root."""
+    from ..layout import under_root
+
+    base = under_root(engine.host, SYSTEMD_DIR)
+    found = [p for kind in ("wants", "requires") for p in glob.glob(os.path.join(base, f"*.{kind}", HOST_UNIT))
+             if os.path.lexists(p)]
+    return sorted(os.path.join(SYSTEMD_DIR, os.path.relpath(p, base)) for p in found)
+
+
+def require_sole_owner(engine: Engine) -> None:
+    links = host_unit_enabled(engine)
+    if links:
+        raise OwnerConflictError(
+            f"run: the host's {HOST_UNIT} is enabled ({', '.join(links)}): one owner per node",
+            hint=f"on the host: systemctl disable {HOST_UNIT} nodeagent-drift.timer (or `nodeagent units` "
+                 "uninstalled), or do not schedule the DaemonSet on this node")
+
+
+def _fingerprint(path: str) -> tuple[Any, ...] | None:
+    """What says the profile changed: where its path leads now, that file's identity and content digest."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+        with open(real, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+    return real, st.st_ino, st.st_mtime_ns, st.st_size, digest
+
+
+@dataclass
+class Options:
+    apply: bool = False
+    interval: float = 300.0  # drift + labels
+    poll: float = 2.0  # profile directory
+    debounce: float = 2.0  # hot-plug events
+    labels: str = "auto"  # auto: when the features.d directory exists; always; never
+    prefix: str = lab.DEFAULT_PREFIX
+    allow_disruptive: bool = False
+
+
+@dataclass
+class Runner:
+    engine: Engine
+    profile_path: str
+    opts: Options
+    log: Callable[[str], None] = print
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    loaded: LoadedProfile | None = None
+    reconciles: int = 0
+    _fp: tuple[Any, ...] | None = None
+
+    # -- control ------------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop after the step in progress (safe from a signal handler)."""
+        self.stop_event.set()
+        w = getattr(self, "_wake_w", None)
+        if w is not None:
+            try:
+                os.write(w, b"x")
+            except OSError:
+                pass
+
+    def run(self) -> int:
+        from ..watch import SUBSYSTEMS, Watcher
+
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        previous = {s: signal.signal(s, lambda *_: self.stop()) for s in (signal.SIGTERM, signal.SIGINT)} \
+            if threading.current_thread() is threading.main_thread() else {}
+        source = open_events(self.engine.host, SUBSYSTEMS)
+        mode = "apply" if self.opts.apply else "plan-only (give --apply to change the node)"
+        self.log(f"running: profile {self.profile_path}, {mode}; drift and labels every {self.opts.interval:g}s")
+        pending: dict[str, UEvent] = {}
+        last_event = 0.0
+        try:
+            self._fp = _fingerprint(self.profile_path)
+            self.reconcile("start")
+            next_tick = time.monotonic() + self.opts.interval
+            next_poll = time.monotonic() + self.opts.poll
+            while not self.stop_event.is_set():
+                now = time.monotonic()
+                deadline = min(next_tick, next_poll, last_event + self.opts.debounce if pending else float("inf"))
+                ready = wait_readable([source.fileno(), self._wake_r], max(deadline - now, 0.0))
+                if self._wake_r in ready:
+                    try:
+                        os.read(self._wake_r, 64)
+                    except BlockingIOError:
+                        pass
+                if self.stop_event.is_set():
+                    break
+                if source.fileno() in ready:
+                    for ev in source.receive():
+                        if ev.action == "add" and ev.subsystem in SUBSYSTEMS:
+                            pending.setdefault(ev.sysname, ev)
+                            last_event = time.monotonic()
+                now = time.monotonic()
+                if pending and now - last_event >= self.opts.debounce:
+                    events, pending = list(pending.values()), {}
+                    if not self.hotplug(events, Watcher):
+                        pending = {e.sysname: e for e in events}
+                        last_event = time.monotonic()
+                if now >= next_poll:
+                    next_poll = now + self.opts.poll
+                    fp = _fingerprint(self.profile_path)
+                    if fp != self._fp and fp is not None:
+                        self._fp = fp
+                        self.reconcile("profile changed")
+                if now >= next_tick:
+                    next_tick = now + self.opts.interval
+                    self.tick()
+        finally:
+            source.close()
+            for s, h in previous.items():
+                signal.signal(s, h)
+            os.close(self._wake_r)
+            w, self._wake_w = self._wake_w, None
+            os.close(w)
+        self.log("stopped")
+        return 0
+
+    # -- the steps ----------------------------------------------------------------------------------------------
+    def _load(self) -> LoadedProfile | None:
+        from ..profile_cache import load
+
+        try:
+            self.loaded = load(self.profile_path)
+        except NodeagentError as exc:  # a bad ConfigMap must not kill the pod: say it, keep the last good one
+            keep = f"; keeping profile {self.loaded.name}" if self.loaded is not None else ""
+            self.log(f"profile {self.profile_path}: {exc.render()}{keep}")
+        return self.loaded
+
+    def reconcile(self, why: str) -> None:
+        loaded = self._load()
+        if loaded is None:
+            self.write_labels(None, state="unknown")
+            return
+        self.reconciles += 1
+        eng = self.engine
+        try:
+            if self.opts.apply:
+                result = eng.apply(loaded, allow_disruptive=self.opts.allow_disruptive)
+                self.log(f"reconcile ({why}): profile {loaded.name}: {result.status}"
+                         + (f", {len(result.outcomes)} change(s)" if result.outcomes else ""))
+                checks = result.checks
+            else:
+                facts = eng.facts()
+                checks = eng.checks(loaded, facts)
+                p = eng.plan(loaded, allow_disruptive=self.opts.allow_disruptive, facts=facts)
+                n = len(p.changes)
+                self.log(f"reconcile ({why}): profile {loaded.name}: plan-only, "
+                         + (f"{n} change(s) pending" if n else "nothing to change")
+                         + (f", {len(p.problems)} problem(s)" if p.problems else ""))
+            self._save_checks(checks)
+        except NodeagentError as exc:
+            self.log(f"reconcile ({why}) failed: {exc.render()}")
+        except Exception as exc:  # like watch: one bad reconcile must not end the loop
+            self.log(f"reconcile ({why}) failed unexpectedly: {type(exc).__name__}: {exc}")
+        self.write_labels(loaded)
+
+    def hotplug(self, events: list[UEvent], watcher_cls: Any) -> bool:
+        """A scoped reconcile for hot-plugged devices (as ``watch`` does); plan-only without --apply."""
+        names = sorted({e.sysname for e in events})
+        if self.loaded is None:
+            return True
+        if self.opts.apply:
+            w = watcher_cls(self.engine, self.loaded, log=self.log)
+            if not w._react(events):
+                return False
+        else:
+            try:
+                p = self.engine.plan(self.loaded, scope=names)
+                self.log(f"hot-plug: {', '.join(names[:4])}{'...' if len(names) > 4 else ''}: plan-only, "
+                         f"{len(p.changes)} change(s) pending")
+            except NodeagentError as exc:
+                self.log(f"hot-plug: plan failed: {exc.render()}")
+        self.write_labels(self.loaded)
+        return True
+
+    def tick(self) -> None:
+        """The interval: drift against what was applied (journaled), a resync when drifted (--apply), labels."""
+        from ..drift import detect, record
+
+        state = None
+        try:
+            report = record(self.engine, detect(self.engine, self.loaded))
+            state = "partial" if report.cannot_be_done else "converged" if report.converged else "drifted"
+            self.log(f"drift: {state}" + (f" ({len(report.items)} item(s))" if report.items else ""))
+        except NodeagentError as exc:
+            self.log(f"drift: {exc.message}")
+        if state == "drifted" and self.opts.apply:
+            self.reconcile("drift")
+            return
+        self.write_labels(self.loaded, state=state)
+
+    def _save_checks(self, report: Any) -> None:
+        if report is None:
+            return
+        with self.engine.state.locked(self.engine.lock_timeout):
+            self.engine.state.save("last-checks.json", {"results": [
+                {"name": c.name, "severity": c.severity, "status": c.status} for c in report.results]})
+
+    def write_labels(self, loaded: LoadedProfile | None, *, state: str | None = None) -> None:
+        if self.opts.labels == "never" or (self.opts.labels == "auto"
+                                           and not lab.features_dir_exists(self.engine.host)):
+            return
+        try:
+            labels = lab.gather(self.engine, loaded, state=state)
+            # Stale labels vanish if this pod dies: they expire after three intervals (at least ten minutes).
+            text = lab.render(labels, prefix=self.opts.prefix, source=self.profile_path,
+                              expires=lab.now_plus(max(3 * self.opts.interval, 600)))
+            lab.write(self.engine.host, text)
+        except NodeagentError as exc:
+            self.log(f"labels: not written: {exc.render()}")
