@@ -14,8 +14,8 @@ A :data:`~nodeagent.sim.presets.LAYERS` step lays out, from the preset:
   table (``.nodeagent-sim/statvfs.json``) that :func:`statvfs` answers from — the host layer's
   ``host.statvfs(path)`` lands here for a simulated root, so nothing is ever asked of this machine's disks;
 - ``/proc/sys/kernel/arch``, the DAMON modules' ``enabled`` parameters (off) on kernels that have them;
-- ``usr/bin/nvidia-smi`` (when the preset has GPUs) and ``usr/bin/systemd-detect-virt``, which print what the
-  real tools print for this node;
+- ``usr/bin/systemd-detect-virt`` (``nvidia-smi`` and NVML: :mod:`nodeagent.sim.nvidia`), which prints what the
+  real tool prints for this node;
 - a per-node copy-bandwidth model that :func:`copy_seconds` answers from (figures typical of such machines;
   ``l40-kvm64`` has the 11.7 GB/s of the field report).
 """
@@ -26,12 +26,11 @@ import errno
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 
 from ..kfmt import parse_meminfo
 from .kernel import MARKER, SimKernel
-from .presets import LAYERS, GpuDef, MountDef, PciDef, Preset, aspeed_bmc, gpu_pci, nvme, qemu_vga, root_port
+from .presets import LAYERS, MountDef, PciDef, Preset, aspeed_bmc, gpu_pci, nvme, qemu_vga, root_port
 from .tree import RO
 
 STATVFS = "statvfs.json"
@@ -60,8 +59,7 @@ def lay_out(k: SimKernel, p: Preset) -> None:
     if k.at_least(6, 0):
         t.file("/sys/module/damon_lru_sort/parameters/enabled", "N", 0o644)
     _executable(k.root, "systemd-detect-virt", _detect_virt_script(p))
-    if p.gpus:
-        _executable(k.root, "nvidia-smi", _nvidia_smi_script(p.gpus))
+    # nvidia-smi (and the NVML answers) come from sim/nvidia.py, a later layer.
 
 
 # -- PCI ------------------------------------------------------------------------------------------------------
@@ -282,61 +280,6 @@ virt={virt}
 [ "$quiet" = 1 ] || echo "$virt"
 [ "$virt" = none ] && exit 1
 exit 0
-"""
-
-
-_GPU_FIELDS = ("index", "name", "memory.total", "pci.bus_id", "pcie.link.gen.current", "pcie.link.gen.max",
-               "pcie.link.width.current", "pcie.link.width.max")
-_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
-
-
-def _gpu_row(i: int, g: GpuDef) -> dict[str, tuple[str, str]]:
-    """field → (value with units, value without units)."""
-    gen = str(_GEN.get(g.link_speed.split()[0], 1))
-    gmax = str(_GEN.get(g.max_link_speed.split()[0], 1))
-    bus = "0000" + g.pci.upper()  # nvidia-smi prints an 8-digit domain: 00000000:17:00.0
-    return {"index": (str(i), str(i)), "name": (g.name, g.name),
-            "memory.total": (f"{g.memory_mib} MiB", str(g.memory_mib)),
-            "pci.bus_id": (bus, bus),
-            "pcie.link.gen.current": (gen, gen), "pcie.link.gen.max": (gmax, gmax),
-            "pcie.link.width.current": (str(g.link_width),) * 2, "pcie.link.width.max": (str(g.max_link_width),) * 2}
-
-
-def _nvidia_smi_script(gpus: tuple[GpuDef, ...]) -> str:
-    rows = [_gpu_row(i, g) for i, g in enumerate(gpus)]
-    data = json.dumps({"rows": rows, "names": [g.name for g in gpus]})
-    return f"""#!{sys.executable}
-# Simulated nvidia-smi: answers --query-gpu=...,--format=csv[,noheader][,nounits] and -L like the real one.
-import sys
-DATA = {data}
-FIELDS = {list(_GPU_FIELDS)!r}
-UNITS = {{"memory.total": " [MiB]"}}
-args = sys.argv[1:]
-if args in (["-L"], ["--list-gpus"]):
-    for i, name in enumerate(DATA["names"]):
-        print(f"GPU {{i}}: {{name}} (UUID: GPU-00000000-0000-0000-0000-00000000000{{i}})")
-    sys.exit(0)
-query = fmt = None
-for a in args:
-    if a.startswith("--query-gpu="):
-        query = a.split("=", 1)[1].split(",")
-    elif a.startswith("--format="):
-        fmt = a.split("=", 1)[1].split(",")
-    else:
-        print(f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.")
-        sys.exit(2)
-if query is None or fmt is None or "csv" not in fmt:
-    print("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.")
-    sys.exit(2)
-for f in query:
-    if f not in FIELDS:
-        print(f'Field "{{f}}" is not a valid field to query.')
-        sys.exit(2)
-nounits = "nounits" in fmt
-if "noheader" not in fmt:
-    print(", ".join(f + ("" if nounits else UNITS.get(f, "")) for f in query))
-for row in DATA["rows"]:
-    print(", ".join(row[f][1 if nounits else 0] for f in query))
 """
 
 
