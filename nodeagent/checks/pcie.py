@@ -77,7 +77,7 @@ class GpuPcieCheckImpl:
             evidence["oversubscription"] = shared
         findings: list[Finding] = []
         if not hw.offline and host.is_real:
-            findings += self._cross_check(host, evidence)
+            findings += _cross_check(host, evidence)
         if not gpus:
             seen = "; ".join(f"{d.address} is {d.why}" for d in devices)
             extra = f" (not GPUs: {seen})" if seen else ""
@@ -197,17 +197,17 @@ def gpu_evidence(g: PciGpu) -> dict[str, Any]:
                               "gb_per_s": worst.gbps}
     return d
 
-    @staticmethod
-    def _cross_check(host: Host, evidence: dict[str, Any]) -> list[Finding]:
-        """On the real root: the sysfs walk and udev must see the same GPUs."""
-        udev = udev_pci_devices()
-        if udev is None:
-            evidence["udev"] = "unavailable"
-            return []
-        walk = {a for a, c in pci_devices(host).items() if is_gpu_class(c)}
-        seen = {a for a, c in udev.items() if is_gpu_class(c)}
-        evidence["udev"] = sorted(seen)
-        if walk != seen:
-            return [Finding("warn", f"sysfs shows GPUs {sorted(walk)} but udev shows {sorted(seen)}",
-                            "a GPU appeared or vanished during the check (hot-plug, driver reset): run it again")]
+
+def _cross_check(host: Host, evidence: dict[str, Any]) -> list[Finding]:
+    """On the real root: the sysfs walk and udev must see the same GPUs."""
+    udev = udev_pci_devices()
+    if udev is None:
+        evidence["udev"] = "unavailable"
         return []
+    walk = {a for a, c in pci_devices(host).items() if is_gpu_class(c)}
+    seen = {a for a, c in udev.items() if is_gpu_class(c)}
+    evidence["udev"] = sorted(seen)
+    if walk != seen:
+        return [Finding("warn", f"sysfs shows GPUs {sorted(walk)} but udev shows {sorted(seen)}",
+                        "a GPU appeared or vanished during the check (hot-plug, driver reset): run it again")]
+    return []
