@@ -20,6 +20,7 @@ import yaml
 
 from ..errors import ProfileError
 from ..host.files import InputFileError, read_regular
+from ..resolved import Loc  # defined with the plain-form record, which must not load YAML
 
 MAX_BYTES = 1024 * 1024
 KEY = "<key>"  # marks a key's own position in the locations map: (*path, KEY, key)
@@ -32,16 +33,6 @@ MAX_DEPTH = 32  # nesting of maps and lists in one file, checked while composing
 MAX_NUMBER = 2**64 - 1
 _NUMBERISH = re.compile(r"\s*[+-]?([0-9][0-9_]*)(\.[0-9_]*)?([eE][+-]?[0-9]+)?\s*[a-zA-Zµ%]*\s*")
 _CORE_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq")}
-
-
-@dataclass(frozen=True)
-class Loc:
-    file: str
-    line: int
-    column: int
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
 
 
 @dataclass
