@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .errors import UsageError
 from .render.escape import escape_controls
 
 if TYPE_CHECKING:
@@ -106,23 +105,15 @@ def run(ctx: Ctx, profile: str | None, do_apply: bool, allow_disruptive: bool, i
         eng.require_root()
     exporter = None
     if metrics_listen != "off":
+        from .cli_metrics import start_exporter
         from .metrics.collector import Collector
-        from .metrics.exporter import Exporter, Intervals, parse_listen
+        from .metrics.exporter import Exporter, Intervals
 
-        try:
-            addr, port = parse_listen(metrics_listen)
-        except ValueError as exc:
-            raise UsageError(f"--metrics-listen: {exc}") from None
         # Plan-only writes nothing to the kernel: not even the exporter's DAMON statistics refresh.
         refresh = 30.0 if do_apply else float("inf")
         exporter = Exporter(Collector(ctx.host, refresh_interval=refresh), Intervals(latency=0))
-        try:
-            host, bound = exporter.start(addr, port)
-        except OSError as exc:
-            raise UsageError(f"--metrics-listen {metrics_listen}: cannot listen: {exc.strerror}",
-                             hint="choose another port, or 'off'") from None
-        click.echo(f"nodeagent run: metrics on http://{'[' + host + ']' if ':' in host else host}:{bound}/metrics",
-                   err=True)
+        url = start_exporter(exporter, metrics_listen, "--metrics-listen", "choose another port, or 'off'")
+        click.echo(f"nodeagent run: metrics on {url}", err=True)
 
     def log(message: str) -> None:
         click.echo(escape_controls(f"nodeagent run: {message}"), err=True)

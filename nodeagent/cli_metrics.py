@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,22 @@ from .errors import UsageError
 
 if TYPE_CHECKING:
     from .cli import Ctx
+
+
+def start_exporter(exporter: Any, listen: str, option: str, hint: str) -> str:
+    """Start ``exporter`` on ``listen`` (``ADDR:PORT``, given as ``option``); its URL. A listen address that does
+    not parse or cannot be bound is a usage error naming the option."""
+    from .metrics.exporter import parse_listen
+
+    try:
+        addr, port = parse_listen(listen)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+    try:
+        host, bound = exporter.start(addr, port)
+    except OSError as exc:
+        raise UsageError(f"{option} {listen}: cannot listen: {exc.strerror}", hint=hint) from None
+    return f"http://{'[' + host + ']' if ':' in host else host}:{bound}/metrics"
 
 
 @click.group()
@@ -44,26 +60,17 @@ def serve(ctx: Ctx, listen: str, gpu_interval: float, refresh_interval: float, p
     """Serve the metrics over HTTP until SIGTERM or SIGINT. Read-only but for the stated statistics refresh."""
     from .host.latency import Limits
     from .metrics.collector import Collector
-    from .metrics.exporter import Exporter, Intervals, parse_listen
+    from .metrics.exporter import Exporter, Intervals
     from .units import parse_size
 
-    try:
-        addr, port = parse_listen(listen)
-    except ValueError as exc:
-        raise UsageError(f"--listen: {exc}") from None
     try:
         cap = parse_size(latency_max_buffer)
     except ValueError as exc:
         raise UsageError(f"--latency-max-buffer: {exc}") from None
     exp = Exporter(Collector(ctx.host, refresh_interval=refresh_interval, pingpong_window=pingpong_window),
                    Intervals(gpu=gpu_interval, latency=latency_interval), Limits(max_buffer=cap))
-    try:
-        host, bound = exp.start(addr, port)
-    except OSError as exc:
-        raise UsageError(f"--listen {listen}: cannot listen: {exc.strerror}",
-                         hint="choose another port, or stop what listens there") from None
-    click.echo(f"nodeagent metrics: serving http://{'[' + host + ']' if ':' in host else host}:{bound}/metrics",
-               err=True)
+    url = start_exporter(exp, listen, "--listen", "choose another port, or stop what listens there")
+    click.echo(f"nodeagent metrics: serving {url}", err=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
