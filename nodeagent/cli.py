@@ -357,7 +357,7 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
     if text:
         outcome = outcomes_text(result, dry_run=dry_run)
         if outcome:
-            click.echo(outcome)
+            click.echo(escape_controls(outcome))
     else:
         ctx.emit("", result.to_dict())
     if metrics_textfile and not result.dry_run:

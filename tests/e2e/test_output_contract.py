@@ -28,7 +28,8 @@ def test_escape_covers_every_control_character_but_newline_and_tab() -> None:
     assert escape_controls("ünïcode → fine 50%") == "ünïcode → fine 50%"
 
 
-@pytest.mark.parametrize("cmd", [["facts"], ["plan", PROFILE], ["drift", PROFILE], ["status"]],
+@pytest.mark.parametrize("cmd", [["facts"], ["plan", PROFILE], ["drift", PROFILE], ["status"],
+                                 ["apply", "--yes", "--skip-checks", "all", PROFILE]],
                          ids=lambda c: c[0])
 def test_node_values_cannot_drive_the_terminal(make_node, capsys, cmd) -> None:
     root = make_node("h100-cxl")
