@@ -290,8 +290,8 @@ def other_users(specs: list[Spec], damon: DamonFacts, ownership: dict[str, Any],
                   if nodes & shared]
         if beside and not grows and not refused:
             then += (f"; it monitors {', '.join(f'node{n}' for n in sorted(shared))}, where {', '.join(beside)} "
-                     "work too: each kdamond spends CPU sampling that memory, and their schemes act on it "
-                     "independently")
+                     f"work{'s' if len(beside) == 1 else ''} too: each kdamond spends CPU sampling that memory, and "
+                     "their schemes act on it independently")
         out.append(f"damon: {u.describe()} is not nodeagent's — {then}")
     return out
 
