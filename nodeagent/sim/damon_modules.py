@@ -65,11 +65,37 @@ def lay_out(k: SimKernel) -> None:
                 k.tree.file(f"{_base(module)}/{name}", value, mode)
 
 
+def _biggest_ram(k: SimKernel) -> tuple[int, int] | None:
+    """The largest contiguous range of online memory (the first of equal ones), as
+    ``damon_find_biggest_system_ram`` picks among the System RAM resources (block granularity here)."""
+    mem = "/sys/devices/system/memory"
+    size = int(k.tree.read(f"{mem}/block_size_bytes") or "0", 16)
+    online = sorted(int(n[6:]) for n in (p.name for p in k.tree.local(mem).glob("memory[0-9]*"))
+                    if k.tree.read(f"{mem}/{n}/state") == "online")
+    best: tuple[int, int] | None = None
+    run_start = prev = None
+    for i in [*online, None]:
+        if i is not None and prev is not None and i == prev + 1:
+            prev = i
+            continue
+        if run_start is not None and prev is not None:
+            r = (run_start * size, (prev + 1) * size)
+            best = r if best is None or r[1] - r[0] > best[1] - best[0] else best
+        run_start = prev = i
+    return best
+
+
 def started(k: SimKernel, module: str, pid: int) -> None:
-    """The module's kdamond runs as ``pid``: what its parameters show."""
+    """The module's kdamond runs as ``pid``: what its parameters show. DAMON_RECLAIM and DAMON_LRU_SORT left
+    without a region write the one they picked back into ``monitor_region_start``/``_end``."""
     base = _base(module)
     if k.tree.exists(f"{base}/kdamond_pid"):
         k.tree.set(f"{base}/kdamond_pid", pid)
+    region = [f"{base}/monitor_region_start", f"{base}/monitor_region_end"]
+    if all(k.tree.exists(r) and k.tree.read(r) == "0" for r in region):
+        picked = _biggest_ram(k)
+        for path, value in zip(region, picked or (), strict=False):
+            k.tree.set(path, value)
     if module == "damon_stat" and k.tree.exists(f"{base}/aggr_interval_us"):
         k.tree.set(f"{base}/aggr_interval_us", 100000)  # its starting interval, before auto-tuning moves it
 
