@@ -298,13 +298,13 @@ class DamonUser:
                     "(state=on → EBUSY), nodeagent's included, and the module cannot be enabled while a sysfs "
                     "kdamond runs; nodeagent never disables it")
         if self.running:
-            return ("nodeagent never stops, rewrites or renumbers it; a new kdamond slot would stop it: the kernel "
-                    "refuses to rewrite nr_kdamonds while any kdamond runs (EBUSY), and the rewrite wipes every "
-                    "kdamond's configuration, so a profile needing more slots than are free is refused without "
-                    "damon.coexist: take-over")
-        return ("stopped but configured: nodeagent leaves it alone; a new kdamond slot would wipe its configuration "
-                "(rewriting nr_kdamonds resets every kdamond), so a profile needing more slots than are free is "
-                "refused without damon.coexist: take-over")
+            return ("nodeagent never stops, rewrites or renumbers it unless told to take over; a new kdamond slot "
+                    "would stop it: the kernel refuses to rewrite nr_kdamonds while any kdamond runs (EBUSY), and "
+                    "the rewrite wipes every kdamond's configuration, so a profile needing more slots than are free "
+                    "is refused without damon.coexist: take-over")
+        return ("stopped but configured: nodeagent leaves it alone unless told to take over; a new kdamond slot "
+                "would wipe its configuration (rewriting nr_kdamonds resets every kdamond), so a profile needing "
+                "more slots than are free is refused without damon.coexist: take-over")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"description": self.describe(), "effect": self.effect}

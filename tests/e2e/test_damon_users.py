@@ -120,7 +120,7 @@ def test_a_foreign_kdamond_beside_free_slots_stays_listed_after_apply(qemu, tmp_
     assert sorted(status["kdamonds"]["owned"]) == ["1"]  # nodeagent's, in a free slot
     assert [(u["index"], u["running"]) for u in status["damon_users"]] == [(0, running)]
     if not running:
-        assert status["damon_users"][0]["effect"].startswith("stopped but configured: nodeagent leaves it alone")
+        assert status["damon_users"][0]["effect"].startswith("stopped but configured: nodeagent leaves it")
     _, text = run(capsys, root, "status")
     assert "DAMON users nodeagent does not own: 1\n  kdamond 0 (" + ("running, pid" if running else "stopped;") in text
 
