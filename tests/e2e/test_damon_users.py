@@ -92,6 +92,13 @@ def test_a_foreign_kdamond_without_a_free_slot(qemu, tmp_path, capsys) -> None:
     assert warning.removeprefix("  warning: ") in plan["warnings"]
     assert any("no free kdamond slot" in p["message"] for p in plan["problems"])
 
+    bare = tmp_path / "no-damon.yaml"  # a profile that manages no kdamond still hears about them
+    bare.write_text("apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: bare}\n"
+                    "kernel: {numa_balancing: memory-tiering}\n")
+    assert any(w.startswith("damon: kdamond 0 (running, pid 77;") and w.endswith(
+        "the profile builds no kdamond on this node: it is left untouched")
+        for w in doc(capsys, root, "plan", str(bare))["warnings"])
+
     take = doc(capsys, root, "plan", profile(tmp_path, "take-over"))["warnings"]
     assert any(w.startswith("damon: kdamond 0 (running, pid 77;") and "take-over: this plan stops it and "
                "discards its configuration" in w for w in take)

@@ -122,7 +122,9 @@ class DamonResource:
         model = loaded.profile.damon
         proj = projection_of(loaded, facts, ctx)
         if model is None:
-            return _unmanaged(from_facts(facts), ctx.state.get("ownership") or {}, proj)
+            unmanaged = _unmanaged(from_facts(facts), ctx.state.get("ownership") or {}, proj)
+            unmanaged.warnings += other_users([], from_facts(facts), ctx.state.get("ownership") or {}, unmanaged)
+            return unmanaged
         damon = from_facts(facts)
         if not damon.sysfs:
             rp = ResourcePlan()
