@@ -330,6 +330,7 @@ def _module(k: SimKernel, path: str, value: str) -> None:
     if on == (module in mods):
         return  # the same value again: nothing to do, no error
     if on:
+        damon_modules.applying(k, module)
         if running(k) or mods:
             raise ebusy(f"kdamonds are running ({', '.join(mods) or 'sysfs'}): an exclusive start fails")
         pid = d["next_pid"]

@@ -35,6 +35,7 @@ PARAMETERS: dict[str, tuple[tuple[int, int], list[tuple[str, str | int, int, tup
         ("quota_ms", 10, W, (5, 16)), ("quota_sz", 134217728, W, (5, 16)),
         ("quota_reset_interval_ms", 1000, W, (5, 16)), ("wmarks_interval", 5000000, W, (5, 16)),
         ("wmarks_high", 500, W, (5, 16)), ("wmarks_mid", 400, W, (5, 16)), ("wmarks_low", 200, W, (5, 16)),
+        ("quota_mem_pressure_us", 0, W, (6, 9)), ("quota_autotune_feedback", 0, W, (6, 9)),
         *_MON, ("skip_anon", "N", W, (6, 1)), ("kdamond_pid", -1, R, (5, 16)),
         *_stats(("reclaim_tried_regions", "reclaimed_regions", "quota_exceeds"))]),
     "damon_lru_sort": ((6, 0), [
@@ -66,8 +67,10 @@ def lay_out(k: SimKernel) -> None:
 
 
 def _biggest_ram(k: SimKernel) -> tuple[int, int] | None:
-    """The largest contiguous range of online memory (the first of equal ones), as
-    ``damon_find_biggest_system_ram`` picks among the System RAM resources (block granularity here)."""
+    """The largest System RAM resource as ``damon_find_biggest_system_ram`` picks it (the first of equal ones),
+    as ``(start, end)`` with the resource's *inclusive* end, the way it is written back: here the contiguous runs
+    of online memory blocks, the one from address 0 starting at 1 MiB (x86's legacy VGA/BIOS hole splits the
+    memory below it off). The 6.12 guest shows it: node0 ``[1 MiB, 2 GiB)`` loses to node1, 4294967296..6442450943."""
     mem = "/sys/devices/system/memory"
     size = int(k.tree.read(f"{mem}/block_size_bytes") or "0", 16)
     online = sorted(int(n[6:]) for n in (p.name for p in k.tree.local(mem).glob("memory[0-9]*"))
@@ -79,23 +82,29 @@ def _biggest_ram(k: SimKernel) -> tuple[int, int] | None:
             prev = i
             continue
         if run_start is not None and prev is not None:
-            r = (run_start * size, (prev + 1) * size)
+            r = (max(run_start * size, 1 << 20), (prev + 1) * size - 1)
             best = r if best is None or r[1] - r[0] > best[1] - best[0] else best
         run_start = prev = i
     return best
 
 
-def started(k: SimKernel, module: str, pid: int) -> None:
-    """The module's kdamond runs as ``pid``: what its parameters show. DAMON_RECLAIM and DAMON_LRU_SORT left
-    without a region write the one they picked back into ``monitor_region_start``/``_end``."""
+def applying(k: SimKernel, module: str) -> None:
+    """What enabling does before it tries to start the kdamond (so also when that start fails with EBUSY, as
+    the 6.12 guest shows): DAMON_RECLAIM and DAMON_LRU_SORT left without a region pick one and write it back
+    into ``monitor_region_start``/``_end``."""
     base = _base(module)
-    if k.tree.exists(f"{base}/kdamond_pid"):
-        k.tree.set(f"{base}/kdamond_pid", pid)
     region = [f"{base}/monitor_region_start", f"{base}/monitor_region_end"]
     if all(k.tree.exists(r) and k.tree.read(r) == "0" for r in region):
         picked = _biggest_ram(k)
         for path, value in zip(region, picked or (), strict=False):
             k.tree.set(path, value)
+
+
+def started(k: SimKernel, module: str, pid: int) -> None:
+    """The module's kdamond runs as ``pid``: what its parameters show."""
+    base = _base(module)
+    if k.tree.exists(f"{base}/kdamond_pid"):
+        k.tree.set(f"{base}/kdamond_pid", pid)
     if module == "damon_stat" and k.tree.exists(f"{base}/aggr_interval_us"):
         k.tree.set(f"{base}/aggr_interval_us", 100000)  # its starting interval, before auto-tuning moves it
 

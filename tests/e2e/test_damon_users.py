@@ -168,8 +168,9 @@ def test_damon_reclaim_enabled_and_disabled_by_hand(make_node, tmp_path, capsys)
                         out)
     users = doc(capsys, root, "status")["damon_users"]
     assert [(u["name"], u["pid"], u["actions"]) for u in users] == [("DAMON_RECLAIM", pid, ["pageout"])]
-    # it wrote the region it picked (the largest System RAM range: node 0's, the first of two equal ones) back
-    assert (users[0]["monitors"], users[0]["nodes"]) == (f"0x0-{node0_range(root)[1]:#x}", [0])
+    # it wrote the region it picked back: the largest System RAM range, node 1's (node 0's starts at 1 MiB)
+    lo, hi = from_facts(gather(open_host(root))).node_ranges[1][0]
+    assert (users[0]["monitors"], users[0]["nodes"]) == (f"{lo:#x}-{hi - 1:#x}", [1])
     # another module, or a foreign sysfs kdamond, cannot start beside it (the kernel's exclusive start)
     assert run(capsys, root, "sim", "kdamond", str(root), "--module", "damon_lru_sort")[0] == 1
     assert run(capsys, root, "sim", "kdamond", str(root), "--foreign")[0] == 1

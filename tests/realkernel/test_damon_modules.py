@@ -102,7 +102,8 @@ def worlds(guest: harness.Guest) -> Worlds:
 
 def _dumped(text: str) -> dict[str, str]:
     """``name value`` lines, the kdamond's pid made ``<pid>`` (the value differs between the worlds)."""
-    out = dict(line.split(" ", 1) if " " in line else (line, "") for line in text.splitlines() if line)
+    out = dict(line.rsplit(" ", 1) if line.startswith("mode ") else line.split(" ", 1) if " " in line
+               else (line, "") for line in text.splitlines() if line)
     if out.get("damon_reclaim/kdamond_pid", "-1") != "-1":
         out["damon_reclaim/kdamond_pid"] = "<pid>"
     return out

@@ -61,6 +61,9 @@ def test_enabling_starts_an_exclusive_kdamond_outside_sysfs(make_node) -> None:
     k.write(f"{P.format('damon_stat')}/enabled", "Y")  # the same value again: no error, same kdamond
     assert module_pids(k) == {"damon_stat": pid}
     assert _errno(k, f"{P.format('damon_reclaim')}/enabled", "Y") == errno.EBUSY  # one exclusive kdamond at a time
+    # ...but it picked its region before the start failed, and wrote it back (node1: node0 starts at 1 MiB)
+    assert k.tree.read(f"{P.format('damon_reclaim')}/enabled") == "N"
+    assert k.tree.read(f"{P.format('damon_reclaim')}/monitor_region_start") == str(4 << 30)
     # nr_kdamonds only cares about sysfs kdamonds; starting one is what the exclusive kdamond refuses
     start = pytest.raises(OSError, start_foreign, k)
     assert start.value.errno == errno.EBUSY and k.tree.read(f"{K}/0/state") == "off"
