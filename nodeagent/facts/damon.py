@@ -204,13 +204,13 @@ class Kdamond:
 
     def regions(self) -> list[tuple[int, int]]:
         """The address ranges its targets' regions give (physical addresses for paddr), in order."""
-        out = []
-        for key, start in sorted(self.config.items()):
-            m = re.fullmatch(r"contexts/0/targets/\d+/regions/\d+/start", key)
+        found = []
+        for key, start in self.config.items():
+            m = re.fullmatch(r"contexts/0/targets/(\d+)/regions/(\d+)/start", key)
             end = self.config.get(key[: -len("start")] + "end", "") if m else ""
             if m and start.strip().isdigit() and end.strip().isdigit() and int(end) > int(start):
-                out.append((int(start), int(end)))
-        return out
+                found.append(((int(m.group(1)), int(m.group(2))), (int(start), int(end))))
+        return [r for _, r in sorted(found)]
 
     def pids(self) -> list[int]:
         """The processes its targets monitor (vaddr, fvaddr)."""
@@ -262,7 +262,13 @@ def from_facts(facts: Facts) -> DamonFacts:
         capabilities=caps, modules=dict(d.get("modules", {})),
         node_ranges={int(n): [(a, b) for a, b in r] for n, r in d.get("node_ranges", {}).items()},
         dax=_dax(facts), block_size=d.get("block_size"),
-        module_kdamonds=tuple(dict(m) for m in d.get("module_kdamonds", [])))
+        module_kdamonds=tuple(dict(m) for m in d.get("module_kdamonds", _modules_of(d.get("modules", {})))))
+
+
+def _modules_of(modules: dict[str, bool | None]) -> list[dict[str, Any]]:
+    """``module_kdamonds`` for a facts file saved before it existed: what ``modules`` says, without pids."""
+    return [{"module": m, "name": MODULES[m].name if m in MODULES else m.upper(), "enabled": on, "pid": None,
+             "region": None} for m, on in modules.items() if on is not None]
 
 
 @dataclass(frozen=True)
@@ -319,7 +325,8 @@ def other_users(damon: DamonFacts, owned: Collection[int]) -> list[DamonUser]:
             continue
         ranges = k.regions()
         if k.operations == "paddr":
-            monitors = ", ".join(f"{a:#x}-{b:#x}" for a, b in ranges) or "no region (nothing)"
+            monitors = (", ".join(f"{a:#x}-{b:#x}" for a, b in ranges[:3]) or "no region (nothing)") + (
+                f" (+{len(ranges) - 3} more)" if len(ranges) > 3 else "")
         else:
             monitors = ", ".join(f"pid {p}" for p in k.pids()) or "no process"
         out.append(DamonUser("kdamond", f"kdamond {k.index}", k.running, k.pid if k.running else None,
