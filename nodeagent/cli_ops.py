@@ -31,8 +31,9 @@ def write_metrics(eng: Engine, path: str, *, loaded: LoadedProfile | None = None
             drift = None  # nothing applied yet: the file simply has no drift metrics
     if checks:  # kept, so that a later run without checks (drift) still exports the last results
         with eng.state.locked(eng.lock_timeout):
-            eng.state.save("last-checks.json", {"results": [
-                {"name": c.name, "severity": c.severity, "status": c.status} for c in checks]})
+            from .state import CheckResult, LastChecks
+
+            eng.state.write_record(LastChecks([CheckResult(c.name, c.severity, c.status) for c in checks]))
     write_textfile(path, textfile(eng, drift=drift, checks=checks))
 
 
@@ -71,7 +72,7 @@ def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | N
 
         from .layout import changed_since_applied
 
-        note = changed_since_applied(eng.state.last_applied())
+        note = changed_since_applied(eng.state.last_applied().to_json())
         report = replace(report, notes=(note, *report.notes)) if note else report
     if record:
         report = record_drift(eng, report)
@@ -116,7 +117,7 @@ def status(ctx: Ctx, events: int) -> None:
 
     eng = ctx.engine()
     s = gather_status(eng, events=events)
-    note = changed_since_applied(eng.state.last_applied())
+    note = changed_since_applied(eng.state.last_applied().to_json())
     if note and s.get("last_apply"):
         s["last_apply"]["profile_changed"] = note
     ctx.emit(status_text(s), s)

@@ -22,7 +22,7 @@ from .projection import project
 from .resources.base import ApplyContext, PlanContext
 from .resources.registry import BY_KIND, RESOURCES
 from .scope import expand, restrict
-from .state import StateStore, resolved_record
+from .state import DriftRecord, LastApplied, Original, StateStore, resolved_record
 
 if TYPE_CHECKING:
     from .checks import CheckReport
@@ -75,7 +75,7 @@ class Engine:
         return gather(self.host, planning=True)
 
     def context(self, allow_disruptive: bool = False) -> PlanContext:
-        return PlanContext(allow_disruptive=allow_disruptive, state=self.state.load_all())
+        return PlanContext(allow_disruptive=allow_disruptive, state=self.state.plan_state())
 
     def plan(self, loaded: LoadedProfile, *, allow_disruptive: bool = False, facts: Facts | None = None,
              scope: Collection[str] | None = None) -> Plan:
@@ -152,11 +152,11 @@ class Engine:
     # -- the steps ------------------------------------------------------------------------------------
     def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext, facts: Facts,
                  scope: Collection[str] | None = None) -> list[Outcome]:
-        originals: dict[str, dict] = {}
+        originals: dict[str, Original] = {}
         for c in plan.changes:  # what revert needs to put each change back (the first record of a target wins)
             rec = BY_KIND[c.kind].original(c, facts)
             if rec is not None and rec[0] not in originals:
-                originals[rec[0]] = rec[1]
+                originals[rec[0]] = Original(str(rec[1].get("kind", c.kind)), rec[1].get("path"), rec[1].get("value"))
         # A read-only /sys (or /proc) fails here with one message, before the first write, not half-way.
         self.host.fs.require_writable(sorted({c.path or "/sys" for c in plan.changes}))
         self.state.remember_originals(originals)
@@ -202,13 +202,11 @@ class Engine:
 
     def _record(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], status: str,
                 verify_errors: list[str] | None = None, scope: Collection[str] | None = None) -> None:
-        self.state.record_apply({
-            "profile": loaded.name, "profile_path": loaded.path, "profile_digest": loaded.digest,
-            "desired": loaded.data, "resolved": resolved_record(loaded), "status": status,
-            "outcomes": [o.to_dict() for o in outcomes], "verify_errors": verify_errors or [],
-            "problems": [p.to_dict() for p in plan.problems],
-            **({"scope": sorted(scope)} if scope is not None else {}),
-        })
+        self.state.record_apply(LastApplied(
+            loaded.name, profile_path=loaded.path, profile_digest=loaded.digest, desired=loaded.data,
+            resolved=resolved_record(loaded), status=status, outcomes=[o.to_dict() for o in outcomes],
+            verify_errors=list(verify_errors or []), problems=[p.to_dict() for p in plan.problems],
+            scope=sorted(scope) if scope is not None else None))
 
     def _history(self, loaded: LoadedProfile, result: Result, scope: Collection[str] | None) -> None:
         """Journal the apply, and close the open drift items it fixed (``drift.json``, see nodeagent.drift)."""
@@ -221,11 +219,10 @@ class Engine:
         if scope is not None:
             event["scope"] = sorted(scope)
         fixed = {f"{o.change.kind}:{o.change.target}" for o in result.outcomes if o.status == "applied"}
-        drift = self.state.load("drift.json")
-        open_items = drift.get("items", {})
-        resolved = [{"event": "resolved", "resource": v.get("resource"), "target": v.get("target"), "by": "apply"}
-                    for k, v in open_items.items() if k in fixed]
-        if resolved:
-            self.state.save("drift.json", {**drift, "items": {k: v for k, v in open_items.items()
-                                                              if k not in fixed}})
+        resolved = []
+        with self.state.edit(DriftRecord) as drift:
+            for key in sorted(fixed & set(drift.items)):
+                item = drift.items.pop(key)
+                resolved.append({"event": "resolved", "resource": item.resource, "target": item.target,
+                                 "by": "apply"})
         Journal(self.host).append([event, *resolved])

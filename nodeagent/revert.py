@@ -25,7 +25,6 @@ optionally their own ``apply`` and ``forget`` (drop the ownership records of a r
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -38,22 +37,21 @@ from .journal import Journal
 from .plan import Change, Outcome, Plan, Problem, Result
 from .resources.base import ApplyContext
 from .resources.registry import BY_KIND
+from .state import DriftRecord, LastApplied, Originals, Ownership
 
 if TYPE_CHECKING:
     from .engine import Engine
 
 
-def _prune(ownership: dict[str, Any], target: str) -> None:
-    for records in ownership.values():
-        if isinstance(records, dict):
-            records.pop(target, None)
+def _prune(ownership: Ownership, target: str) -> None:
+    ownership.dax.pop(target, None)
 
 
 @dataclass(frozen=True)
 class RevertKind:
     plan: Callable[[Host, Facts, str, dict[str, Any]], Change | list[Change] | None]
     apply: Callable[[Host, Change, ApplyContext], str] | None = None  # default: the resource kind's apply
-    forget: Callable[[dict[str, Any], str], None] = _prune  # drop ownership records of a reverted target
+    forget: Callable[[Ownership, str], None] = _prune  # drop ownership records of a reverted target
 
 
 def _plan_knob(host: Host, facts: Facts, target: str, rec: dict[str, Any]) -> Change | None:
@@ -86,12 +84,12 @@ def _plan_damon(host: Host, facts: Facts, target: str, rec: dict[str, Any]) -> l
     from .resources.damon import revert_kdamonds
     from .state import StateStore
 
-    ownership = StateStore(host).load("ownership.json")
+    ownership = StateStore(host).ownership()
     return revert_kdamonds(from_facts(facts), ownership, int((rec.get("value") or {}).get("nr_kdamonds", 0)))
 
 
-def _forget_damon(ownership: dict[str, Any], target: str) -> None:
-    ownership.pop("damon", None)
+def _forget_damon(ownership: Ownership, target: str) -> None:
+    ownership.kdamonds.clear()
 
 
 KINDS: dict[str, RevertKind] = {"knob": RevertKind(_plan_knob), "dax": RevertKind(_plan_dax),
@@ -103,7 +101,7 @@ _OF = "revert_of"  # the originals target a revert change belongs to (in its dat
 
 def plan_revert(engine: Engine, targets: Collection[str] | None = None, facts: Facts | None = None) -> Plan:
     """Pure apart from reading the node: what revert would change."""
-    originals = engine.state.load("originals.json")
+    originals = {t: o.to_json() for t, o in engine.state.originals().items.items()}
     facts = facts or engine.facts()
     changes: list[Change] = []
     problems: list[Problem] = []
@@ -180,26 +178,18 @@ def execute_revert(engine: Engine, *, targets: Collection[str] | None = None, dr
 def _forget(engine: Engine, done: set[str], *, complete: bool) -> None:
     """Drop the originals, open drift items and ownership records of the reverted targets."""
     st = engine.state
-    originals = st.load("originals.json")
-    kinds = {t: str(originals.get(t, {}).get("kind", "knob")) for t in done}
-    if done & set(originals):
-        st.save("originals.json", {k: v for k, v in originals.items() if k not in done})
-    drift = st.load("drift.json")
-    items = drift.get("items", {})
+    with st.edit(Originals) as originals:
+        kinds = {t: originals.items[t].kind if t in originals.items else "knob" for t in done}
+        for t in done:
+            originals.items.pop(t, None)
     gone_kinds = {"damon"} & set(kinds.values())  # its one target stands for all of nodeagent's kdamonds
-    kept = {k: v for k, v in items.items() if v.get("target") not in done and v.get("resource") not in gone_kinds}
-    if kept != items:
-        st.save("drift.json", {**drift, "items": kept})
-    ownership = st.load("ownership.json")
-    pruned = json.loads(json.dumps(ownership))
-    for target, kind in kinds.items():
-        KINDS.get(kind, RevertKind(_plan_knob)).forget(pruned, target)
-    pruned = {k: v for k, v in pruned.items() if v or k not in ownership or ownership[k] == v}
-    if pruned != ownership:
-        st.save("ownership.json", pruned)
+    with st.edit(DriftRecord) as drift:
+        drift.items = {k: v for k, v in drift.items.items() if v.target not in done and v.resource not in gone_kinds}
+    with st.edit(Ownership) as ownership:
+        for target, kind in kinds.items():
+            KINDS.get(kind, RevertKind(_plan_knob)).forget(ownership, target)
     if complete:
         last = st.last_applied()
         if last:
-            st.record_apply({"profile": last.get("profile"), "profile_digest": last.get("profile_digest"),
-                             "status": "reverted", "reverted_profile_time": last.get("time"), "desired": None,
-                             "outcomes": [], "verify_errors": [], "problems": []})
+            st.record_apply(LastApplied(last.profile, profile_digest=last.profile_digest, status="reverted",
+                                        applied_time=last.time))

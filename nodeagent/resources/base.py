@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..facts import Facts
 from ..host import Host
 from ..plan import Change, Problem
+from ..state import PlanState
 
 if TYPE_CHECKING:
     from ..profile import LoadedProfile
@@ -17,9 +18,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class PlanContext:
     allow_disruptive: bool = False
-    state: dict[str, Any] = field(default_factory=dict)  # ownership and last-applied records
+    # the records planning reads (ownership, last applied, originals); a facts document's JSON is validated
+    state: PlanState = field(default_factory=PlanState)
     # nodeagent.projection.NodeProjection: the node once the earlier kinds are done (make_plan fills it in)
     projection: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.state, PlanState):
+            object.__setattr__(self, "state", PlanState.coerce(self.state))
 
 
 def projection_of(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> Any:
@@ -44,7 +50,7 @@ class ApplyContext:
     """What an apply step may use besides the host: options, the state store, a progress callback."""
 
     allow_disruptive: bool = False
-    state: Any = None  # nodeagent.state.StateStore (ownership records)
+    state: Any = None  # nodeagent.state.StateStore (ownership records: read and write them with state.edit)
     progress: Callable[[str, int, int], None] | None = None  # (what, done, total), for long operations
     scratch: dict[str, Any] = field(default_factory=dict)  # notes a resource leaves for its later changes
 

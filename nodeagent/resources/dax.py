@@ -156,7 +156,7 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
             shadowed = ", ".join(d.name for d in dax.devices if matches(rule, d))
             out.warnings.append(f"memory.dax rule {rule.name!r} ({loaded.where('memory', 'dax', i)}) decides "
                                 f"nothing: earlier rules already decide {shadowed}")
-    owned = (ctx.state.get("ownership") or {}).get("dax", {})
+    owned = ctx.state.ownership.dax
     for dev in dax.devices:
         if dev.name not in chosen:
             mine = (" — nodeagent changed it before; `nodeagent revert` puts it back as it was"
@@ -226,7 +226,7 @@ def advisories(loaded: LoadedProfile, facts: Facts, dax: DaxFacts, chosen: dict[
                    "swap: kernel allocations cannot use it and anonymous memory cannot be moved there under "
                    "pressure, so the node can run out of memory with this memory free; set "
                    "kernel.demotion_enabled: true (or add swap)")
-    owned = (ctx.state.get("ownership") or {}).get("dax", {})
+    owned = ctx.state.ownership.dax
     early = [d.name for d in dax.devices if d.name in changing and d.mode == "system-ram" and d.blocks_online
              and d.name not in owned]
     if early and dax.cmdline.get("memhp_default_state") != "offline":

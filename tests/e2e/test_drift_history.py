@@ -151,14 +151,14 @@ def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> No
     code, out, _ = run(["--root", root, "revert", "--yes", "--only", "kernel.numa_balancing"], capsys)
     assert code == 0 and "✓ kernel.numa_balancing: 2 (memory-tiering) → 0 (disabled)" in out
     assert k.tree.read("/proc/sys/kernel/numa_balancing") == "0"
-    originals = json.loads((applied / "var/lib/nodeagent/originals.json").read_text())
+    originals = json.loads((applied / "var/lib/nodeagent/originals.json").read_text())["originals"]
     assert "kernel.numa_balancing" not in originals and "kernel.demotion_enabled" in originals
     code, out, _ = run(["--root", root, "revert", "--yes"], capsys)
     assert code == 0
     assert k.tree.read("/sys/kernel/mm/numa/demotion_enabled") == "false"
     assert k.tree.read("/sys/kernel/mm/transparent_hugepage/defrag") == "always defer defer+madvise [madvise] never"
     assert k.tree.read("/sys/devices/system/memory/auto_online_blocks") == "online"
-    assert json.loads((applied / "var/lib/nodeagent/originals.json").read_text()) == {}
+    assert json.loads((applied / "var/lib/nodeagent/originals.json").read_text())["originals"] == {}
     code, _, err = run(["--root", root, "drift"], capsys)
     assert code == 1 and "was reverted on this node" in err
     code, out, _ = run(["--root", root, "revert", "--yes"], capsys)
@@ -226,11 +226,13 @@ def test_reboot_after_the_last_apply_is_a_cause(applied: Path) -> None:
     last = json.loads((applied / "var/lib/nodeagent/last-applied.json").read_text())
     from datetime import datetime
 
+    from nodeagent.state import LastApplied
+
     applied_at = datetime.strptime(last["time"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
     put(applied, "/proc/stat", f"cpu 1 2 3\nbtime {int(applied_at) + 60}\n")
     put(applied, "/proc/cmdline", "ro memhp_default_state=online")
     item = DriftItem("knob", "memory.auto_online_blocks", "offline", "online", "offline", "online")
-    causes = find_causes(open_host(applied), item, last)
+    causes = find_causes(open_host(applied), item, LastApplied.from_json(last))
     assert causes[0].source == "reboot"
     assert "is nodeagent-apply.service enabled?" in causes[0].message
     assert "memhp_default_state=online" in causes[0].message

@@ -122,7 +122,7 @@ class DamonResource:
         model = loaded.profile.damon
         proj = projection_of(loaded, facts, ctx)
         if model is None:
-            return _unmanaged(from_facts(facts), ctx.state.get("ownership") or {}, proj)
+            return _unmanaged(from_facts(facts), ctx.state.ownership, proj)
         damon = from_facts(facts)
         if not damon.sysfs:
             rp = ResourcePlan()
@@ -140,7 +140,7 @@ class DamonResource:
         if chk.problems:
             return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
                                 warnings=notes + chk.warnings)
-        rp = plan_kdamonds(specs, damon, ctx.state.get("ownership") or {}, model.coexist, ctx.allow_disruptive)
+        rp = plan_kdamonds(specs, damon, ctx.state.ownership, model.coexist, ctx.allow_disruptive)
         devices = _devices_by_spec(specs, proj)
         rp.changes = [_before_rezone(_with_profile(c, loaded.name, devices), damon, proj) for c in rp.changes]
         rp.warnings = notes + chk.warnings + rp.warnings
