@@ -54,11 +54,11 @@ def make_plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext | None = Non
 def _before_dax(changes: list[Change]) -> list[Change]:
     """Changes a later kind marks ``before_dax`` (stopping a kdamond that migrates into memory about to be
     rezoned) go right before the first DAX change."""
-    early = [c for c in changes if c.detail("before_dax")]
+    early = [c for c in changes if c.before_dax]
     first = next((i for i, c in enumerate(changes) if c.kind == "dax"), None)
     if not early or first is None:
         return changes
-    rest = [c for c in changes if not c.detail("before_dax")]
+    rest = [c for c in changes if not c.before_dax]
     at = next(i for i, c in enumerate(rest) if c.kind == "dax")
     return rest[:at] + early + rest[at:]
 

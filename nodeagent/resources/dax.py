@@ -131,12 +131,14 @@ def diff_device(rule: DaxRule, dev: DaxDevice) -> Change | Problem | None:
     data = (("rule", rule.name), ("steps", steps), ("zone", zone), ("from_mode", dev.mode),
             ("from_zones", dict(dev.zones)), ("from_online", dev.blocks_online), ("blocks", dev.blocks_total),
             ("node", dev.target_node))
-    if "to-system-ram" in steps:  # daxctl races the kernel's auto-online policy: it must be offline first
-        data += (("requires", ("memory.auto_online_blocks",)),)
+    # daxctl races the kernel's auto-online policy: it must be offline first
+    requires = ("memory.auto_online_blocks",) if "to-system-ram" in steps else ()
     return Change(KIND, dev.name, op, dev.mode if dev.mode != "system-ram" else state_label(dev),
                   rule.mode if rule.mode == "devdax" else f"system-ram/{rule.zone}", reason=reason,
                   disruptive=disruptive, path=f"/sys/bus/dax/devices/{dev.name}",
-                  before_label=state_label(dev), after_label=want_label(rule, dev), data=data)
+                  before_label=state_label(dev), after_label=want_label(rule, dev), data=data,
+                  devices=(dev.name,), nodes=(dev.target_node,) if dev.target_node is not None else (),
+                  requires=requires)
 
 
 def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:

@@ -187,7 +187,7 @@ def _before_rezone(change: Change, damon: DamonFacts, proj: NodeProjection) -> C
     kd = damon.kdamond(int(change.detail("index", -1))) if change.op == "delete" else None
     if kd is None or not _pinned_by(kd, proj)[0]:
         return change
-    return replace(change, data=change.data + (("before_dax", True),))
+    return replace(change, before_dax=True)
 
 
 def _unmanaged(damon: DamonFacts, ownership: dict[str, Any], proj: NodeProjection) -> ResourcePlan:
@@ -221,5 +221,4 @@ def _with_profile(change: Change, profile: str, devices: dict[str, list[str]]) -
     device the scope does not online (:mod:`nodeagent.scope`)."""
     names = [str(kd["name"]) for kd in change.detail("kdamonds", ())] or [change.target.removeprefix("damon.")]
     devs = sorted({d for n in names for d in devices.get(n, ())})
-    extra = (("devices", devs), ("needs", devs)) if devs else ()
-    return replace(change, data=change.data + (("profile", profile),) + extra)
+    return replace(change, data=change.data + (("profile", profile),), devices=tuple(devs), needs=tuple(devs))
