@@ -131,10 +131,9 @@ def status(ctx: Ctx, events: int) -> None:
 @click.pass_obj
 def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: tuple[str, ...]) -> None:
     """Restore the values the node had before nodeagent changed them, then forget them."""
-    from .cli import _is_interactive
+    from .cli import _is_interactive, _TerminalProgress
     from .plan import Result
     from .render.ops_text import revert_text
-    from .revert import execute_revert
 
     interactive = _is_interactive() and ctx.fmt == "text"
 
@@ -144,8 +143,13 @@ def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: 
         click.echo(escape_controls(revert_text(Result(p, dry_run=True))))
         return click.confirm("Revert these settings?", default=False)
 
-    result = execute_revert(ctx.engine(), targets=list(targets) if targets else None, dry_run=dry_run,
-                            allow_disruptive=allow_disruptive, confirm=confirm)
+    progress = _TerminalProgress() if ctx.fmt == "text" and sys.stderr.isatty() else None
+    try:
+        result = ctx.engine().revert(targets=list(targets) if targets else None, dry_run=dry_run,
+                                     allow_disruptive=allow_disruptive, confirm=confirm, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     ctx.emit(revert_text(result), result.to_dict())
     if result.plan.blocked and not result.outcomes:
         raise PlanError("nothing was reverted (see above)", hint="check the names given to --only")

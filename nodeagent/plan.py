@@ -67,6 +67,7 @@ class Plan:
     warnings: tuple[str, ...] = ()
     unchanged: tuple[str, ...] = ()  # managed targets already as desired
     node: str = ""  # which node the plan is for: "h100-cxl (simulated h100-cxl)"
+    kinds: tuple[tuple[str, str], ...] = ()  # (target, kind) of the unchanged targets
 
     @property
     def empty(self) -> bool:

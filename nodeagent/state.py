@@ -233,7 +233,7 @@ class LastApplied(Record):
     """The last apply (or the revert that closed it: ``status`` ``reverted``). Empty: nothing applied yet."""
 
     __slots__ = ("profile", "profile_path", "profile_digest", "desired", "resolved", "status", "outcomes",
-                 "verify_errors", "problems", "scope", "time", "applied_time", "reverted")
+                 "verify_errors", "problems", "scope", "time", "applied_time", "managed", "reverted")
     FILE = "last-applied.json"
 
     def __init__(self, profile: str | None = None, *, profile_path: str | None = None,
@@ -241,7 +241,7 @@ class LastApplied(Record):
                  resolved: dict[str, Any] | None = None, status: str | None = None,
                  outcomes: list[dict[str, Any]] | None = None, verify_errors: list[str] | None = None,
                  problems: list[dict[str, Any]] | None = None, scope: list[str] | None = None,
-                 time: str | None = None, applied_time: str | None = None,
+                 time: str | None = None, applied_time: str | None = None, managed: list[str] | None = None,
                  reverted: dict[str, Reverted] | None = None) -> None:
         self.profile = profile
         self.profile_path = profile_path
@@ -255,6 +255,7 @@ class LastApplied(Record):
         self.scope = scope
         self.time = time  # RFC 3339: when this record was written
         self.applied_time = applied_time  # after a full revert: when the reverted profile had been applied
+        self.managed = managed or []  # "kind:target" of every setting the profile manages (changed or as wanted)
         self.reverted = reverted or {}  # target → what revert put back since this apply
 
     def __bool__(self) -> bool:
@@ -275,6 +276,7 @@ class LastApplied(Record):
                              "profile_digest": self.profile_digest, "desired": self.desired,
                              "resolved": self.resolved, "status": self.status, "outcomes": self.outcomes,
                              "verify_errors": self.verify_errors, "problems": self.problems, "time": self.time,
+                             "managed": self.managed,
                              "reverted": {t: {"kind": r.kind, "time": r.time, "whole_kind": r.whole_kind}
                                           for t, r in sorted(self.reverted.items())}}
         if self.scope is not None:
@@ -293,13 +295,17 @@ class LastApplied(Record):
                                    _stamp(r.get("time"), f"reverted.{t}.time") or "",
                                    bool(r.get("whole_kind", False)))
         scope = data.get("scope")
+        outcomes = [_obj(o, f"outcomes[{i}]") for i, o in enumerate(_list(data.get("outcomes"), "outcomes"))]
+        if "managed" in data:
+            managed = [str(m) for m in _list(data.get("managed"), "managed")]
+        else:  # format 1 did not keep it: what that apply changed is known to be managed
+            managed = sorted({f"{o.get('kind')}:{o.get('target')}" for o in outcomes if o.get("kind")})
         return cls(_str(data.get("profile"), "profile"), profile_path=_str(data.get("profile_path"), "profile_path"),
                    profile_digest=_str(data.get("profile_digest"), "profile_digest"),
                    desired=_obj(data["desired"], "desired") if data.get("desired") is not None else None,
                    resolved=_obj(data["resolved"], "resolved") if data.get("resolved") is not None else None,
                    status=_str(data.get("status"), "status"),
-                   outcomes=[_obj(o, f"outcomes[{i}]") for i, o in enumerate(_list(data.get("outcomes"),
-                                                                                  "outcomes"))],
+                   outcomes=outcomes,
                    verify_errors=[str(e) for e in _list(data.get("verify_errors"), "verify_errors")],
                    problems=[_obj(p, f"problems[{i}]") for i, p in enumerate(_list(data.get("problems"),
                                                                                   "problems"))],
@@ -307,7 +313,7 @@ class LastApplied(Record):
                    time=_stamp(data.get("time"), "time"),
                    # format 1 called it reverted_profile_time
                    applied_time=_stamp(data.get("applied_time", data.get("reverted_profile_time")), "applied_time"),
-                   reverted=reverted)
+                   managed=managed, reverted=reverted)
 
 
 class Originals(Record):

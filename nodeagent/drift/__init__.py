@@ -18,6 +18,12 @@ exits 5 when there are any (apply would be partial, the code apply itself uses),
 ``record`` keeps them apart too: under ``cannot_be_done`` in ``drift.json`` (never among ``items``), journalled
 as ``cannot-be-done`` events (first seen, or with a new message) and as ``resolved`` events with
 ``"cannot_be_done": true`` once gone.
+
+What ``nodeagent revert`` put back is not drift either: nodeagent stopped managing it. The last-applied record
+marks each reverted target (:class:`nodeagent.state.Reverted`); a plan change for one is listed apart as
+``reverted`` (with the revert as its cause), never counted as drift, never recorded by ``drift --record``. After a
+full revert, bare ``drift`` has nothing to compare and says so (exit 0: "reverted at T by nodeagent revert;
+nothing managed"); after a partial revert the still-managed items are checked as before.
 """
 
 from __future__ import annotations
@@ -87,6 +93,8 @@ class DriftReport:
     last_apply: dict[str, Any] = field(default_factory=dict)  # time, status, profile of the last apply
     notes: tuple[str, ...] = ()
     recorded: bool = False
+    reverted: tuple[DriftItem, ...] = ()  # away from the profile because `nodeagent revert` put them back
+    reverted_at: str | None = None  # a full revert: when (nothing is managed since)
 
     @property
     def converged(self) -> bool:
@@ -110,7 +118,8 @@ class DriftReport:
                 "items": [i.to_dict() for i in self.items], "problems": [p.to_dict() for p in self.problems],
                 "cannot_be_done": [p.to_dict() for p in self.problems],
                 "by_resource": self.by_resource(), "last_apply": self.last_apply, "notes": list(self.notes),
-                "recorded": self.recorded}
+                "recorded": self.recorded, "reverted": [i.to_dict() for i in self.reverted],
+                "reverted_at": self.reverted_at, "managed": self.reverted_at is None}
 
 
 def desired_profile(last: LastApplied) -> LoadedProfile | ResolvedProfile:
@@ -142,6 +151,12 @@ def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None
     last = engine.state.last_applied()
     notes: list[str] = []
     source = "last-applied"
+    checked = time.time() if now is None else now
+    if loaded is None and last.fully_reverted:
+        node = (engine.host.read_opt("/proc/sys/kernel/hostname") or "node").strip()
+        return DriftReport(last.profile or "", last.profile_digest or "", source, node, checked, (),
+                           last_apply=last.summary(), reverted_at=last.time or "?",
+                           notes=(f"reverted at {last.time or '?'} by nodeagent revert; nothing managed",))
     if loaded is None:
         loaded = desired_profile(last)
     else:
@@ -153,19 +168,25 @@ def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None
     plan = engine.plan(loaded, facts=facts)
     open_items = engine.state.drift().items
     items = []
+    reverted = []
     if plan.changes:  # the cause finders (sysctl.d, TuneD, udev...) are loaded only when something drifted
-        from .causes import find_causes
+        from .causes import Cause, find_causes
     for change in plan.changes:
         item = DriftItem.from_change(change)
+        mark = next((m for t, m in last.reverted.items() if m.covers(item.resource, item.target, t)), None)
+        if mark is not None:
+            reverted.append(replace(item, causes=(Cause("revert", f"put back by nodeagent revert at {mark.time}: not "
+                                                        "managed since (`nodeagent apply` manages it again)"),)))
+            continue
         seen = open_items.get(item.key)
         item = replace(item, first_seen=seen.first_seen if seen else None)
         items.append(replace(item, causes=find_causes(engine.host, item, last)))
     notes += list(plan.warnings)
-    if last.status not in (None, "converged", "unchanged"):
+    if last.status not in (None, "converged", "unchanged", "reverted"):
         notes.append(f"the last apply ended {last.status!r}: some items may never have been in place")
     summary = last.summary()
-    return DriftReport(loaded.name, loaded.digest, source, plan.node, time.time() if now is None else now,
-                       tuple(items), plan.problems, summary, tuple(notes))
+    return DriftReport(loaded.name, loaded.digest, source, plan.node, checked, tuple(items), plan.problems, summary,
+                       tuple(notes), reverted=tuple(reverted))
 
 
 def record(engine: Engine, report: DriftReport) -> DriftReport:

@@ -159,8 +159,8 @@ def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> No
     assert k.tree.read("/sys/kernel/mm/transparent_hugepage/defrag") == "always defer defer+madvise [madvise] never"
     assert k.tree.read("/sys/devices/system/memory/auto_online_blocks") == "online"
     assert json.loads((applied / "var/lib/nodeagent/originals.json").read_text())["originals"] == {}
-    code, _, err = run(["--root", root, "drift"], capsys)
-    assert code == 1 and "was reverted on this node" in err
+    code, out, _ = run(["--root", root, "drift"], capsys)
+    assert code == 0 and "by nodeagent revert; nothing managed" in out  # a normal state, not an error
     code, out, _ = run(["--root", root, "revert", "--yes"], capsys)
     assert code == 0 and "nodeagent recorded no original values" in out
     code, _, err = run(["--root", root, "revert", "--yes", "--only", "kernel.nope"], capsys)
@@ -172,23 +172,26 @@ def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> No
 def test_revert_refuses_disruptive_changes_without_the_flag(make_node, capsys) -> None:
     """A kind whose revert is disruptive (here: a memory block nodeagent onlined goes back offline)."""
     from nodeagent.plan import Change
-    from nodeagent.revert import KINDS, RevertKind
+    from nodeagent.resources.registry import BY_KIND
 
-    def plan_block(host, facts, target, rec):  # type: ignore[no-untyped-def]
-        state = host.read(f"/sys/devices/system/memory/{target}/state")
-        return None if state == rec["value"] else Change("block", target, "revert", state, rec["value"],
-                                                         disruptive=True)
+    class Block:  # a kind owns its revert: plan it from the recorded original, apply it with its own apply
+        kind = "block"
 
-    def apply_block(host, change, actx):  # type: ignore[no-untyped-def]
-        host.write(f"/sys/devices/system/memory/{change.target}/state", change.after)
-        return "done"
+        def revert(self, target, rec, facts, state):  # type: ignore[no-untyped-def]
+            now = (root / f"sys/devices/system/memory/{target}/state").read_text().strip()
+            return [] if now == rec.value else [Change("block", target, "revert", now, rec.value, disruptive=True,
+                                                       path=f"/sys/devices/system/memory/{target}/state")]
+
+        def apply(self, host, change, actx):  # type: ignore[no-untyped-def]
+            host.write(change.path, change.after)
+            return "done"
 
     root = make_node("qemu-3node")
     k = SimKernel(root)
     k.write("/sys/devices/system/memory/memory40/state", "offline")
     k.write("/sys/devices/system/memory/memory40/state", "online_movable")
     put(root, "/var/lib/nodeagent/originals.json", json.dumps({"memory40": {"kind": "block", "value": "offline"}}))
-    KINDS["block"] = RevertKind(plan_block, apply_block)
+    BY_KIND["block"] = Block()  # type: ignore[assignment]
     try:
         code, out, _ = run(["--root", str(root), "revert", "--yes"], capsys)
         assert code == 5 and "memory40: online → offline — blocked: disruptive" in out
@@ -196,7 +199,7 @@ def test_revert_refuses_disruptive_changes_without_the_flag(make_node, capsys) -
         code, out, _ = run(["--root", str(root), "revert", "--yes", "--allow-disruptive"], capsys)
         assert code == 0 and k.tree.read("/sys/devices/system/memory/memory40/state") == "offline"
     finally:
-        del KINDS["block"]
+        del BY_KIND["block"]
 
 
 def test_cause_of_dax_drift_is_an_offlined_block(make_node) -> None:

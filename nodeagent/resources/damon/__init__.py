@@ -25,6 +25,7 @@ from ...facts.damon import KDAMONDS, DamonFacts, Kdamond, from_facts
 from ...host import Host
 from ...plan import Change, Problem
 from ...projection import NodeProjection, project
+from ...state import Original, Ownership, PlanState
 from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
@@ -146,11 +147,25 @@ class DamonResource:
         rp.warnings = notes + chk.warnings + rp.warnings
         return rp
 
-    def original(self, change: Change, facts: Facts) -> tuple[str, dict[str, Any]]:
+    #: The one originals target stands for all of nodeagent's kdamonds (each is in the ownership records).
+    covers_kind = frozenset({ALL})
+
+    def original(self, change: Change, facts: Facts) -> tuple[str, Original]:
         """What revert needs: how many kdamond slots there were before nodeagent's first DAMON change (the
         kdamonds themselves are in the ownership records)."""
-        return ALL, {"kind": KIND, "path": f"{KDAMONDS}/nr_kdamonds",
-                     "value": {"nr_kdamonds": from_facts(facts).nr_kdamonds}}
+        return ALL, Original(KIND, f"{KDAMONDS}/nr_kdamonds", {"nr_kdamonds": from_facts(facts).nr_kdamonds})
+
+    def current(self, target: str, facts: Facts) -> tuple[str, Original] | None:
+        return self.original(Change(KIND, target, "keep", None, None), facts) if from_facts(facts).sysfs else None
+
+    def revert(self, target: str, rec: Original, facts: Facts, state: PlanState) -> list[Change]:
+        """Stop and empty every kdamond nodeagent owns (never another's); ``nr_kdamonds`` back when every slot
+        is nodeagent's."""
+        count = rec.value.get("nr_kdamonds", 0) if isinstance(rec.value, dict) else 0
+        return revert_kdamonds(from_facts(facts), state.ownership, int(count))
+
+    def forget(self, target: str, ownership: Ownership) -> None:
+        ownership.kdamonds.clear()
 
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         return apply_change(host, change, actx, str(change.detail("profile", "")))
