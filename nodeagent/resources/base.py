@@ -4,9 +4,9 @@ A kind owns the whole lifecycle of what it manages: ``plan`` (pure), ``apply`` (
 records before its first change, and — optionally, see :class:`Reverting` — the current value it records for a
 managed setting that already matches (:meth:`Reverting.current`), the ``revert`` it plans from a recorded original
 and the ownership records it drops once reverted (``forget``). Its drift causes register in
-:mod:`nodeagent.drift.causes` under its kind. What it may write is on the one allow-list of the host layer
-(:data:`nodeagent.host.fs.WRITABLE`). A kind without the optional parts still plans and applies; ``revert`` then
-reports its recorded originals as a non-blocking problem (undo by hand).
+:mod:`nodeagent.drift.causes` under its kind. The paths it writes it declares in ``writes``; they are on the one
+allow-list of the host layer (:data:`nodeagent.host.fs.WRITE_ALLOW`). A kind without the optional parts still
+plans and applies; ``revert`` then reports its recorded originals as a non-blocking problem (undo by hand).
 """
 
 from __future__ import annotations
@@ -70,6 +70,10 @@ class ApplyContext:
 
 class Resource(Protocol):
     kind: str
+    #: Regular expressions of every path its apply (and revert) writes through the host layer; each must be on the
+    #: host layer's one allow-list (:data:`nodeagent.host.fs.WRITE_ALLOW`), which holds nothing a kind does not
+    #: declare here (besides nodeagent's own files): tests/unit/test_write_allow.py.
+    writes: tuple[str, ...]
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         """Pure: compare what the profile wants with the facts. Never touches the node."""

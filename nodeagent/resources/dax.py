@@ -296,6 +296,7 @@ def revert_change(dev: DaxDevice, rec: Original) -> Change | None:
 
 class DaxResource:
     kind = KIND
+    writes: tuple[str, ...] = ()  # daxctl (a command) changes the devices and their memory blocks, not nodeagent
 
     def original(self, change: Change, facts: Facts) -> tuple[str, Original]:
         return change.target, Original(KIND, change.path, original(change))

@@ -7,6 +7,7 @@ in the plan, found before anything is written.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
@@ -84,6 +85,8 @@ class KnobResource:
     """The knobs of the profile; ``only``/``exclude`` split them into apply phases (see :data:`LATE`)."""
 
     kind = KIND
+    #: What its apply writes (each knob's attribute): on the host layer's allow-list, see tests/unit/test_write_allow.py
+    writes: tuple[str, ...] = tuple(re.escape(k.path) for k in KNOBS)
 
     def __init__(self, only: tuple[str, ...] | None = None, exclude: tuple[str, ...] = ()) -> None:
         self.only = only

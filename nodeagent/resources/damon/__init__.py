@@ -118,6 +118,7 @@ def build_specs(loaded: LoadedProfile, facts: Facts,
 
 class DamonResource:
     kind = KIND
+    writes: tuple[str, ...] = (rf"{KDAMONDS}/.*",)  # every file under the kdamonds directory, nothing else
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         model = loaded.profile.damon
