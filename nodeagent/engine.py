@@ -177,7 +177,7 @@ class Engine:
             plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
             if on_plan is not None:
                 on_plan(report, plan)
-            return Result(plan, dry_run=True, checks=report)
+            return Result(plan, dry_run=True, checks=report, expected=expected(plan, allow_disruptive))
         self.require_root()
         with self.state.locked(self.lock_timeout):
             facts = self.facts()
@@ -195,7 +195,7 @@ class Engine:
                 self._history(loaded, Result(plan, checks=report), scope)
                 return Result(plan, checks=report)
             if confirm is not None and not confirm(plan):
-                return Result(plan, dry_run=True, checks=report)
+                return Result(plan, dry_run=True, checks=report, expected=expected(plan, allow_disruptive))
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
             outcomes = self._execute(loaded, plan, actx, facts, scope)
             verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive, scope)
@@ -227,8 +227,9 @@ class Engine:
         self.host.fs.require_writable(sorted({c.path or "/sys" for c in plan.changes}))
         outcomes: list[Outcome] = []
         for change in plan.changes:
-            if change.disruptive and not actx.allow_disruptive:
-                outcomes.append(Outcome(change, "blocked", "disruptive: not done without --allow-disruptive"))
+            held = gate(change, actx.allow_disruptive)
+            if held is not None:
+                outcomes.append(Outcome(change, "blocked", held))
                 continue
             try:
                 msg = BY_KIND[change.kind].apply(self.host, change, actx)
@@ -309,14 +310,15 @@ class Engine:
         """Put back the recorded originals (of ``targets``, default all) with the apply executor, verify, forget
         what is back, journal. A blocked plan (an unknown ``--only`` target) writes nothing."""
         if dry_run:
-            return Result(self.revert_plan(targets), dry_run=True)
+            plan = self.revert_plan(targets)
+            return Result(plan, dry_run=True, expected=expected(plan, allow_disruptive))
         self.require_root()
         with self.state.locked(self.lock_timeout):
             plan = self.revert_plan(targets)
             if plan.blocked:
                 return Result(plan)
             if plan.changes and confirm is not None and not confirm(plan):
-                return Result(plan, dry_run=True)
+                return Result(plan, dry_run=True, expected=expected(plan, allow_disruptive))
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
             outcomes = self._run(plan, actx) if plan.changes else []
             touched = sorted({c.revert_of or c.target for c in plan.changes})
@@ -364,6 +366,25 @@ class Engine:
             last.desired = last.resolved = None
             last.outcomes, last.verify_errors, last.problems = [], [], []
         st.write_record(last)
+
+
+def gate(change: Change, allow_disruptive: bool) -> str | None:
+    """Why the executor holds ``change`` back (``blocked``), or None when it carries it out."""
+    if change.disruptive and not allow_disruptive:
+        return "disruptive: not done without --allow-disruptive"
+    return None
+
+
+def expected(plan: Plan, allow_disruptive: bool) -> tuple[Outcome, ...]:
+    """What executing ``plan`` would do with each change, as far as it is known without writing: nothing for a
+    blocked plan, else each change ``applied`` or held back (``blocked``) by :func:`gate`."""
+    if plan.blocked:
+        return ()
+    out = []
+    for c in plan.changes:
+        held = gate(c, allow_disruptive)
+        out.append(Outcome(c, "blocked", held) if held is not None else Outcome(c, "applied", "would be made"))
+    return tuple(out)
 
 
 def originals_of(plan: Plan, facts: Facts, last: LastApplied) -> dict[str, Original]:

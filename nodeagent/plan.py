@@ -105,6 +105,9 @@ class Result:
     verify_errors: tuple[str, ...] = ()
     dry_run: bool = False
     checks: Any = None  # nodeagent.checks.CheckReport of the preflight checks, when they ran
+    # a dry run: what the executor would do with each change ("applied": it would be made; "blocked": held back,
+    # with why) — what check modes report, never re-derived from the plan by a caller
+    expected: tuple[Outcome, ...] = ()
 
     @property
     def checks_failed(self) -> bool:
@@ -133,6 +136,8 @@ class Result:
         d = {"status": self.status, "changed": self.changed, "dry_run": self.dry_run,
              "plan": self.plan.to_dict(), "outcomes": [o.to_dict() for o in self.outcomes],
              "verify_errors": list(self.verify_errors)}
+        if self.dry_run:
+            d["expected"] = [o.to_dict() for o in self.expected]
         if self.checks is not None:
             d["checks"] = self.checks.to_dict()
         return d
