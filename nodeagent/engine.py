@@ -315,8 +315,10 @@ class Engine:
         self.require_root()
         with self.state.locked(self.lock_timeout):
             plan = self.revert_plan(targets)
-            if plan.blocked:
-                return Result(plan)
+            if plan.blocked:  # journalled like a refused apply
+                result = Result(plan)
+                Journal(self.host).append([_event("revert", result, reverted=[])])
+                return result
             if plan.changes and confirm is not None and not confirm(plan):
                 return Result(plan, dry_run=True, expected=expected(plan, allow_disruptive))
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
