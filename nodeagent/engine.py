@@ -352,7 +352,9 @@ class Engine:
         marks = {t: Reverted(k, now, t in getattr(BY_KIND.get(k), "covers_kind", ())) for t, k in kinds.items()}
         with st.edit(DriftRecord) as drift:
             drift.items = {key: v for key, v in drift.items.items()
-                           if not any(m.covers(v.resource, v.target, t) for t, m in marks.items())}
+                           if left and not any(m.covers(v.resource, v.target, t) for t, m in marks.items())}
+            if not left:  # nothing is managed any more: nothing is left that cannot be done either
+                drift.cannot_be_done = {}
         with st.edit(Ownership) as ownership:
             for target, kind in kinds.items():
                 forget = getattr(BY_KIND.get(kind), "forget", None)
