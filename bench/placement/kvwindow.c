@@ -1,0 +1,416 @@
+/*
+ * The placement benchmark's moving-window workload (bench/placement): the access pattern of a KV cache kept in
+ * pageable host memory, and a sampler that reports, page by page, where the current hot set lives.
+ *
+ *   kvwindow seqs=N append=MIBS window=MIB prompt=MIB burst=MIB lifetime=S duration=S interval=S full=K
+ *            [go=FILE ready=FILE base=FILE]
+ *
+ * N sequences (the batch of an inference server) each own an anonymous mapping (MADV_NOHUGEPAGE: 4 KiB pages).
+ * Decode: together they append APPEND MiB/s (each APPEND/N), a page being written when it is appended; the last
+ * WINDOW MiB of every sequence are its hot window, written in a loop (one word per page per pass, the "recent
+ * tokens"), everything older is never touched again (old tokens). A sequence lives LIFETIME s: then its pages
+ * are freed and a new sequence starts in its slot with a PROMPT MiB prompt written at once (prefill). At setup the
+ * N sequences are given ages spread evenly over [0, LIFETIME) — the steady state of a server that has been
+ * running — so ends and starts come at a steady rate, and live memory is about
+ * N x PROMPT + APPEND x LIFETIME / 2. At t = DURATION/2 the phase changes: the older half of the sequences end
+ * and as many start, each with a BURST MiB prompt, written one after the other as fast as the CPU allows.
+ *
+ * t = 0 is the moment the setup is written (at boot: the configuration was applied before). With go= (a
+ * configuration applied to a running node) the process creates READY once the setup is written and keeps the
+ * server running; vmstat deltas count from the moment BASE appears, t = 0 is the moment GO appears. The process
+ * stops by itself at t = DURATION.
+ *
+ * Every INTERVAL s the sampler asks the kernel (move_pages(2) with nodes == NULL: no access, no migration) on
+ * which node each page of every current hot window is; every K-th sample it asks for every live page and keeps,
+ * per page, the tier it was last seen on, so that it counts the pages seen moving down (DRAM node 0 -> any
+ * other node), up, and the pages that came back to a tier they had been moved from (page-level ping-pong;
+ * moves and returns between two full samples are not seen). It reads /proc/vmstat and node 0's vmstat.
+ *
+ * TLB reach (PL_TLB_REACH, default 1536; 0 = off): as in workload.c, the hot loop flushes its CPU's TLB every
+ * PL_TLB_REACH pages it touches, because QEMU's software TLB would otherwise hide accesses from DAMON.
+ *
+ * Output (stdout): "PL:KVCONF ...", "PL:TOUCHED t=", "PL:GO", per sample "PL:KV <t> q=<query s> win <pages on
+ * node0..7> <absent> [live <node0..7> <absent>] seqs=<live sequences> appended=<pages> pp_up=.. pp_down=..
+ * up=.. down=.. vm <key>=<delta> ... n0 <key>=<delta> ...", events "PL:SEQ start|end t= slot= pages=",
+ * "PL:PHASE begin t=" and "PL:PHASE written t= write_s=", "PL:END passes= tlb_flushes=".
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXNODE 8
+#define MAXSEQ 256
+#define PAGE 4096UL
+#define MIB (1UL << 20)
+#define SCRATCH_PAGES 64
+
+static const char *VM_KEYS[] = {"pgmigrate_success", "pgmigrate_fail", "pgpromote_success", "pgdemote_kswapd",
+                                "pgdemote_direct", "pgdemote_khugepaged", "numa_hint_faults", "pgsteal_kswapd",
+                                "pgsteal_direct", NULL};
+#define NKEYS 9
+static const char *N0_KEYS[] = {"pgpromote_success", "pgdemote_kswapd", "pgdemote_direct", "pgdemote_khugepaged",
+                                NULL};
+#define N0KEYS 4
+
+/* Page states kept for the full samples: the tier last seen (low 2 bits) and which ways the page has moved. */
+enum { T_NONE = 0, T_FAST = 1, T_SLOW = 2, T_OTHER = 3, WENT_DOWN = 4, WENT_UP = 8 };
+
+struct seq {
+    char *base;
+    uint8_t *state;
+    size_t cap;               /* pages reserved */
+    volatile size_t len;      /* pages written */
+    double born, owed;
+};
+
+static struct seq seqs[MAXSEQ];
+static int nseq;
+static size_t win_pages;
+static double per_seq_rate; /* pages/s */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static volatile int stop;
+static volatile double t0 = -1;
+static volatile unsigned long long appended; /* pages written since t = 0 */
+static long long pp_up, pp_down, up, down;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void read_keys(const char *path, const char **keys, int nkeys, long long *out) {
+    char key[64];
+    long long val;
+    FILE *f = fopen(path, "r");
+    for (int i = 0; i < nkeys; i++)
+        out[i] = 0;
+    if (!f)
+        return;
+    while (fscanf(f, "%63s %lld", key, &val) == 2)
+        for (int i = 0; i < nkeys; i++)
+            if (!strcmp(key, keys[i]))
+                out[i] = val;
+    fclose(f);
+}
+
+static void *xmap(size_t bytes) {
+    char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        exit(2);
+    }
+    if (madvise(p, bytes, MADV_NOHUGEPAGE) != 0) {
+        perror("madvise");
+        exit(2);
+    }
+    return p;
+}
+
+static int tier(int status) {
+    if (status == 0)
+        return T_FAST;
+    if (status >= 0 && status < MAXNODE)
+        return status == 1 ? T_OTHER : T_SLOW; /* node 1 is the other DRAM node of the benchmark's guest */
+    return T_NONE;
+}
+
+/* Query pages [from, to) of s; count them per node; with track, update the per-page states. */
+static void query(struct seq *s, size_t from, size_t to, long *counts, int track, void **pages, int *status) {
+    size_t n = to - from;
+    if (!n)
+        return;
+    for (size_t i = 0; i < n; i++)
+        pages[i] = s->base + (from + i) * PAGE;
+    if (syscall(SYS_move_pages, 0, n, pages, NULL, status, 0) != 0) {
+        fprintf(stderr, "move_pages: %s\n", strerror(errno));
+        exit(3);
+    }
+    for (size_t i = 0; i < n; i++) {
+        counts[(status[i] >= 0 && status[i] < MAXNODE) ? status[i] : MAXNODE]++;
+        if (!track)
+            continue;
+        uint8_t *st = &s->state[from + i];
+        int was = *st & 3, is = tier(status[i]);
+        if (is == T_NONE || is == was)
+            continue;
+        if (was == T_FAST && is != T_FAST) {
+            down++;
+            if (*st & WENT_UP)
+                pp_down++;
+            *st |= WENT_DOWN;
+        } else if (was != T_NONE && is == T_FAST) {
+            up++;
+            if (*st & WENT_DOWN)
+                pp_up++;
+            *st |= WENT_UP;
+        }
+        *st = (*st & ~3) | is;
+    }
+}
+
+struct sampler_args {
+    double duration, interval;
+    int full;
+    const char *go, *ready, *base;
+};
+
+static void wait_for(const char *path) {
+    struct stat st;
+    while (stat(path, &st) != 0)
+        usleep(20000);
+}
+
+static void print_counts(const char *name, long *c) {
+    printf(" %s", name);
+    for (int i = 0; i <= MAXNODE; i++)
+        printf(" %ld", c[i]);
+}
+
+static void *sampler(void *p) {
+    struct sampler_args *a = p;
+    long long base[NKEYS], cur[NKEYS], nbase[N0KEYS], ncur[N0KEYS];
+    size_t maxq = 0;
+    for (int i = 0; i < nseq; i++)
+        maxq = seqs[i].cap > maxq ? seqs[i].cap : maxq;
+    void **pages = malloc(maxq * sizeof(void *));
+    int *status = malloc(maxq * sizeof(int));
+    if (a->go) {
+        FILE *r = fopen(a->ready, "w");
+        if (r)
+            fclose(r);
+        wait_for(a->base);
+    }
+    read_keys("/proc/vmstat", VM_KEYS, NKEYS, base);
+    read_keys("/sys/devices/system/node/node0/vmstat", N0_KEYS, N0KEYS, nbase);
+    if (a->go) {
+        wait_for(a->go);
+        appended = 0;
+        t0 = now();
+        printf("PL:GO\n");
+        printf("PL:T0 mono=%.2f\n", t0);
+        fflush(stdout);
+    }
+    while (t0 < 0)
+        usleep(10000);
+    if (!a->go) {
+        printf("PL:T0 mono=%.2f\n", t0);
+        fflush(stdout);
+    }
+    for (int k = 1;; k++) {
+        double due = t0 + k * a->interval;
+        while (now() < due)
+            usleep(5000);
+        long win[MAXNODE + 1] = {0}, live[MAXNODE + 1] = {0};
+        int full = a->full > 0 && k % a->full == 0;
+        double q0 = now();
+        pthread_mutex_lock(&lock);
+        int live_seqs = 0;
+        for (int i = 0; i < nseq; i++) {
+            struct seq *s = &seqs[i];
+            size_t len = s->len;
+            if (!s->base)
+                continue;
+            live_seqs++;
+            query(s, len > win_pages ? len - win_pages : 0, len, win, 0, pages, status);
+            if (full)
+                query(s, 0, len, live, 1, pages, status);
+        }
+        pthread_mutex_unlock(&lock);
+        double q = now() - q0;
+        read_keys("/proc/vmstat", VM_KEYS, NKEYS, cur);
+        read_keys("/sys/devices/system/node/node0/vmstat", N0_KEYS, N0KEYS, ncur);
+        printf("PL:KV %.2f q=%.3f", now() - t0, q);
+        print_counts("win", win);
+        if (full)
+            print_counts("live", live);
+        printf(" seqs=%d appended=%llu pp_up=%lld pp_down=%lld up=%lld down=%lld vm", live_seqs, appended, pp_up,
+               pp_down, up, down);
+        for (int i = 0; i < NKEYS; i++)
+            printf(" %s=%lld", VM_KEYS[i], cur[i] - base[i]);
+        printf(" n0");
+        for (int i = 0; i < N0KEYS; i++)
+            printf(" %s=%lld", N0_KEYS[i], ncur[i] - nbase[i]);
+        printf("\n");
+        fflush(stdout);
+        if (due - t0 >= a->duration - 1e-6)
+            break;
+    }
+    stop = 1;
+    return NULL;
+}
+
+static void flush_tlb(char *scratch, uint64_t n) {
+    if (mprotect(scratch, SCRATCH_PAGES * PAGE, (n & 1) ? PROT_READ | PROT_WRITE : PROT_READ) != 0) {
+        perror("mprotect");
+        exit(2);
+    }
+}
+
+static double since_t0(void) { return t0 < 0 ? -1 : now() - t0; }
+
+static void write_pages(struct seq *s, size_t n) {
+    for (size_t i = 0; i < n && s->len < s->cap; i++) {
+        ((volatile uint64_t *)(s->base + s->len * PAGE))[0] = s->len | 1;
+        s->len = s->len + 1;
+        appended++;
+    }
+}
+
+/* Free slot i's sequence (its pages go back to the kernel) and start a new one of age 0 with a prompt. */
+static void restart(int i, size_t prompt_pages, int quiet) {
+    struct seq *s = &seqs[i];
+    pthread_mutex_lock(&lock);
+    char *old = s->base;
+    uint8_t *old_state = s->state;
+    size_t old_len = s->len;
+    s->base = xmap(s->cap * PAGE);
+    s->state = calloc(s->cap, 1);
+    s->len = 0;
+    s->owed = 0;
+    if (old) {
+        munmap(old, s->cap * PAGE);
+        free(old_state);
+    }
+    pthread_mutex_unlock(&lock);
+    if (old && !quiet)
+        printf("PL:SEQ end t=%.2f slot=%d pages=%zu\n", since_t0(), i, old_len);
+    s->born = now();
+    write_pages(s, prompt_pages);
+    if (!quiet) {
+        printf("PL:SEQ start t=%.2f slot=%d pages=%zu\n", since_t0(), i, prompt_pages);
+        fflush(stdout);
+    }
+}
+
+static double arg(int argc, char **argv, const char *key, double dflt) {
+    size_t k = strlen(key);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], key, k) && argv[i][k] == '=')
+            return atof(argv[i] + k + 1);
+    return dflt;
+}
+
+static const char *sarg(int argc, char **argv, const char *key) {
+    size_t k = strlen(key);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], key, k) && argv[i][k] == '=')
+            return argv[i] + k + 1;
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    nseq = (int)arg(argc, argv, "seqs", 16);
+    double append = arg(argc, argv, "append", 8), window = arg(argc, argv, "window", 4);
+    double prompt = arg(argc, argv, "prompt", 16), burst = arg(argc, argv, "burst", 32);
+    double lifetime = arg(argc, argv, "lifetime", 120);
+    struct sampler_args a = {arg(argc, argv, "duration", 90), arg(argc, argv, "interval", 1),
+                             (int)arg(argc, argv, "full", 3), sarg(argc, argv, "go"), sarg(argc, argv, "ready"),
+                             sarg(argc, argv, "base")};
+    if (nseq < 1 || nseq > MAXSEQ || append <= 0 || window <= 0 || prompt <= 0 || burst <= 0 || lifetime <= 0 ||
+        a.duration <= 0 || a.interval <= 0 || (a.go && (!a.ready || !a.base))) {
+        fprintf(stderr, "usage: %s seqs=N append=MIBS window=MIB prompt=MIB burst=MIB lifetime=S duration=S "
+                        "interval=S full=K [go=FILE ready=FILE base=FILE]\n", argv[0]);
+        return 64;
+    }
+    win_pages = (size_t)(window * MIB / PAGE);
+    per_seq_rate = append * MIB / PAGE / nseq;
+    size_t prompt_pages = (size_t)(prompt * MIB / PAGE), burst_pages = (size_t)(burst * MIB / PAGE);
+    size_t biggest = prompt_pages > burst_pages ? prompt_pages : burst_pages;
+    size_t cap = biggest + (size_t)(per_seq_rate * (lifetime + a.duration)) + 256;
+    double live = nseq * prompt + append * lifetime / 2;
+    printf("PL:KVCONF seqs=%d append=%g window=%g prompt=%g burst=%g lifetime=%g duration=%g interval=%g full=%d "
+           "live_mib=%.0f hot_mib=%.0f\n", nseq, append, window, prompt, burst, lifetime, a.duration, a.interval,
+           a.full, live, nseq * window);
+    fflush(stdout);
+    double started = now();
+    for (int i = 0; i < nseq; i++) {
+        seqs[i].cap = cap;
+        restart(i, prompt_pages, 1);
+        double age = (nseq - i - 0.5) * lifetime / nseq; /* slot 0 is the oldest */
+        write_pages(&seqs[i], (size_t)(age * per_seq_rate));
+        seqs[i].born = started - age;
+    }
+    printf("PL:TOUCHED t=%.2f\n", now() - started);
+    fflush(stdout);
+    if (!a.go) {
+        appended = 0;
+        t0 = now();
+    }
+    const char *reach_env = getenv("PL_TLB_REACH");
+    size_t reach = reach_env ? strtoul(reach_env, NULL, 10) : 1536;
+    char *scratch = xmap(SCRATCH_PAGES * PAGE);
+    for (size_t i = 0; i < SCRATCH_PAGES; i++)
+        scratch[i * PAGE] = 1;
+    printf("PL:TLB reach=%zu\n", reach);
+    fflush(stdout);
+    pthread_t th;
+    pthread_create(&th, NULL, sampler, &a);
+    uint64_t passes = 0, flushes = 0;
+    size_t since_flush = 0;
+    int phased = 0;
+    double last = now();
+    while (!stop) {
+        double t = now(), dt = t - last;
+        last = t;
+        if (!phased && t0 >= 0 && t - t0 >= a.duration / 2) {
+            /* the phase change: the older half ends, as many start with a large prompt, one after the other */
+            phased = 1;
+            printf("PL:PHASE begin t=%.2f\n", t - t0);
+            fflush(stdout);
+            int order[MAXSEQ];
+            for (int i = 0; i < nseq; i++)
+                order[i] = i;
+            for (int i = 0; i < nseq; i++) /* oldest first */
+                for (int j = i + 1; j < nseq; j++)
+                    if (seqs[order[j]].born < seqs[order[i]].born) {
+                        int x = order[i];
+                        order[i] = order[j];
+                        order[j] = x;
+                    }
+            double w0 = now();
+            for (int i = 0; i < nseq / 2; i++)
+                restart(order[i], burst_pages, 0);
+            printf("PL:PHASE written t=%.2f write_s=%.2f\n", now() - t0, now() - w0);
+            fflush(stdout);
+            last = now();
+            continue;
+        }
+        for (int i = 0; i < nseq; i++) {
+            struct seq *s = &seqs[i];
+            if (t - s->born >= lifetime) {
+                restart(i, prompt_pages, 0);
+                continue;
+            }
+            s->owed += per_seq_rate * dt;
+            size_t n = (size_t)s->owed;
+            s->owed -= n;
+            write_pages(s, n);
+        }
+        /* one pass over every hot window: one word of each page */
+        for (int i = 0; i < nseq; i++) {
+            struct seq *s = &seqs[i];
+            size_t len = s->len, from = len > win_pages ? len - win_pages : 0;
+            for (size_t j = from; j < len; j++) {
+                ((volatile uint64_t *)(s->base + j * PAGE))[1 + ((passes + j) & 6)] += 1;
+                if (reach && ++since_flush >= reach) {
+                    flush_tlb(scratch, flushes++);
+                    since_flush = 0;
+                }
+            }
+        }
+        passes++;
+    }
+    pthread_join(th, NULL);
+    printf("PL:END passes=%llu tlb_flushes=%llu\n", (unsigned long long)passes, (unsigned long long)flushes);
+    return 0;
+}
