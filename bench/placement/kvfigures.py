@@ -1,8 +1,8 @@
 """The moving-window (KV cache) workload's figures: parse one run's guest output, reduce it, combine runs, judge.
 
 Pure functions (no I/O), unit-tested apart from the guest. Every figure comes from the samples the workload
-printed (``PL:KV``, kvwindow.c: the node of every page of every current hot window at each sample, of every live
-page at every K-th sample, cumulative page-level move counts, /proc/vmstat and node 0's vmstat deltas), the
+printed (``PL:KV``, kvwindow.c: the node of every page of every current hot window at each sample, /proc/vmstat
+and node 0's vmstat deltas; ``PL:KVLIVE``: every live page's node and cumulative page-level moves), the
 phase-change events (``PL:PHASE``) and guest.sh's DAMON counters (``PL:DSTAT``). t = 0 is when the setup is
 written (at boot) or when the configuration has been applied (on a running node); T is the run's duration.
 
@@ -15,7 +15,7 @@ written (at boot) or when the configuration has been applied (on a running node)
 - ``churn``: pages migrated (``pgmigrate_success``: every mechanism, DAMON included) per page appended (decode
   and prompts) over [T/3, T]; a system that demotes each page once scores about 1;
 - ``stranded``: the largest share of live pages seen on node 1 (the other DRAM node, outside the workload's
-  cpuset) in a full sample; ``stranded_win``: the same for the hot windows' pages;
+  cpuset) in a full sample (``PL:KVLIVE``); ``stranded_win``: the same for the hot windows' pages;
 - ``pingpong_mib``: page-level truth over [T/3, T]: pages seen back on a tier they had been moved from (down and
   up again, or up and down again; moves undone between two full samples are not seen), and ``pingpong_ratio``:
   of the pages seen moving up, the share that had been moved down before;
@@ -45,8 +45,7 @@ class Sample:
     t: float
     query_s: float
     win: tuple[int, ...]  # hot-window pages per node 0..7, then "absent/error"
-    live: tuple[int, ...] | None  # every live page, on full samples only
-    ctr: dict[str, int]  # seqs, appended, pp_up, pp_down, up, down (cumulative, pages)
+    ctr: dict[str, int]  # seqs, appended (cumulative, pages)
     vm: dict[str, int]  # /proc/vmstat deltas (pages)
     n0: dict[str, int]  # node 0's vmstat deltas (pages)
 
@@ -56,12 +55,23 @@ class Sample:
         return 100.0 * self.win[FAST] / total if total else 0.0
 
 
+@dataclass(frozen=True)
+class Live:
+    """A full sample: every live page's node, and the page-level moves seen so far (cumulative, pages)."""
+
+    t: float
+    query_s: float
+    live: tuple[int, ...]
+    ctr: dict[str, int]  # pp_up, pp_down, up, down
+
+
 @dataclass
 class KvRun:
     config: str = "?"
     start: str = "?"
     conf: dict[str, str] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
+    lives: list[Live] = field(default_factory=list)
     states: dict[str, dict[str, str]] = field(default_factory=dict)
     damon: list[dict[str, str]] = field(default_factory=list)
     dstat: list[dict[str, str]] = field(default_factory=list)
@@ -77,7 +87,8 @@ class KvRun:
     errors: list[str] = field(default_factory=list)
 
 
-_KV = re.compile(r"^PL:KV (\S+) q=(\S+) win((?: \d+){9})(?: live((?: \d+){9}))? (.*?) vm (.*?) n0 ?(.*)$")
+_KV = re.compile(r"^PL:KV (\S+) q=(\S+) win((?: \d+){9}) (.*?) vm (.*?) n0 ?(.*)$")
+_LIVE = re.compile(r"^PL:KVLIVE (\S+) q=(\S+) live((?: \d+){9}) (.*)$")
 
 
 def _kv(text: str) -> dict[str, str]:
@@ -91,11 +102,15 @@ def parse(stdout: str) -> KvRun:
             continue
         m = _KV.match(line)
         if m:
-            live = tuple(int(x) for x in m.group(4).split()) if m.group(4) else None
             run.samples.append(Sample(
-                float(m.group(1)), float(m.group(2)), tuple(int(x) for x in m.group(3).split()), live,
-                {k: int(v) for k, v in _kv(m.group(5)).items()}, {k: int(v) for k, v in _kv(m.group(6)).items()},
-                {k: int(v) for k, v in _kv(m.group(7)).items()}))
+                float(m.group(1)), float(m.group(2)), tuple(int(x) for x in m.group(3).split()),
+                {k: int(v) for k, v in _kv(m.group(4)).items()}, {k: int(v) for k, v in _kv(m.group(5)).items()},
+                {k: int(v) for k, v in _kv(m.group(6)).items()}))
+            continue
+        m = _LIVE.match(line)
+        if m:
+            run.lives.append(Live(float(m.group(1)), float(m.group(2)), tuple(int(x) for x in m.group(3).split()),
+                                  {k: int(v) for k, v in _kv(m.group(4)).items()}))
             continue
         word, _, rest = line[3:].partition(" ")
         kv = _kv(rest)
@@ -192,9 +207,10 @@ def figures(run: KvRun, duration: float) -> dict[str, Any]:
         out["recover_s"] = None if back is None else round(max(0.0, back.t - run.phase_written), 2)
         during = [s.hot_share for s in run.samples if run.phase_begin is not None and s.t >= run.phase_begin]
         out["hot_lowest_after_phase"] = _round(min(during) if during else None)
-    lives = [s.live for s in run.samples if s.live is not None]
-    if lives:
-        out["stranded"] = _round(max(100.0 * x[OTHER_DRAM] / sum(x) if sum(x) else 0.0 for x in lives), 2)
+    if run.lives:
+        out["stranded"] = _round(max(100.0 * x.live[OTHER_DRAM] / sum(x.live) if sum(x.live) else 0.0
+                                     for x in run.lives), 2)
+        out["live_query_s_max"] = _round(max(x.query_s for x in run.lives), 3)
     out["stranded_win"] = _round(max((100.0 * s.win[OTHER_DRAM] / sum(s.win) if sum(s.win) else 0.0
                                       for s in run.samples), default=None), 2)
     if first is not None and last is not None and last is not first:
@@ -203,10 +219,9 @@ def figures(run: KvRun, duration: float) -> dict[str, Any]:
         out["appended_mib"] = round(appended * PAGE / MIB, 1)
         out["migrated_mib"] = round(migrated * PAGE / MIB, 1)
         out["churn"] = round(migrated / appended, 2) if appended > 0 else None
-        # page-level counts are updated on full samples only: take the full samples bracketing the window
-        fulls = [s for s in run.samples if s.live is not None]
-        f0 = next((s for s in fulls if s.t >= duration / 3 - 1e-6), None)
-        f1 = fulls[-1] if fulls else None
+        # page-level counts come with the full samples: the first at or after T/3 and the last
+        f0 = next((x for x in run.lives if x.t >= duration / 3 - 1e-6), None)
+        f1 = run.lives[-1] if run.lives else None
         if f0 is not None and f1 is not None and f1 is not f0:
             returned = (f1.ctr.get("pp_up", 0) - f0.ctr.get("pp_up", 0)) + \
                 (f1.ctr.get("pp_down", 0) - f0.ctr.get("pp_down", 0))

@@ -9,11 +9,13 @@
  * Decode: together they append APPEND MiB/s (each APPEND/N), a page being written when it is appended; the last
  * WINDOW MiB of every sequence are its hot window, written in a loop (one word per page per pass, the "recent
  * tokens"), everything older is never touched again (old tokens). A sequence lives LIFETIME s: then its pages
- * are freed and a new sequence starts in its slot with a PROMPT MiB prompt written at once (prefill). At setup the
+ * are freed and a new sequence starts in its slot with a PROMPT MiB prompt written at once (prefill: a second
+ * thread writes queued prompts one after the other as fast as it can, while decode goes on). At setup the
  * N sequences are given ages spread evenly over [0, LIFETIME) — the steady state of a server that has been
  * running — so ends and starts come at a steady rate, and live memory is about
  * N x PROMPT + APPEND x LIFETIME / 2. At t = DURATION/2 the phase changes: the older half of the sequences end
- * and as many start, each with a BURST MiB prompt, written one after the other as fast as the CPU allows.
+ * and as many start, each with a BURST MiB prompt (queued at once). Under TCG writing a burst can take half a
+ * minute: when its prompts are written later than 3/4 of DURATION, the run goes on until DURATION/4 after that.
  *
  * t = 0 is the moment the setup is written (at boot: the configuration was applied before). With go= (a
  * configuration applied to a running node) the process creates READY once the setup is written and keeps the
@@ -21,7 +23,8 @@
  * stops by itself at t = DURATION.
  *
  * Every INTERVAL s the sampler asks the kernel (move_pages(2) with nodes == NULL: no access, no migration) on
- * which node each page of every current hot window is; every K-th sample it asks for every live page and keeps,
+ * which node each page of every current hot window is; every K x INTERVAL s a second sampler asks for every live
+ * page and keeps,
  * per page, the tier it was last seen on, so that it counts the pages seen moving down (DRAM node 0 -> any
  * other node), up, and the pages that came back to a tier they had been moved from (page-level ping-pong;
  * moves and returns between two full samples are not seen). It reads /proc/vmstat and node 0's vmstat.
@@ -29,9 +32,10 @@
  * TLB reach (PL_TLB_REACH, default 1536; 0 = off): as in workload.c, the hot loop flushes its CPU's TLB every
  * PL_TLB_REACH pages it touches, because QEMU's software TLB would otherwise hide accesses from DAMON.
  *
- * Output (stdout): "PL:KVCONF ...", "PL:TOUCHED t=", "PL:GO", per sample "PL:KV <t> q=<query s> win <pages on
- * node0..7> <absent> [live <node0..7> <absent>] seqs=<live sequences> appended=<pages> pp_up=.. pp_down=..
- * up=.. down=.. vm <key>=<delta> ... n0 <key>=<delta> ...", events "PL:SEQ start|end t= slot= pages=",
+ * Output (stdout): "PL:KVCONF ...", "PL:TOUCHED t=", "PL:GO", "PL:T0 mono=<CLOCK_MONOTONIC at t = 0>", per
+ * sample "PL:KV <t> q=<query s> win <pages on node0..7> <absent> seqs=<live sequences> appended=<pages> vm
+ * <key>=<delta> ... n0 <key>=<delta> ...", per full sample "PL:KVLIVE <t> q=<s> live <node0..7> <absent>
+ * pp_up=<pages> pp_down= up= down=" (cumulative), events "PL:SEQ start|end t= slot= pages=",
  * "PL:PHASE begin t=" and "PL:PHASE written t= write_s=", "PL:END passes= tlb_flushes=".
  */
 #define _GNU_SOURCE
@@ -69,18 +73,26 @@ struct seq {
     uint8_t *state;
     size_t cap;               /* pages reserved */
     volatile size_t len;      /* pages written */
+    volatile int prefilling;  /* its prompt is being written by the prefill thread */
     double born, owed;
+    pthread_mutex_t lock;     /* held by the sampler while it queries the slot, by restart() while it remaps it */
 };
 
 static struct seq seqs[MAXSEQ];
 static int nseq;
 static size_t win_pages;
 static double per_seq_rate; /* pages/s */
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile int stop;
 static volatile double t0 = -1;
-static volatile unsigned long long appended; /* pages written since t = 0 */
+static unsigned long long appended; /* pages written since t = 0 (both writing threads: atomic) */
 static long long pp_up, pp_down, up, down;
+
+/* The prefill thread's queue: prompts to write (slot, pages), in order; the phase change's are counted. */
+static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t qcond = PTHREAD_COND_INITIALIZER;
+static struct { int slot; size_t pages; int phase; } jobs[4 * MAXSEQ];
+static int qhead, qtail, phase_left;
+static double phase_t, phase_written_t = -1;
 
 static double now(void) {
     struct timespec ts;
@@ -210,31 +222,25 @@ static void *sampler(void *p) {
         double due = t0 + k * a->interval;
         while (now() < due)
             usleep(5000);
-        long win[MAXNODE + 1] = {0}, live[MAXNODE + 1] = {0};
-        int full = a->full > 0 && k % a->full == 0;
+        long win[MAXNODE + 1] = {0};
         double q0 = now();
-        pthread_mutex_lock(&lock);
         int live_seqs = 0;
         for (int i = 0; i < nseq; i++) {
             struct seq *s = &seqs[i];
+            pthread_mutex_lock(&s->lock);
             size_t len = s->len;
-            if (!s->base)
-                continue;
-            live_seqs++;
-            query(s, len > win_pages ? len - win_pages : 0, len, win, 0, pages, status);
-            if (full)
-                query(s, 0, len, live, 1, pages, status);
+            if (s->base) {
+                live_seqs++;
+                query(s, len > win_pages ? len - win_pages : 0, len, win, 0, pages, status);
+            }
+            pthread_mutex_unlock(&s->lock);
         }
-        pthread_mutex_unlock(&lock);
         double q = now() - q0;
         read_keys("/proc/vmstat", VM_KEYS, NKEYS, cur);
         read_keys("/sys/devices/system/node/node0/vmstat", N0_KEYS, N0KEYS, ncur);
         printf("PL:KV %.2f q=%.3f", now() - t0, q);
         print_counts("win", win);
-        if (full)
-            print_counts("live", live);
-        printf(" seqs=%d appended=%llu pp_up=%lld pp_down=%lld up=%lld down=%lld vm", live_seqs, appended, pp_up,
-               pp_down, up, down);
+        printf(" seqs=%d appended=%llu vm", live_seqs, appended);
         for (int i = 0; i < NKEYS; i++)
             printf(" %s=%lld", VM_KEYS[i], cur[i] - base[i]);
         printf(" n0");
@@ -242,10 +248,51 @@ static void *sampler(void *p) {
             printf(" %s=%lld", N0_KEYS[i], ncur[i] - nbase[i]);
         printf("\n");
         fflush(stdout);
-        if (due - t0 >= a->duration - 1e-6)
+        /* the run lasts DURATION; if the phase's prompts are written later than 3/4 of it (TCG), until DURATION/4
+           after they are (but no longer than 2 x DURATION) */
+        double end = a->duration;
+        if (phase_written_t < 0)
+            end = 2 * a->duration;
+        else if (phase_written_t > a->duration * 3 / 4)
+            end = phase_written_t + a->duration / 4;
+        if (due - t0 >= end - 1e-6)
             break;
     }
     stop = 1;
+    return NULL;
+}
+
+/* The full samples, in a thread of their own (placing 300,000 pages takes seconds under TCG): every live page,
+   every K x INTERVAL s, and the page-level moves seen since the last one. */
+static void *liver(void *p) {
+    struct sampler_args *a = p;
+    size_t maxq = 0;
+    for (int i = 0; i < nseq; i++)
+        maxq = seqs[i].cap > maxq ? seqs[i].cap : maxq;
+    void **pages = malloc(maxq * sizeof(void *));
+    int *status = malloc(maxq * sizeof(int));
+    while (t0 < 0 && !stop)
+        usleep(10000);
+    for (int k = 1; !stop; k++) {
+        double due = t0 + k * a->interval * a->full;
+        while (now() < due && !stop)
+            usleep(5000);
+        if (stop)
+            break;
+        long live[MAXNODE + 1] = {0};
+        double q0 = now();
+        for (int i = 0; i < nseq; i++) {
+            struct seq *s = &seqs[i];
+            pthread_mutex_lock(&s->lock);
+            if (s->base)
+                query(s, 0, s->len, live, 1, pages, status);
+            pthread_mutex_unlock(&s->lock);
+        }
+        printf("PL:KVLIVE %.2f q=%.3f", now() - t0, now() - q0);
+        print_counts("live", live);
+        printf(" pp_up=%lld pp_down=%lld up=%lld down=%lld\n", pp_up, pp_down, up, down);
+        fflush(stdout);
+    }
     return NULL;
 }
 
@@ -262,14 +309,52 @@ static void write_pages(struct seq *s, size_t n) {
     for (size_t i = 0; i < n && s->len < s->cap; i++) {
         ((volatile uint64_t *)(s->base + s->len * PAGE))[0] = s->len | 1;
         s->len = s->len + 1;
-        appended++;
+        __atomic_add_fetch(&appended, 1, __ATOMIC_RELAXED);
     }
 }
 
-/* Free slot i's sequence (its pages go back to the kernel) and start a new one of age 0 with a prompt. */
-static void restart(int i, size_t prompt_pages, int quiet) {
+/* The prefill thread: writes each queued prompt at once, as fast as it can, while decode goes on. */
+static void *prefiller(void *unused) {
+    (void)unused;
+    for (;;) {
+        pthread_mutex_lock(&qlock);
+        while (qhead == qtail && !stop)
+            pthread_cond_wait(&qcond, &qlock);
+        if (qhead == qtail) {
+            pthread_mutex_unlock(&qlock);
+            return NULL;
+        }
+        int slot = jobs[qhead % (4 * MAXSEQ)].slot, phase = jobs[qhead % (4 * MAXSEQ)].phase;
+        size_t n = jobs[qhead % (4 * MAXSEQ)].pages;
+        qhead++;
+        pthread_mutex_unlock(&qlock);
+        struct seq *s = &seqs[slot];
+        write_pages(s, n);
+        s->prefilling = 0;
+        printf("PL:SEQ start t=%.2f slot=%d pages=%zu\n", t0 < 0 ? -1 : now() - t0, slot, n);
+        if (phase && --phase_left == 0) {
+            phase_written_t = now() - t0;
+            printf("PL:PHASE written t=%.2f write_s=%.2f\n", phase_written_t, phase_written_t - phase_t);
+        }
+        fflush(stdout);
+    }
+}
+
+static void enqueue(int slot, size_t pages, int phase) {
+    pthread_mutex_lock(&qlock);
+    jobs[qtail % (4 * MAXSEQ)].slot = slot;
+    jobs[qtail % (4 * MAXSEQ)].pages = pages;
+    jobs[qtail % (4 * MAXSEQ)].phase = phase;
+    qtail++;
+    pthread_cond_signal(&qcond);
+    pthread_mutex_unlock(&qlock);
+}
+
+/* Free slot i's sequence (its pages go back to the kernel) and start a new one of age 0 whose prompt the
+   prefill thread writes (synchronously with quiet: the setup). */
+static void restart(int i, size_t prompt_pages, int quiet, int phase) {
     struct seq *s = &seqs[i];
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&s->lock);
     char *old = s->base;
     uint8_t *old_state = s->state;
     size_t old_len = s->len;
@@ -281,15 +366,16 @@ static void restart(int i, size_t prompt_pages, int quiet) {
         munmap(old, s->cap * PAGE);
         free(old_state);
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&s->lock);
     if (old && !quiet)
         printf("PL:SEQ end t=%.2f slot=%d pages=%zu\n", since_t0(), i, old_len);
     s->born = now();
-    write_pages(s, prompt_pages);
-    if (!quiet) {
-        printf("PL:SEQ start t=%.2f slot=%d pages=%zu\n", since_t0(), i, prompt_pages);
-        fflush(stdout);
+    if (quiet) {
+        write_pages(s, prompt_pages);
+        return;
     }
+    s->prefilling = 1;
+    enqueue(i, prompt_pages, phase);
 }
 
 static double arg(int argc, char **argv, const char *key, double dflt) {
@@ -335,7 +421,8 @@ int main(int argc, char **argv) {
     double started = now();
     for (int i = 0; i < nseq; i++) {
         seqs[i].cap = cap;
-        restart(i, prompt_pages, 1);
+        pthread_mutex_init(&seqs[i].lock, NULL);
+        restart(i, prompt_pages, 1, 0);
         double age = (nseq - i - 0.5) * lifetime / nseq; /* slot 0 is the oldest */
         write_pages(&seqs[i], (size_t)(age * per_seq_rate));
         seqs[i].born = started - age;
@@ -353,8 +440,11 @@ int main(int argc, char **argv) {
         scratch[i * PAGE] = 1;
     printf("PL:TLB reach=%zu\n", reach);
     fflush(stdout);
-    pthread_t th;
+    pthread_t th, pf, lv;
     pthread_create(&th, NULL, sampler, &a);
+    if (a.full > 0)
+        pthread_create(&lv, NULL, liver, &a);
+    pthread_create(&pf, NULL, prefiller, NULL);
     uint64_t passes = 0, flushes = 0;
     size_t since_flush = 0;
     int phased = 0;
@@ -365,7 +455,8 @@ int main(int argc, char **argv) {
         if (!phased && t0 >= 0 && t - t0 >= a.duration / 2) {
             /* the phase change: the older half ends, as many start with a large prompt, one after the other */
             phased = 1;
-            printf("PL:PHASE begin t=%.2f\n", t - t0);
+            phase_t = t - t0;
+            printf("PL:PHASE begin t=%.2f\n", phase_t);
             fflush(stdout);
             int order[MAXSEQ];
             for (int i = 0; i < nseq; i++)
@@ -377,18 +468,25 @@ int main(int argc, char **argv) {
                         order[i] = order[j];
                         order[j] = x;
                     }
-            double w0 = now();
+            int ending = 0;
             for (int i = 0; i < nseq / 2; i++)
-                restart(order[i], burst_pages, 0);
-            printf("PL:PHASE written t=%.2f write_s=%.2f\n", now() - t0, now() - w0);
-            fflush(stdout);
-            last = now();
+                ending += !seqs[order[i]].prefilling;
+            phase_left = ending;
+            if (!ending) {
+                phase_written_t = phase_t;
+                printf("PL:PHASE written t=%.2f write_s=0\n", phase_t);
+            }
+            for (int i = 0; i < nseq / 2; i++)
+                if (!seqs[order[i]].prefilling)
+                    restart(order[i], burst_pages, 0, 1);
             continue;
         }
         for (int i = 0; i < nseq; i++) {
             struct seq *s = &seqs[i];
+            if (s->prefilling)
+                continue;
             if (t - s->born >= lifetime) {
-                restart(i, prompt_pages, 0);
+                restart(i, prompt_pages, 0, 0);
                 continue;
             }
             s->owed += per_seq_rate * dt;
@@ -411,6 +509,13 @@ int main(int argc, char **argv) {
         passes++;
     }
     pthread_join(th, NULL);
+    if (a.full > 0)
+        pthread_join(lv, NULL);
+    pthread_mutex_lock(&qlock);
+    qhead = qtail; /* prompts not yet written are dropped */
+    pthread_cond_signal(&qcond);
+    pthread_mutex_unlock(&qlock);
+    pthread_join(pf, NULL);
     printf("PL:END passes=%llu tlb_flushes=%llu\n", (unsigned long long)passes, (unsigned long long)flushes);
     return 0;
 }

@@ -19,11 +19,16 @@ import kvfigures  # noqa: E402
 def kv(t: float, win: tuple[int, int, int], live: tuple[int, int, int] | None = None, appended: int = 0,
        migrated: int = 0, up: int = 0, pp_up: int = 0, down: int = 0, pp_down: int = 0, promo: int = 0,
        demo: int = 0) -> str:
+    """A window sample, and with ``live`` the full sample the second sampler printed right after it."""
     w = " ".join(map(str, (*win, 0, 0, 0, 0, 0, 0)))
-    lv = "" if live is None else " live " + " ".join(map(str, (*live, 0, 0, 0, 0, 0, 0)))
-    return (f"PL:KV {t:.2f} q=0.010 win {w}{lv} seqs=16 appended={appended} pp_up={pp_up} pp_down={pp_down} "
-            f"up={up} down={down} vm pgmigrate_success={migrated} pgpromote_success=0 numa_hint_faults=0 n0 "
-            f"pgpromote_success={promo} pgdemote_kswapd={demo} pgdemote_direct=0 pgdemote_khugepaged=0")
+    line = (f"PL:KV {t:.2f} q=0.010 win {w} seqs=16 appended={appended} vm pgmigrate_success={migrated} "
+            f"pgpromote_success=0 numa_hint_faults=0 n0 pgpromote_success={promo} pgdemote_kswapd={demo} "
+            "pgdemote_direct=0 pgdemote_khugepaged=0")
+    if live is None:
+        return line
+    lv = " ".join(map(str, (*live, 0, 0, 0, 0, 0, 0)))
+    return line + (f"\nPL:KVLIVE {t:.2f} q=0.500 live {lv} pp_up={pp_up} pp_down={pp_down} up={up} "
+                   f"down={down}")
 
 
 def output(lines: list[str], rc: int = 0, start: str = "before", written: float = 31.5) -> str:
@@ -51,8 +56,8 @@ def test_a_run_reduces_to_the_moving_window_figures() -> None:
     run = kvfigures.parse(output(lines))
     assert (run.config, run.start, run.t0_mono, run.phase_written, run.write_s) == \
         ("nodeagent", "before", 100.0, 31.5, 1.5)
-    assert run.conf["seqs"] == "16" and len(run.samples) == 7 and run.samples[1].live == (500, 0, 500, 0, 0, 0, 0,
-                                                                                          0, 0)
+    assert run.conf["seqs"] == "16" and len(run.samples) == 7 and len(run.lives) == 3
+    assert run.lives[0].live == (500, 0, 500, 0, 0, 0, 0, 0, 0) and run.lives[2].ctr["pp_up"] == 15
     f = kvfigures.figures(run, 60)
     assert f["ok"] and f["tail_samples"] == 6  # t >= 20: the last two thirds
     assert (f["hot_median"], f["hot_lowest"]) == (98.5, 70.0)
@@ -114,9 +119,9 @@ def test_the_workload_appends_moves_its_window_and_changes_phase(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     run = kvfigures.parse(proc.stdout + "\nPL:WORKLOAD-RC 0\n")
     assert run.conf["live_mib"] == "12" and len(run.samples) == 6 and run.phase_written is not None
-    # every window holds 1 MiB (256 pages) of each of the 4 sequences, all placed somewhere
-    assert all(sum(s.win) == 4 * 256 and s.win[-1] == 0 for s in run.samples)
-    assert [s.live is not None for s in run.samples] == [False, True] * 3
+    # the windows hold 1 MiB (256 pages) of each of the 4 sequences (less while a new one's prompt is being written)
+    assert run.samples[0].win[0] == 4 * 256 and all(0 < sum(s.win) <= 4 * 256 for s in run.samples)
+    assert 2 <= len(run.lives) <= 3 and all(sum(x.live) >= 4 * 256 for x in run.lives)
     assert run.samples[-1].ctr["appended"] > 2 * 3 * 256  # the burst's 2 x 3 MiB prompts, and decode
     assert "PL:SEQ end" in proc.stdout and run.passes and run.passes > 0
     assert kvfigures.parse("PL:KV garbage").samples == []
