@@ -12,7 +12,8 @@
  * are freed and a new sequence starts in its slot with a PROMPT MiB prompt written at once (prefill: a second
  * thread writes queued prompts one after the other as fast as it can, while decode goes on). At setup the
  * N sequences are given ages spread evenly over [0, LIFETIME) — the steady state of a server that has been
- * running — so ends and starts come at a steady rate, and live memory is about
+ * running, its history written in the order it was (oldest tokens first, every window last) — so ends and
+ * starts come at a steady rate, and live memory is about
  * N x PROMPT + APPEND x LIFETIME / 2. At t = DURATION/2 the phase changes: the older half of the sequences end
  * and as many start, each with a BURST MiB prompt (queued at once). Under TCG writing a burst can take half a
  * minute: when its prompts are written later than 3/4 of DURATION, the run goes on until DURATION/4 after that.
@@ -257,6 +258,8 @@ static void *sampler(void *p) {
             end = phase_written_t + a->duration / 4;
         if (due - t0 >= end - 1e-6)
             break;
+        while (t0 + (k + 1) * a->interval < now()) /* a sample that came late: skip the due times it overran */
+            k++;
     }
     stop = 1;
     return NULL;
@@ -292,6 +295,8 @@ static void *liver(void *p) {
         print_counts("live", live);
         printf(" pp_up=%lld pp_down=%lld up=%lld down=%lld\n", pp_up, pp_down, up, down);
         fflush(stdout);
+        while (t0 + (k + 1) * a->interval * a->full < now())
+            k++;
     }
     return NULL;
 }
@@ -419,14 +424,31 @@ int main(int argc, char **argv) {
            a.full, live, nseq * window);
     fflush(stdout);
     double started = now();
+    /* The history, written in the order a running server wrote it: from the oldest sequence's prompt to now, one
+       second of its time at a time, each sequence born at -age with its prompt and appending since. So the oldest
+       tokens are the first pages allocated and every window the last: what first-touch placement gives a server
+       that has been running (slot 0 is the oldest). */
+    double ages[MAXSEQ];
     for (int i = 0; i < nseq; i++) {
         seqs[i].cap = cap;
         pthread_mutex_init(&seqs[i].lock, NULL);
-        restart(i, prompt_pages, 1, 0);
-        double age = (nseq - i - 0.5) * lifetime / nseq; /* slot 0 is the oldest */
-        write_pages(&seqs[i], (size_t)(age * per_seq_rate));
-        seqs[i].born = started - age;
+        ages[i] = (nseq - i - 0.5) * lifetime / nseq;
     }
+    for (double h = -ages[0];; h = h + 1 < 0 ? h + 1 : 0) {
+        for (int i = 0; i < nseq; i++) {
+            if (h < -ages[i])
+                continue;
+            if (!seqs[i].base)
+                restart(i, prompt_pages, 1, 0);
+            size_t want = prompt_pages + (size_t)((h + ages[i]) * per_seq_rate);
+            if (want > seqs[i].len)
+                write_pages(&seqs[i], want - seqs[i].len);
+        }
+        if (h >= 0)
+            break;
+    }
+    for (int i = 0; i < nseq; i++)
+        seqs[i].born = now() - ages[i];
     printf("PL:TOUCHED t=%.2f\n", now() - started);
     fflush(stdout);
     if (!a.go) {

@@ -184,7 +184,15 @@ def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], ass
     meta = {"kernel": assets.kernel_version, "workload": "kvwindow", "duration": args.duration,
             "interval": args.interval, "full_every": args.full_every, "settle": args.settle, "profile": args.profile,
             "tlb_reach": args.tlb_reach, "points": {p: KV_POINTS[p] for p in points}}
+    # a sweep into a directory that holds an earlier one adds to it (baselines first, the profile later)
+    saved = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
+    earlier = saved.get("runs", [])
+    meta["points"] = {**saved.get("points", {}), **meta["points"]}
     per_run: list[dict[str, Any]] = []
+
+    def key(r: dict[str, Any]) -> tuple[str, str, str, int]:
+        return (r["point"], r["config"], r["start"], r["run"])
+
     for point in points:
         for start in starts:
             for config in configs:
@@ -196,7 +204,9 @@ def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], ass
                           + " ".join(f"{k}={figs.get(k)}" for k in keys)
                           + ("" if figs["ok"] else " INCOMPLETE") + f" ({figs['wall_seconds']}s)", flush=True)
                     per_run.append(figs)
-                    write_kv_results(out, meta, per_run)  # after every run: an interrupted sweep keeps its figures
+                    done = {key(r) for r in per_run}
+                    # after every run: an interrupted sweep keeps its figures
+                    write_kv_results(out, meta, [r for r in earlier if key(r) not in done] + per_run)
     return 0 if all(f["ok"] for f in per_run) else 1
 
 
