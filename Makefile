@@ -67,3 +67,10 @@ converge-sweep: $(STAMP)
 .PHONY: monitoring
 monitoring:
 	cp monitoring/alerts.yaml monitoring/dashboard.json nodeagent/monitoring/
+
+# The moving-window (KV cache) placement benchmark: every envelope point x start mode x configuration x 2 runs
+# (QEMU/TCG guest, ~2 min a run; see bench/placement). POINTS=mid,burst CONFIGS=nodeagent narrow it.
+POINTS ?= mid,wide,few,burst,slow
+CONFIGS ?= baseline,tpp,damo-mem-tier,nodeagent
+bench-placement-kv: $(STAMP)
+	$(BIN)/python bench/placement/run.py --workload kv --points $(POINTS) --configs $(CONFIGS)

@@ -5,7 +5,9 @@
 #
 # Settings (environment): PL_CONFIG (baseline|tpp|damo-mem-tier|nodeagent), PL_START (before|after), PL_DURATION,
 # PL_INTERVAL, PL_COLD_MIB, PL_HOT_MIB, PL_SETTLE (seconds the full node runs before an "after" apply),
-# PL_WORKLOAD (binary), PL_PYTHON + PL_REPO + PL_PROFILE (nodeagent).
+# PL_WORKLOAD (binary), PL_PYTHON + PL_REPO + PL_PROFILE (nodeagent). With PL_KV_ARGS the workload is the
+# moving-window one (kvwindow.c, those are its arguments) and a background loop reports DAMON's per-scheme
+# counters (PL:DSTAT, for the counter-based ping-pong estimator beside the page-level figure).
 set -u
 NODE=/sys/devices/system/node
 MEM=/sys/devices/system/memory
@@ -104,10 +106,31 @@ apply_config() {
   fi
 }
 
-run_workload() {  # extra args: GO READY
+run_workload() {  # extra args: GO READY BASE
+  if [ -n "${PL_KV_ARGS:-}" ]; then
+    [ $# -eq 3 ] && set -- "go=$1" "ready=$2" "base=$3"
+    sh -c "echo \$\$ > $CG/cgroup.procs && exec $PL_WORKLOAD $PL_KV_ARGS $*" >/tmp/wl.out 2>/tmp/wl.err &
+    WL=$!
+    damon_stats &
+    DS=$!
+    return
+  fi
   sh -c "echo \$\$ > $CG/cgroup.procs && exec $PL_WORKLOAD $PL_COLD_MIB $PL_HOT_MIB $PL_DURATION $PL_INTERVAL $*" \
     >/tmp/wl.out 2>/tmp/wl.err &
   WL=$!
+}
+
+damon_stats() {  # every 2 s while the workload runs: each running scheme's bytes applied (counters)
+  while kill -0 $WL 2>/dev/null; do
+    for d in $K/[0-9]*; do
+      [ -e "$d/state" ] && [ "$(cat $d/state)" = on ] || continue
+      echo update_schemes_stats > $d/state 2>/dev/null
+      for s in $d/contexts/0/schemes/[0-9]*; do
+        [ -d "$s" ] && echo "PL:DSTAT mono=$(uptime_s) kd=$(basename $d) scheme=$(basename $s) action=$(cat $s/action) sz_applied=$(cat $s/stats/sz_applied)"
+      done
+    done
+    sleep 2
+  done >/tmp/dstat.out
 }
 
 ndctl create-namespace -f -e namespace0.0 -m devdax >/dev/null 2>&1 || die "ndctl create-namespace failed"
@@ -140,6 +163,7 @@ else
 fi
 wait $WL
 rc=$?
+[ -n "${DS:-}" ] && wait $DS && cat /tmp/dstat.out
 cat /tmp/wl.out
 sed 's/^/  workload-stderr| /' /tmp/wl.err
 say "WORKLOAD-RC $rc"

@@ -48,17 +48,39 @@ sys.path.insert(0, str(HERE))
 
 import figures  # noqa: E402
 import harness  # noqa: E402
+import kvfigures  # noqa: E402
 
 CONFIGS = ("baseline", "tpp", "damo-mem-tier", "nodeagent")
 STARTS = ("before", "after")
 LAYOUT = "placement"
 
+#: The moving-window workload's envelope points (kvwindow.c; node0 = 1 GiB, live memory about
+#: seqs x prompt + append x lifetime / 2 = 1.1-1.3x node0). Each is a corner of the issue's envelope: 8-64
+#: sequences, 2-16 MiB/s appended, 1-8 MiB hot window per sequence, 4-64 MiB prompts, 60-300 s lifetimes.
+KV_POINTS: dict[str, dict[str, float]] = {
+    # the middle of the envelope: 16 sequences, 64 MiB hot, 8 x 32 MiB prompts at the phase change
+    "mid": {"seqs": 16, "append": 8, "window": 4, "prompt": 16, "burst": 32, "lifetime": 240},
+    # many sequences, the fastest appending, the largest windows: 512 MiB hot (half of DRAM)
+    "wide": {"seqs": 64, "append": 16, "window": 8, "prompt": 4, "burst": 16, "lifetime": 120},
+    # few sequences, large prompts, the longest lifetimes, the smallest windows (8 MiB hot)
+    "few": {"seqs": 8, "append": 5, "window": 1, "prompt": 64, "burst": 64, "lifetime": 300},
+    # the largest burst: 16 x 64 MiB prompts (1 GiB, as much as DRAM) written at once at the phase change
+    "burst": {"seqs": 32, "append": 8, "window": 2, "prompt": 8, "burst": 64, "lifetime": 240},
+    # the slowest appending and the shortest lifetimes the live-memory bound allows with 64 MiB prompts
+    "slow": {"seqs": 16, "append": 2, "window": 2, "prompt": 64, "burst": 48, "lifetime": 120},
+}
 
-def build_workload(cache: Path) -> Path:
-    """Compile workload.c with the host's gcc into the cache (the guest runs host binaries through its chroot)."""
-    src = HERE / "workload.c"
+
+def kv_args(point: str, args: argparse.Namespace) -> str:
+    spec = {**KV_POINTS[point], "duration": args.duration, "interval": args.interval, "full": args.full_every}
+    return " ".join(f"{k}={v:g}" for k, v in spec.items())
+
+
+def build_workload(cache: Path, name: str = "workload") -> Path:
+    """Compile NAME.c with the host's gcc into the cache (the guest runs host binaries through its chroot)."""
+    src = HERE / f"{name}.c"
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    out = cache / f"workload-{digest}"
+    out = cache / f"{name}-{digest}"
     if out.exists():
         return out
     gcc = shutil.which("gcc") or shutil.which("cc")
@@ -73,8 +95,10 @@ def build_workload(cache: Path) -> Path:
     return out
 
 
-def guest_env(config: str, start: str, args: argparse.Namespace, workload: Path) -> dict[str, str]:
-    return {
+def guest_env(config: str, start: str, args: argparse.Namespace, workload: Path,
+              point: str | None = None) -> dict[str, str]:
+    kv = {"PL_KV_ARGS": kv_args(point, args)} if point else {}
+    return {**kv,
         "PL_CONFIG": config, "PL_START": start, "PL_DURATION": str(args.duration), "PL_INTERVAL": str(args.interval),
         "PL_COLD_MIB": str(args.cold), "PL_HOT_MIB": str(args.hot), "PL_SETTLE": str(args.settle),
         "PL_WORKLOAD": str(workload), "PL_PYTHON": str(args.python), "PL_REPO": str(REPO),
@@ -83,25 +107,107 @@ def guest_env(config: str, start: str, args: argparse.Namespace, workload: Path)
 
 
 def one_run(config: str, start: str, index: int, args: argparse.Namespace, workload: Path, assets: harness.Assets,
-            out: Path) -> dict[str, Any]:
+            out: Path, point: str | None = None) -> dict[str, Any]:
     script = (HERE / "guest.sh").read_text()
-    label = f"placement-{config}-{start}-{index}"
-    timeout = args.duration + args.settle + 240
+    label = f"kv-{point}-{config}-{start}-{index}" if point else f"placement-{config}-{start}-{index}"
+    timeout = args.duration + args.settle + (420 if point else 240)
     started = time.monotonic()
     try:
-        res = harness.run_in_guest(script, timeout=timeout, layout=LAYOUT, env=guest_env(config, start, args, workload),
-                                   assets=assets, label=label)
+        res = harness.run_in_guest(script, timeout=timeout, layout=LAYOUT,
+                                   env=guest_env(config, start, args, workload, point), assets=assets, label=label)
         stdout, wall, console = res.stdout, res.wall_seconds, res.console_path
     except harness.GuestError as exc:
         stdout, wall, console = "", time.monotonic() - started, exc.console_path
         print(f"  {label}: guest error: {exc}", file=sys.stderr)
     (out / f"{label}.txt").write_text(stdout)
+    if point:
+        kvrun = kvfigures.parse(stdout)
+        figs = kvfigures.figures(kvrun, args.duration)
+        figs.update({"point": point, "config": config, "start": start, "run": index, "wall_seconds": round(wall, 1),
+                     "console": str(console) if console else None, "states": kvrun.states, "damon": kvrun.damon,
+                     "errors": kvrun.errors, "apply_rc": kvrun.apply_rc, "kvconf": kvrun.conf})
+        return figs
     run = figures.parse(stdout)
     figs = figures.figures(run, args.duration)
     figs.update({"config": config, "start": start, "run": index, "wall_seconds": round(wall, 1),
                  "console": str(console) if console else None, "states": run.states, "damon": run.damon,
                  "errors": run.errors, "apply_rc": run.apply_rc})
     return figs
+
+
+def recompute_kv(args: argparse.Namespace) -> int:
+    """The moving-window table and results.json again, from the ``kv-<point>-<config>-<start>-<n>.txt`` files."""
+    meta = json.loads((args.from_dir / "results.json").read_text()) if (args.from_dir / "results.json").exists() \
+        else {}
+    duration = float(meta.get("duration", args.duration))
+    old = {(r["point"], r["config"], r["start"], r["run"]): r for r in meta.get("runs", [])}
+    per_run: list[dict[str, Any]] = []
+    for path in sorted(args.from_dir.glob("kv-*-*-*-*.txt")):
+        point, config, start, index = path.stem[len("kv-"):].rsplit("-", 3)
+        figs = kvfigures.figures(kvfigures.parse(path.read_text()), duration)
+        per_run.append({**old.get((point, config, start, int(index)), {}), **figs, "point": point, "config": config,
+                        "start": start, "run": int(index)})
+    write_kv_results(args.from_dir, meta, per_run)
+    return 0
+
+
+def write_kv_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, Any]]) -> None:
+    grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in per_run:
+        grouped.setdefault((r["point"], r["start"], r["config"]), []).append(r)
+    results = {key: kvfigures.worst(runs) for key, runs in grouped.items()}
+    points = [p for p in KV_POINTS if any(k[0] == p for k in results)]
+    starts = [s for s in STARTS if any(k[1] == s for k in results)]
+    configs = [c for c in CONFIGS if any(k[2] == c for k in results)]
+    text = [kvfigures.table(results, points, starts, configs), ""]
+    verdicts = {f"{p}/{s}": kvfigures.judge(results[(p, s, "nodeagent")])
+                for p in points for s in starts if (p, s, "nodeagent") in results}
+    for where, items in verdicts.items():
+        text.append(f"nodeagent, {where}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
+                                                        for label, ok in items))
+    print("\n" + "\n".join(text), flush=True)
+    (out / "table.md").write_text("\n".join(text) + "\n")
+    meta = {**meta, "runs": per_run,
+            "results": [{"point": p, "start": s, "config": c, **f} for (p, s, c), f in results.items()],
+            "verdicts": {w: [{"target": label, "met": ok} for label, ok in v] for w, v in verdicts.items()}}
+    (out / "results.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+
+def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], assets: harness.Assets,
+            out: Path) -> int:
+    """The moving-window comparison: every envelope point x start mode x configuration x run."""
+    points = [p for p in args.points.split(",") if p]
+    workload = build_workload(assets.cache_dir / "placement", "kvwindow")
+    print(f"placement benchmark (moving window): kernel {assets.kernel_version}, point(s) {', '.join(points)}, "
+          f"{len(configs)} configuration(s) x {len(starts)} mode(s) x {args.runs} run(s) of {args.duration:g} s; "
+          f"results in {out}", flush=True)
+    meta = {"kernel": assets.kernel_version, "workload": "kvwindow", "duration": args.duration,
+            "interval": args.interval, "full_every": args.full_every, "settle": args.settle, "profile": args.profile,
+            "tlb_reach": args.tlb_reach, "points": {p: KV_POINTS[p] for p in points}}
+    # a sweep into a directory that holds an earlier one adds to it (baselines first, the profile later)
+    saved = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
+    earlier = saved.get("runs", [])
+    meta["points"] = {**saved.get("points", {}), **meta["points"]}
+    per_run: list[dict[str, Any]] = []
+
+    def key(r: dict[str, Any]) -> tuple[str, str, str, int]:
+        return (r["point"], r["config"], r["start"], r["run"])
+
+    for point in points:
+        for start in starts:
+            for config in configs:
+                for i in range(1, args.runs + 1):
+                    figs = one_run(config, start, i, args, workload, assets, out, point)
+                    keys = ("hot_median", "hot_p10", "hot_lowest", "recover_s", "write_s", "churn", "stranded",
+                            "pingpong_mib", "est_ratio", "apply_seconds")
+                    print(f"  {point:6} {start:6} {config:14} run {i}: "
+                          + " ".join(f"{k}={figs.get(k)}" for k in keys)
+                          + ("" if figs["ok"] else " INCOMPLETE") + f" ({figs['wall_seconds']}s)", flush=True)
+                    per_run.append(figs)
+                    done = {key(r) for r in per_run}
+                    # after every run: an interrupted sweep keeps its figures
+                    write_kv_results(out, meta, [r for r in earlier if key(r) not in done] + per_run)
+    return 0 if all(f["ok"] for f in per_run) else 1
 
 
 def recompute(args: argparse.Namespace) -> int:
@@ -156,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--starts", default=",".join(STARTS), help="before, after or both (default)")
     p.add_argument("--runs", type=int, default=2, help="runs per configuration and mode (default 2)")
     p.add_argument("--duration", type=float, default=60, help="seconds from t=0 (default 60)")
-    p.add_argument("--interval", type=float, default=2.5, help="seconds between samples (default 2.5)")
+    p.add_argument("--interval", type=float, default=None,
+                   help="seconds between samples (default 2.5; kv: 1)")
     p.add_argument("--cold", type=int, default=896, help="cold set, MiB (default 896)")
     p.add_argument("--hot", type=int, default=128, help="hot set, MiB (default 128)")
     p.add_argument("--settle", type=float, default=5, help="seconds the full node runs before an after-apply")
@@ -167,14 +274,28 @@ def main(argv: list[str] | None = None) -> int:
                    help="the hot loop flushes its TLB every PAGES pages, as a hardware TLB of that reach would "
                    "(default 1536; 0: never, TCG's unbounded software TLB; see workload.c)")
     p.add_argument("--hook", default="", help="exploration: shell run in the guest right after the configuration")
+    p.add_argument("--workload", choices=("static", "kv"), default="static",
+                   help="static: the fixed hot/cold split (workload.c); kv: the moving window of a KV cache "
+                   "(kvwindow.c) at each of --points")
+    p.add_argument("--points", default=",".join(KV_POINTS),
+                   help=f"kv: comma-separated envelope points (default: all of {', '.join(KV_POINTS)})")
+    p.add_argument("--full-every", type=int, default=3, metavar="K",
+                   help="kv: every K-th sample also places every live page (default 3)")
     p.add_argument("--smoke", action="store_true", help="CI: nodeagent, before, one run of 20 s")
     p.add_argument("--from-dir", type=Path, default=None, metavar="DIR",
                    help="no guest: recompute the figures and the table from the raw outputs a run saved in DIR")
     args = p.parse_args(argv)
+    if args.interval is None:
+        args.interval = 1.0 if args.workload == "kv" else 2.5
     if args.from_dir is not None:
-        return recompute(args)
+        return recompute_kv(args) if args.workload == "kv" else recompute(args)
     if args.smoke:
         args.configs, args.starts, args.runs, args.duration = "nodeagent", "before", 1, 20
+        if args.workload == "kv":
+            args.points = args.points if args.points != ",".join(KV_POINTS) else "mid"
+    unknown = [p for p in args.points.split(",") if p and p not in KV_POINTS]
+    if args.workload == "kv" and unknown:
+        p.error(f"unknown envelope point: {', '.join(unknown)} (known: {', '.join(KV_POINTS)})")
     configs = [c for c in args.configs.split(",") if c]
     starts = [s for s in args.starts.split(",") if s]
     bad = [c for c in configs if c not in CONFIGS] + [s for s in starts if s not in STARTS]
@@ -190,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = args.out or assets.cache_dir / "placement" / time.strftime("results-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
+    if args.workload == "kv":
+        return main_kv(args, configs, starts, assets, out)
     print(f"placement benchmark: kernel {assets.kernel_version}, {len(configs)} configuration(s) x {len(starts)} "
           f"mode(s) x {args.runs} run(s) of {args.duration:g} s; results in {out}", flush=True)
     per_run: list[dict[str, Any]] = []

@@ -1,0 +1,129 @@
+"""The placement benchmark's moving-window (KV cache) figures (bench/placement/kvfigures.py), from synthetic guest
+output in the format kvwindow.c and guest.sh print; and the workload itself, built and run briefly on this
+machine (it only maps and writes its own memory and reads /proc)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench/placement"
+sys.path.insert(0, str(BENCH))
+import kvfigures  # noqa: E402
+
+
+def kv(t: float, win: tuple[int, int, int], live: tuple[int, int, int] | None = None, appended: int = 0,
+       migrated: int = 0, up: int = 0, pp_up: int = 0, down: int = 0, pp_down: int = 0, promo: int = 0,
+       demo: int = 0) -> str:
+    """A window sample, and with ``live`` the full sample the second sampler printed right after it."""
+    w = " ".join(map(str, (*win, 0, 0, 0, 0, 0, 0)))
+    line = (f"PL:KV {t:.2f} q=0.010 win {w} seqs=16 appended={appended} vm pgmigrate_success={migrated} "
+            f"pgpromote_success=0 numa_hint_faults=0 n0 pgpromote_success={promo} pgdemote_kswapd={demo} "
+            "pgdemote_direct=0 pgdemote_khugepaged=0")
+    if live is None:
+        return line
+    lv = " ".join(map(str, (*live, 0, 0, 0, 0, 0, 0)))
+    return line + (f"\nPL:KVLIVE {t:.2f} q=0.500 live {lv} pp_up={pp_up} pp_down={pp_down} up={up} "
+                   f"down={down}")
+
+
+def output(lines: list[str], rc: int = 0, start: str = "before", written: float = 31.5) -> str:
+    return "\n".join([
+        f"PL:CONFIG nodeagent START {start} kernel=6.12.95", "PL:APPLY-RC 0", "PL:APPLIED seconds=9.0",
+        "PL:KVCONF seqs=16 append=8 window=4 prompt=16 burst=32 lifetime=240 duration=60 live_mib=1216",
+        "PL:TOUCHED t=20.00", "PL:T0 mono=100.00",
+        "PL:DSTAT mono=119.00 kd=0 scheme=0 action=migrate_cold sz_applied=0",
+        "PL:DSTAT mono=119.00 kd=1 scheme=0 action=migrate_hot sz_applied=0",
+        "PL:DSTAT mono=159.00 kd=0 scheme=0 action=migrate_cold sz_applied=104857600",
+        "PL:DSTAT mono=159.00 kd=1 scheme=0 action=migrate_hot sz_applied=52428800",
+        "PL:PHASE begin t=30.00", f"PL:PHASE written t={written} write_s={written - 30:.2f}",
+        *lines, "PL:END passes=10 tlb_flushes=3", f"PL:WORKLOAD-RC {rc}"])
+
+
+def test_a_run_reduces_to_the_moving_window_figures() -> None:
+    lines = [kv(10, (50, 0, 50)),
+             kv(20, (100, 0, 0), live=(500, 0, 500), appended=1000, migrated=100, up=10, down=20),
+             kv(30, (99, 1, 0), appended=2000),
+             kv(32, (70, 0, 30), appended=4000),
+             kv(35, (95, 0, 5), live=(480, 10, 510), appended=4500, up=30, pp_up=5, down=60, pp_down=2),
+             kv(45, (100, 0, 0), appended=5000),
+             kv(60, (98, 0, 2), live=(400, 0, 600), appended=6000, migrated=7600, up=40, pp_up=15, down=100,
+                pp_down=7, promo=2560, demo=512)]
+    run = kvfigures.parse(output(lines))
+    assert (run.config, run.start, run.t0_mono, run.phase_written, run.write_s) == \
+        ("nodeagent", "before", 100.0, 31.5, 1.5)
+    assert run.conf["seqs"] == "16" and len(run.samples) == 7 and len(run.lives) == 3
+    assert run.lives[0].live == (500, 0, 500, 0, 0, 0, 0, 0, 0) and run.lives[2].ctr["pp_up"] == 15
+    f = kvfigures.figures(run, 60)
+    assert f["ok"] and f["tail_samples"] == 6  # t >= 20: the last two thirds
+    assert (f["hot_median"], f["hot_lowest"]) == (98.5, 70.0)
+    assert f["hot_p10"] == pytest.approx(82.5, abs=0.05)  # half-way from 70 to 95: linear interpolation
+    assert f["recover_s"] == 3.5  # first >= 90 % at t = 35, prompts written at 31.5
+    assert f["churn"] == pytest.approx(7500 / 5000)  # migrated per appended page over [T/3, T]
+    assert f["stranded"] == 1.0 and f["stranded_win"] == 1.0
+    # page-level: (15 - 0) + (7 - 0) pages came back between the full samples at t = 20 and t = 60
+    assert f["pingpong_mib"] == round(22 * 4096 / 2**20, 1) and f["pingpong_ratio"] == pytest.approx(15 / 30, abs=1e-3)
+    # counters: P = 2560 pages + 50 MiB of migrate_hot, D = 512 pages + 100 MiB of migrate_cold
+    assert (f["promoted_mib"], f["demoted_mib"]) == (60.0, 102.0)
+    assert f["est_ratio"] == 1.0 and f["est_mib"] == 60.0
+
+
+def test_a_run_that_never_recovers_or_died_is_the_worst() -> None:
+    lines = [kv(20, (100, 0, 0)), kv(40, (50, 0, 50)), kv(60, (80, 0, 20))]
+    f = kvfigures.figures(kvfigures.parse(output(lines, rc=137)), 60)
+    assert not f["ok"] and f["recover_s"] is None
+    good = kvfigures.figures(kvfigures.parse(output([kv(20, (100, 0, 0), live=(9, 0, 1)), kv(40, (99, 0, 1)),
+                                                     kv(60, (100, 0, 0), live=(9, 0, 1))])), 60)
+    assert good["ok"] and good["recover_s"] == 8.5 and good["stranded"] == 0.0
+    w = kvfigures.worst([good, f])
+    assert (w["runs"], w["ok"], w["recover_s"], w["hot_lowest"], w["hot_median"]) == (2, False, None, 50.0, 80.0)
+    verdict = dict(kvfigures.judge(good))
+    assert verdict["hot window on DRAM >= 98 % (median)"] and not verdict["churn <= 1.5"]  # churn unknown: not met
+    table = kvfigures.table({("mid", "before", "nodeagent"): w}, ["mid"], ["before"], ["nodeagent"])
+    assert "| mid | before | nodeagent (incomplete) | 2 | 80 | " in table and "| never |" in table
+
+
+def test_percentile_is_linear_between_ranks() -> None:
+    assert kvfigures.percentile([], 10) is None
+    assert kvfigures.percentile([5.0], 10) == 5.0
+    assert kvfigures.percentile([float(x) for x in range(11)], 10) == 1.0
+    assert kvfigures.percentile([0.0, 100.0], 50) == 50.0
+
+
+def test_a_saved_kv_run_is_recomputed_without_a_guest(tmp_path: Path) -> None:
+    import run as placement_run
+
+    for i, low in ((1, 90), (2, 86)):
+        (tmp_path / f"kv-mid-nodeagent-after-{i}.txt").write_text(output(
+            [kv(20, (100, 0, 0), live=(9, 0, 1)), kv(31, (low, 0, 100 - low)), kv(32, (99, 0, 1)),
+             kv(60, (99, 0, 1), live=(9, 0, 1), appended=100, migrated=100)], start="after"))
+    assert placement_run.main(["--workload", "kv", "--from-dir", str(tmp_path)]) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert "| mid | after | nodeagent | 2 | 99 |" in table
+    assert "nodeagent, mid/after: hot window on DRAM >= 98 % (median): met" in table
+    assert ">= 85 % (lowest sample): met" in table and "churn <= 1.5: met" in table
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
+def test_the_workload_appends_moves_its_window_and_changes_phase(tmp_path: Path) -> None:
+    exe = tmp_path / "kvwindow"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-pthread", "-o", str(exe), str(BENCH / "kvwindow.c")],
+                   check=True)
+    proc = subprocess.run([str(exe), "seqs=4", "append=4", "window=1", "prompt=2", "burst=3", "lifetime=2",
+                           "duration=3", "interval=0.5", "full=2"], capture_output=True, text=True, timeout=60,
+                          env={"PL_TLB_REACH": "0"})
+    assert proc.returncode == 0, proc.stderr
+    run = kvfigures.parse(proc.stdout + "\nPL:WORKLOAD-RC 0\n")
+    assert run.conf["live_mib"] == "12" and len(run.samples) == 6 and run.phase_written is not None
+    # the windows hold 1 MiB (256 pages) of each of the 4 sequences (less while a new one's prompt is being written)
+    assert run.samples[0].win[0] == 4 * 256 and all(0 < sum(s.win) <= 4 * 256 for s in run.samples)
+    assert 2 <= len(run.lives) <= 3 and all(sum(x.live) >= 4 * 256 for x in run.lives)
+    assert run.samples[-1].ctr["appended"] > 2 * 3 * 256  # the burst's 2 x 3 MiB prompts, and decode
+    assert "PL:SEQ end" in proc.stdout and run.passes and run.passes > 0
+    assert kvfigures.parse("PL:KV garbage").samples == []
+    with pytest.raises(subprocess.CalledProcessError):
+        subprocess.run([str(exe), "seqs=0"], check=True, capture_output=True)
