@@ -226,7 +226,7 @@ def plan(ctx: Ctx, profile: str | None, detailed_exitcode: bool, allow_disruptiv
         return
     loaded = _load(profile)
     eng = ctx.engine()
-    f = eng.facts()
+    f = eng.facts(loaded)
     p = eng.plan(loaded, allow_disruptive=allow_disruptive, facts=f)
     ctx.emit(plan_text(p), p.to_dict())
     if p.blocked:

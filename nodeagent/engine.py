@@ -71,8 +71,8 @@ class Engine:
     def __post_init__(self) -> None:
         self.state = StateStore(self.host)
 
-    def facts(self) -> Facts:
-        return gather(self.host, planning=True)
+    def facts(self, loaded: LoadedProfile | None = None) -> Facts:
+        return gather(self.host, planning=True, profile=loaded)
 
     def context(self, allow_disruptive: bool = False) -> PlanContext:
         return PlanContext(allow_disruptive=allow_disruptive, state=self.state.load_all())
@@ -81,7 +81,7 @@ class Engine:
              scope: Collection[str] | None = None) -> Plan:
         """The plan; with ``scope`` (hot-plugged device names) only the changes that concern those devices
         (see :mod:`nodeagent.scope`)."""
-        plan = make_plan(loaded, facts or self.facts(), self.context(allow_disruptive))
+        plan = make_plan(loaded, facts or self.facts(loaded), self.context(allow_disruptive))
         if scope is not None:
             plan = restrict(plan, expand(self.host, scope))
         if self.state.warnings:
@@ -111,7 +111,7 @@ class Engine:
         them there).
         """
         if dry_run:
-            facts = self.facts()
+            facts = self.facts(loaded)
             report = self.checks(loaded, facts, skip_checks)
             plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
             if on_plan is not None:
@@ -119,7 +119,7 @@ class Engine:
             return Result(plan, dry_run=True, checks=report)
         self.require_root()
         with self.state.locked(self.lock_timeout):
-            facts = self.facts()
+            facts = self.facts(loaded)
             report = self.checks(loaded, facts, skip_checks)
             plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
             if on_plan is not None:
@@ -181,7 +181,7 @@ class Engine:
         ``scope`` for a scoped apply — what it left out is listed in its plan's warnings). Every change left is
         an error naming it and why: the kernel did not keep a value written, the change failed or was held back,
         or it appeared only once this apply's own changes were made (a decision the plan should have foreseen)."""
-        after = make_plan(loaded, self.facts(), self.context(allow_disruptive))
+        after = make_plan(loaded, self.facts(loaded), self.context(allow_disruptive))
         if scope is not None:
             after = restrict(after, expand(self.host, scope))
         by_target = {o.change.target: o for o in outcomes}

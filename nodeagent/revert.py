@@ -94,8 +94,15 @@ def _forget_damon(ownership: dict[str, Any], target: str) -> None:
     ownership.pop("damon", None)
 
 
+def _plan_cxl_region(host: Host, facts: Facts, target: str, rec: dict[str, Any]) -> list[Change]:
+    from .resources.cxl_region.revert import plan_revert as plan_cxl_region
+
+    return plan_cxl_region(host, facts, target, rec)
+
+
 KINDS: dict[str, RevertKind] = {"knob": RevertKind(_plan_knob), "dax": RevertKind(_plan_dax),
-                                "damon": RevertKind(_plan_damon, forget=_forget_damon)}
+                                "damon": RevertKind(_plan_damon, forget=_forget_damon),
+                                "cxl_region": RevertKind(_plan_cxl_region)}
 #: Revert runs the kinds in the reverse of their apply order.
 _ORDER = {kind: -i for i, kind in enumerate(BY_KIND)}
 _OF = "revert_of"  # the originals target a revert change belongs to (in its data)

@@ -167,7 +167,7 @@ def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None
         if last.get("profile_digest") and last["profile_digest"] != loaded.digest:
             notes.append(f"{loaded.path} differs from the profile last applied here ({last.get('profile')!r}, "
                          f"{str(last.get('time', '?'))}): drift is measured against {loaded.path}")
-    facts = engine.facts()
+    facts = engine.facts(loaded)
     plan = engine.plan(loaded, facts=facts)
     open_items = engine.state.load(STATE_FILE).get("items", {})
     items = []

@@ -21,6 +21,9 @@ from .tree import RO, RW, WO
 BUS = "/sys/bus/cxl"
 DEV = f"{BUS}/devices"
 ROOT = "/sys/devices/platform/ACPI0017:00/root0"
+#: Where a rule's attribute is: through the bus's links (``/sys/bus/cxl/devices/region0/commit``) or where they
+#: lead (``/sys/devices/platform/ACPI0017:00/root0/decoder0.0/region0/commit``) — the kernel takes both spellings.
+AT = rf"(?:{DEV}|/sys/devices/platform/ACPI0017:[0-9]+/root[0-9]+(?:/[a-z]+[0-9.]+)*)"
 MiB256 = 256 * 1024**2
 NO_ADDR = 2**64 - 1
 WAYS = (1, 2, 3, 4, 6, 8, 12, 16)

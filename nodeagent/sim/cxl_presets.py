@@ -58,7 +58,7 @@ BUSES: dict[str, tuple[simcxl.CxlDef, Callable[[SimKernel], None] | None]] = {}
 def _qemu_cxl() -> Preset:
     base = _qemu_3node()
     return replace(base, name="qemu-cxl", description="the real-kernel CXL guest: two 256 MiB memdevs, no region",
-                   dax=(), cmdline="console=ttyS0", hostname="qemu-cxl",
+                   dax=(), cmdline="console=ttyS0", hostname="qemu-cxl", daxctl=True,  # the guest has ndctl 76.1
                    # -cpu max,hypervisor=off: no hypervisor CPUID bit (else a region commit fails)
                    cpu_flags=tuple(f for f in base.cpu_flags if f != "hypervisor"), hypervisor=None)
 
