@@ -50,7 +50,8 @@ class Pool:
         return cls(nxt, {int(r.name[6:]) for r in cxl.regions} | set(nxt.values()))
 
     def take(self, root: str) -> int:
-        rid = self.next.get(root, min(set(range(len(self.used) + 1)) - self.used))
+        rid = self.next[root] if root in self.next else min(set(range(len(self.used) + 1)) - self.used)
+        self.used.add(rid)
         i = 0
         while i in self.used:
             i += 1
@@ -74,8 +75,8 @@ class Window:
     taken: list[tuple[int, int]] = field(default_factory=list)  # (start, size) of regions in it
 
     def place(self, size: int) -> int | None:
-        """The lowest free start for ``size`` bytes (aligned to 256 MiB × the region's... as the kernel's
-        allocator takes the first fit), or None when the window has no such gap."""
+        """The lowest free start for ``size`` bytes (the kernel's HPA allocator takes the first fit), or None
+        when the window has no such gap."""
         start = self.decoder.start or 0
         end = start + (self.decoder.size or 0)
         at = start
@@ -463,6 +464,18 @@ def plan(loaded: LoadedProfile, facts: Facts, owned: dict[str, Any], allow_disru
                 f"memory.cxl.regions rule {rule.name!r}") for p in c.problems) and not rule.memdevs.without_region:
             c.warnings.append(f"memory.cxl.regions rule {rule.name!r} ({_where(c, i)}) selects no memdev "
                               f"({_inventory(cxl)})")
+    on_node = {m.serial for m in cxl.memdevs}
+    index = {r.name: i for i, r in enumerate(rules)}
+    for rec in c.owned.values():
+        gone = [int(s) for s in rec.get("serials", ()) if int(s) not in on_node]
+        if gone and rec.get("rule") in index:
+            i = index[rec["rule"]]
+            _problem(c, i, rules[i], target([int(s) for s in rec["serials"]]),
+                     f"nodeagent made {rec.get('region', 'a region')} over serial(s) "
+                     f"{', '.join(f'{int(s):#x}' for s in rec['serials'])}, but {', '.join(f'{s:#x}' for s in gone)} "
+                     f"is not on this node ({_inventory(cxl)}), so the region is not made again",
+                     "if the memdev is still probing, apply again (the boot unit waits for it: --wait-memdevs); if "
+                     "it was removed for good, `nodeagent revert` that region's target to forget it", "memdevs")
     onl = [ch.target for ch in c.changes if ch.op == "online"]
     if onl and dax_facts(facts).daxctl is None:
         c.problems.append(Problem(KIND, "daxctl", "daxctl is not installed on this node, and onlining "
