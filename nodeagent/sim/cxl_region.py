@@ -26,8 +26,8 @@ Layout and behaviour as captured on a real 6.12 guest (QEMU 10, two cxl-type3 me
   ``auto_online_blocks`` says. ``commit=0`` releases the region driver (the DAX device goes) and resets the
   decoders.
 - ``delete_region`` (ENODEV for a name that is not a region of this window) tears the region down whatever its
-  state. Where the kernel would strand online memory (kmem losing a device with online blocks) the simulator
-  refuses with EBUSY, as ``sim.dax`` does.
+  state. kmem lets a device go whose blocks are all offline (they are removed); where the kernel would strand
+  online memory (kmem losing a device with online blocks) the simulator refuses with EBUSY, as ``sim.dax`` does.
 """
 
 from __future__ import annotations
@@ -434,7 +434,9 @@ def _unbind_region(k: SimKernel, region: str) -> None:
     base = _path(k, region)
     name = f"dax{info['id']}.0"
     if k.tree.local(f"{simdax.BUS}/devices/{name}").is_symlink():
-        simdax.unplug(k, name)  # EBUSY while kmem has it (the kernel would strand its memory)
+        if simdax.driver_of(k, name) == "kmem":  # kmem lets the range go when its blocks are offline (removed);
+            simdax.hot_remove(k, name)  # EBUSY while one is online (the kernel would strand that memory)
+        simdax.unplug(k, name)
     dreg = f"{base}/dax_region{info['id']}"
     if k.tree.exists(dreg):
         k.tree.remove_tree(dreg)
