@@ -27,6 +27,7 @@ from worlds import (
     CXL_TEARDOWN,
     Outcome,
     assert_same,
+    cxl_preset,
     cxl_shape,
     dump_summary,
     run_guest,
@@ -44,9 +45,8 @@ SERIALS = {"mem0": 0x4C454F0002, "mem1": 0x4C454F0001}
 
 
 def preset_for(facts_doc: dict) -> str:
-    """The qemu-cxl preset in the probe order the guest had (cxl_pci probes the two memdevs in either order)."""
-    first = next(m["serial"] for m in facts_doc["sections"]["cxl"]["memdevs"] if m["name"] == "mem0")
-    return "qemu-cxl" if first == SERIALS["mem0"] else "qemu-cxl-rp0first"
+    """The qemu-cxl preset in the probe order the guest had (memdevs and endpoints each probe in either order)."""
+    return cxl_preset(facts_doc)
 
 
 def _sim_root(tmp: Path, name: str, preset: str = "qemu-cxl") -> Path:

@@ -17,7 +17,19 @@ from typing import Any
 
 import harness
 import pytest
-from worlds import CXL_MODULES, Agent, Dump, Outcome, Setup, assert_same, cxl_shape, dump_summary, run_guest, run_sim
+from worlds import (
+    CXL_MODULES,
+    Agent,
+    Dump,
+    Outcome,
+    Setup,
+    assert_same,
+    cxl_preset,
+    cxl_shape,
+    dump_summary,
+    run_guest,
+    run_sim,
+)
 
 from nodeagent.facts.cxl import from_dict
 from nodeagent.sim import create
@@ -55,9 +67,8 @@ def boot2(state_b64: str) -> list[Any]:
 
 
 def preset_for(facts_doc: dict) -> str:
-    """The qemu-cxl preset in the probe order this boot had (cxl_pci probes the two memdevs in either order)."""
-    first = next(m["serial"] for m in facts_doc["sections"]["cxl"]["memdevs"] if m["name"] == "mem0")
-    return "qemu-cxl" if first == 0x4C454F0002 else "qemu-cxl-rp0first"
+    """The qemu-cxl preset in the probe order this boot had (memdevs and endpoints each probe in either order)."""
+    return cxl_preset(facts_doc)
 
 
 def _root(tmp: Path, name: str, preset: str) -> Path:

@@ -151,11 +151,12 @@ def test_drift_reports_a_region_that_is_gone(tmp_path: Path) -> None:
 
 # -- the boot apply and hot-plug -------------------------------------------------------------------------------
 
-def test_after_a_reboot_in_the_other_probe_order_the_regions_come_back_by_serial(tmp_path: Path) -> None:
+@pytest.mark.parametrize("again", ["qemu-cxl-rp0first", "qemu-cxl-ep-swapped", "qemu-cxl-rp0first-ep-swapped"])
+def test_after_a_reboot_in_the_other_probe_order_the_regions_come_back_by_serial(tmp_path: Path, again: str) -> None:
     first = node(tmp_path, "qemu-cxl", "boot1")
     p = profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n")
     apply(first, p)
-    second = node(tmp_path, "qemu-cxl-rp0first", "boot2")  # mem0 is the other memdev now
+    second = node(tmp_path, again, "boot2")  # mem0, or endpoint2, is the other memdev's now
     shutil.copytree(first / "var/lib/nodeagent", second / "var/lib/nodeagent", dirs_exist_ok=True)
     assert wait_for_memdevs(open_host(second), load_profile(p), json.loads(
         (second / "var/lib/nodeagent/ownership.json").read_text()), 5) == (set(), pytest.approx(0, abs=2))
