@@ -149,6 +149,25 @@ def test_drift_reports_a_region_that_is_gone(tmp_path: Path) -> None:
     assert [(i.resource, i.target) for i in report.items] == [("cxl_region", f"region@{S1:#x}")]
 
 
+def test_drift_reports_a_region_nodeagent_made_that_was_made_again_differently(tmp_path: Path) -> None:
+    from nodeagent.drift import detect
+    from nodeagent.sim.cxl import create_region
+
+    root = node(tmp_path)
+    p = profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n", dax="")
+    apply(root, p)
+    k = SimKernel(root)
+    for path, value in (("/sys/bus/cxl/devices/region0/commit", "0"), ("/sys/bus/cxl/devices/region0/target0", ""),
+                        ("/sys/bus/cxl/devices/region0/size", "0"), ("/sys/bus/cxl/devices/decoder3.0/dpa_size", "0"),
+                        ("/sys/bus/cxl/devices/decoder0.0/delete_region", "region0")):
+        k.write(path, value)
+    create_region(k, "decoder0.0", ["decoder3.0"], 256 << 20, granularity=4096)  # by hand, another granularity
+    report = detect(Engine(open_host(root)), load_profile(p))
+    assert {(i.resource, i.target) for i in report.items} == {("cxl_region", f"region@{S1:#x}")}  # rebuild
+    (change,) = [c for c in plan(root, p).changes if c.op == "delete"]
+    assert "4096B" in change.before_label and change.disruptive is False  # its DAX memory is not online
+
+
 # -- the boot apply and hot-plug -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("again", ["qemu-cxl-rp0first", "qemu-cxl-ep-swapped", "qemu-cxl-rp0first-ep-swapped"])

@@ -238,9 +238,10 @@ def plan_set(c: Ctx, i: int, rule: Any, members: list[Memdev]) -> None:
                      "load cxl_mem (`modprobe cxl_mem`); `dmesg | grep cxl` says why a probe failed", "memdevs")
             return
     regions = {r.name: r for m in members if (r := region_of(cxl, m)) is not None}
-    want_gran = rule.granularity
     if len(regions) == 1:
         (r,) = regions.values()
+        root = cxl.decoder(r.root_decoder)
+        want_gran = rule.granularity or (root.interleave_granularity if root else None)  # absent: the window's
         same = (r.memdevs == names and r.interleave_ways == len(members) and r.type == "ram" and r.committed
                 and (want_gran is None or r.interleave_granularity == want_gran))
         if same:
