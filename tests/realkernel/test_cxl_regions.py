@@ -10,9 +10,7 @@ Cost: two boots of the ``cxl`` layout (QEMU 10, TCG), ~2-4 min in all on 2 share
 from __future__ import annotations
 
 import json
-import os
 import shutil
-from pathlib import Path
 from typing import Any
 
 import harness
@@ -26,13 +24,13 @@ from worlds import (
     assert_same,
     cxl_preset,
     cxl_shape,
+    cxl_sim_root,
     dump_summary,
     run_guest,
     run_sim,
 )
 
 from nodeagent.facts.cxl import from_dict
-from nodeagent.sim import create
 
 PROFILE = harness.REPO_ROOT / "profiles" / "cxl-inference.yaml"
 APPLY = f"apply --yes --skip-checks all {PROFILE}"  # the guest's virtual CPU and disk fail the profile's checks
@@ -71,31 +69,16 @@ def preset_for(facts_doc: dict) -> str:
     return cxl_preset(facts_doc)
 
 
-def _root(tmp: Path, name: str, preset: str) -> Path:
-    base = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else tmp
-    root = base / f"nodeagent-rkcxlr-{os.getpid()}-{name}"
-    if root.exists():
-        shutil.rmtree(root)
-    return create(root, preset)
-
-
 @pytest.fixture(scope="module")
-def worlds(guest: harness.Guest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    if not harness.venv_python().exists():
-        pytest.skip(f"realkernel: no project virtualenv at {harness.venv_python()} (run make test)")
-    try:
-        harness.ensure_qemu(harness.LAYOUTS["cxl"].qemu_min, guest.assets.cache_dir)
-    except harness.HarnessUnavailable as exc:
-        from conftest import _skip
-
-        _skip(f"the CXL scenario needs QEMU >= 8 (cxl-type3 volatile-memdev=): {exc}")
+def worlds(cxl_guest: harness.Guest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    guest = cxl_guest
     tmp = tmp_path_factory.mktemp("cxlr")
     real1, res1 = run_guest(guest, BOOT1, label="cxl-regions-boot1", layout="cxl", timeout=600)
     assert real1["state"].rc == 0, real1["state"].stderr
     real2, res2 = run_guest(guest, boot2(real1["state"].stdout.strip()), label="cxl-regions-boot2", layout="cxl",
                             timeout=600)
-    root1 = _root(tmp, "boot1", preset_for(real1["facts-bare"].doc()))
-    root2 = _root(tmp, "boot2", preset_for(real2["facts-boot"].doc()))
+    root1 = cxl_sim_root(tmp, "regions-boot1", preset_for(real1["facts-bare"].doc()))
+    root2 = cxl_sim_root(tmp, "regions-boot2", preset_for(real2["facts-boot"].doc()))
     try:
         sim1 = run_sim(root1, BOOT1[:-1])
         shutil.copytree(root1 / STATE.lstrip("/"), root2 / STATE.lstrip("/"), dirs_exist_ok=True)

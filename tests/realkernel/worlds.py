@@ -380,6 +380,19 @@ def cxl_preset(facts_doc: dict[str, Any]) -> str:
     return base if ep2 == "mem0" else f"{base}-ep-swapped"
 
 
+def cxl_sim_root(tmp: Path, name: str, preset: str) -> Path:
+    """A fresh simulated CXL node (in /dev/shm where it can be: its many small files are faster there)."""
+    import shutil
+
+    from nodeagent.sim import create
+
+    base = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else tmp
+    root = base / f"nodeagent-rkcxl-{os.getpid()}-{name}"
+    if root.exists():
+        shutil.rmtree(root)
+    return create(root, preset)
+
+
 def cxl_shape(doc: dict[str, Any]) -> dict[str, Any]:
     """What must agree between the worlds in a ``nodeagent --format json facts`` document: the whole ``cxl``
     section but where cxl-cli is installed (the guest has it, the simulator not), the CXL-backed DAX devices,

@@ -96,6 +96,16 @@ def test_an_interleave_set_by_serial_in_position_order(tmp_path: Path) -> None:
     assert plan(root, p).changes == ()
 
 
+def tear_down_region0(root: Path) -> SimKernel:
+    """Someone else tears region0 (mem1's, decoder3.0) down, in the kernel's order."""
+    k = SimKernel(root)
+    for path, value in (("/sys/bus/cxl/devices/region0/commit", "0"), ("/sys/bus/cxl/devices/region0/target0", ""),
+                        ("/sys/bus/cxl/devices/region0/size", "0"), ("/sys/bus/cxl/devices/decoder3.0/dpa_size", "0"),
+                        ("/sys/bus/cxl/devices/decoder0.0/delete_region", "region0")):
+        k.write(path, value)
+    return k
+
+
 # -- rebuilds, revert, drift ---------------------------------------------------------------------------------
 
 def test_a_differing_region_is_a_disruptive_rebuild_torn_down_in_the_kernels_order(tmp_path: Path) -> None:
@@ -140,11 +150,7 @@ def test_drift_reports_a_region_that_is_gone(tmp_path: Path) -> None:
     root = node(tmp_path)
     p = profile(tmp_path, f"- {{name: one, memdevs: {{serials: [{S1:#x}]}}}}\n", dax="")
     apply(root, p)
-    k = SimKernel(root)
-    for path, value in (("/sys/bus/cxl/devices/region0/commit", "0"), ("/sys/bus/cxl/devices/region0/target0", ""),
-                        ("/sys/bus/cxl/devices/region0/size", "0"), ("/sys/bus/cxl/devices/decoder3.0/dpa_size", "0"),
-                        ("/sys/bus/cxl/devices/decoder0.0/delete_region", "region0")):
-        k.write(path, value)
+    tear_down_region0(root)
     report = detect(Engine(open_host(root)), load_profile(p))
     assert [(i.resource, i.target) for i in report.items] == [("cxl_region", f"region@{S1:#x}")]
 
@@ -156,11 +162,7 @@ def test_drift_reports_a_region_nodeagent_made_that_was_made_again_differently(t
     root = node(tmp_path)
     p = profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n", dax="")
     apply(root, p)
-    k = SimKernel(root)
-    for path, value in (("/sys/bus/cxl/devices/region0/commit", "0"), ("/sys/bus/cxl/devices/region0/target0", ""),
-                        ("/sys/bus/cxl/devices/region0/size", "0"), ("/sys/bus/cxl/devices/decoder3.0/dpa_size", "0"),
-                        ("/sys/bus/cxl/devices/decoder0.0/delete_region", "region0")):
-        k.write(path, value)
+    k = tear_down_region0(root)
     create_region(k, "decoder0.0", ["decoder3.0"], 256 << 20, granularity=4096)  # by hand, another granularity
     report = detect(Engine(open_host(root)), load_profile(p))
     assert {(i.resource, i.target) for i in report.items} == {("cxl_region", f"region@{S1:#x}")}  # rebuild
