@@ -55,6 +55,10 @@ class CxlRegionResource:
         out = ResourcePlan()
         if not rules_of(loaded):
             return out
+        if "cxl" not in facts.sections:  # facts gathered for another profile, or saved by an older nodeagent
+            out.warnings.append("memory.cxl.regions: these facts have no CXL bus section, so no region is planned "
+                                "(gather them again for this profile)")
+            return out
         from .plan import plan
 
         policy = projection_of(loaded, facts, ctx).knob("memory.auto_online_blocks")
