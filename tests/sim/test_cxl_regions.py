@@ -79,6 +79,22 @@ def test_every_bare_memdev_gets_a_ram_region_online_movable_and_a_second_plan_is
     assert sorted(owned) == [f"{S1:#x}", f"{S2:#x}"] and owned[f"{S1:#x}"]["rule"] == "each"
 
 
+def test_memdevs_without_serials_are_known_by_their_pci_function(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    for mem in ("mem0", "mem1"):  # QEMU without sn=, or a device without a Device Serial Number: serial 0
+        _edit(root, f"/sys/bus/cxl/devices/{mem}/serial", "0x0")
+    p = profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n")
+    first = plan(root, p)
+    assert [c.target for c in first.changes if c.op == "create"] == ["region@pci:0000:0d:00.0",
+                                                                     "region@pci:0000:0e:00.0"]
+    assert sum("knows it by its PCI function" in w for w in first.warnings) == 2
+    result = apply(root, p)
+    assert result.status == "converged", result.verify_errors
+    from nodeagent.facts import gather
+
+    assert len(cxl_of(gather(open_host(root))).regions) == 2 and plan(root, p).changes == ()
+
+
 def test_the_shipped_profiles_change_nothing_where_the_regions_exist(tmp_path: Path) -> None:
     root = node(tmp_path, "h100-cxl-committed")
     for name in ("cxl-inference", "cxl-kv-pool"):

@@ -76,9 +76,11 @@ class CxlRegionResource:
         what it was (revert cannot make it again: it says so)."""
         if change.op == "create":
             return change.target, {"kind": KIND, "path": change.path,
-                                   "value": {"region": None, "serials": list(change.detail("serials", ()))}}
+                                   "value": {"region": None, "serials": list(change.detail("serials", ())),
+                                             "members": list(change.detail("idents", ()))}}
         if change.op == "delete":
             return change.target, {"kind": KIND, "path": change.path,
                                    "value": {"region": change.before_label,
-                                             "serials": list(change.detail("serials", ()))}}
+                                             "serials": list(change.detail("serials", ())),
+                                             "members": list(change.detail("idents", ()))}}
         return None

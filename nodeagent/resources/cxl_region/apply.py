@@ -24,7 +24,7 @@ from ...facts.cxl import read as read_cxl
 from ...host import Host
 from ...plan import Change
 from ..base import ApplyContext
-from .names import CXL, KIND, key
+from .names import CXL, KIND, ident, key
 
 BUS = "/sys/bus/cxl"
 #: How long dax_cxl may take to expose the region's DAX device (and kmem to take it) after the bind.
@@ -33,16 +33,17 @@ SCRATCH = "cxl_region:dax:"  # + set key → the DAX device the region got
 
 
 def _memdevs_now(host: Host, change: Change) -> dict[str, str]:
-    """``{memdev: endpoint}`` of the change's serials as the node names them now (refused if they moved)."""
+    """``{memdev: endpoint}`` of the change's memdevs (by identity) as the node names them now (refused if they
+    moved)."""
     facts = read_cxl(host)
     out = {}
-    for name, serial in zip(change.detail("memdevs", ()), change.detail("serials", ()), strict=True):
-        m = next((x for x in facts.memdevs if x.serial == serial), None)
+    for name, who in zip(change.detail("memdevs", ()), change.detail("idents", ()), strict=True):
+        m = next((x for x in facts.memdevs if ident(x, facts.memdevs) == who), None)
         if m is None:
-            raise MissingError(f"{change.target}: memdev serial {serial:#x} is gone since the plan was made",
+            raise MissingError(f"{change.target}: memdev {who} is gone since the plan was made",
                                hint="run `nodeagent plan` again")
         if m.name != name:
-            raise HostError(f"{change.target}: serial {serial:#x} is {m.name} now, {name} when the plan was made "
+            raise HostError(f"{change.target}: {who} is {m.name} now, {name} when the plan was made "
                             "(the memdevs probed again); nothing was done", hint="run `nodeagent plan` again")
         out[name] = m.endpoint or ""
     return out
@@ -81,7 +82,7 @@ def create(host: Host, change: Change, actx: ApplyContext) -> str:
                         "made was torn down again", path=exc.path, hint="see `dmesg | grep cxl` for the kernel's "
                         "reason") from None
     dax = _wait_dax(host, name)
-    actx.scratch[SCRATCH + key(change.detail("serials"))] = dax
+    actx.scratch[SCRATCH + key(change.detail("idents"))] = dax
     _own(actx, change, name)
     return (f"{name} committed: {change.after_label}; {dax} ({_driver(host, dax) or 'no driver'}) in "
             f"{time.monotonic() - start:.1f}s")
@@ -119,8 +120,9 @@ def _own(actx: ApplyContext, change: Change, region: str) -> None:
     if actx.state is None:
         return
     owned = actx.state.load("ownership.json")
-    owned.setdefault(KIND, {})[key(change.detail("serials"))] = {
-        "serials": list(change.detail("serials")), "ways": change.detail("ways"),
+    owned.setdefault(KIND, {})[key(change.detail("idents"))] = {
+        "members": list(change.detail("idents")), "serials": list(change.detail("serials")),
+        "ways": change.detail("ways"),
         "granularity": change.detail("granularity"), "rule": change.detail("rule"), "region": region,
         "root": change.detail("root"), "time": time.strftime("%FT%TZ", time.gmtime())}
     actx.state.save("ownership.json", owned)
@@ -170,7 +172,7 @@ def _disown(actx: ApplyContext, change: Change) -> None:
     if actx.state is None:
         return
     owned = actx.state.load("ownership.json")
-    if owned.get(KIND, {}).pop(key(change.detail("serials")), None) is not None:
+    if owned.get(KIND, {}).pop(key(change.detail("idents")), None) is not None:
         actx.state.save("ownership.json", owned)
 
 

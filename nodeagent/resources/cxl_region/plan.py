@@ -28,7 +28,7 @@ from ...facts.dax import DaxDevice
 from ...facts.dax import from_facts as dax_facts
 from ...plan import Change, Problem
 from ...units import format_size
-from .names import CXL, KIND, key, rules_of, target
+from .names import CXL, KIND, ident, key, rules_of, target
 
 if TYPE_CHECKING:
     from ...profile import LoadedProfile
@@ -134,6 +134,13 @@ class Ctx:
     unchanged: list[str] = field(default_factory=list)
     planned_dax: list[DaxDevice] = field(default_factory=list)
 
+    def ident(self, m: Memdev) -> str:
+        return ident(m, self.cxl.memdevs)
+
+    def ident_of(self, memdev: str) -> str:
+        m = self.cxl.memdev(memdev)
+        return self.ident(m) if m is not None else memdev
+
 
 def _where(c: Ctx, i: int, *sub: str | int) -> str:
     return c.loaded.where("memory", "cxl", "regions", i, *sub)
@@ -194,16 +201,17 @@ def select(c: Ctx, i: int, rule: Any, claimed: set[str]) -> list[list[Memdev]]:
             c.warnings.append(f"memory.cxl.regions rule {rule.name!r} ({_where(c, i, 'memdevs')}): no memdev behind "
                               f"{', '.join(missing)} ({_inventory(cxl)})")
     else:  # without_region: memdevs no region uses, and those of regions this rule made before (ownership)
-        mine = {s for rec in c.owned.values() if rec.get("rule") == rule.name for s in rec.get("serials", ())}
+        mine = {x for rec in c.owned.values() if rec.get("rule") == rule.name for x in _members(rec)}
         cands = [m for m in cxl.memdevs if m.name not in claimed
-                 and (region_of(cxl, m) is None or (m.serial in mine and _owned_region(c, region_of(cxl, m))))]
-    cands.sort(key=lambda m: (m.serial if m.serial is not None else -1, m.name))
+                 and (region_of(cxl, m) is None or (c.ident(m) in mine and _owned_region(c, region_of(cxl, m))))]
+    # in the order of what identifies them across boots (serial, else PCI function), never of memN
+    cands.sort(key=lambda m: (0, m.serial, "") if c.ident(m).startswith("0x") else (1, 0, c.ident(m)))
     if rule.ways == 1:
         return [[m] for m in cands]
     sets = [cands[k:k + rule.ways] for k in range(0, len(cands) - len(cands) % rule.ways, rule.ways)]
     left = cands[len(sets) * rule.ways:]
     if left:
-        _problem(c, i, rule, target([m.serial or 0 for m in left]),
+        _problem(c, i, rule, target([c.ident(m) for m in left]),
                  f"{', '.join(_label(m) for m in left)} left over: ways {rule.ways} needs {rule.ways} memdevs per "
                  "region, and a half interleave set is not built", "add the missing memdevs, or give them a rule of "
                  "their own (ways: 1)", "ways")
@@ -213,8 +221,12 @@ def select(c: Ctx, i: int, rule: Any, claimed: set[str]) -> list[list[Memdev]]:
 def _owned_region(c: Ctx, r: Region | None) -> bool:
     if r is None:
         return False
-    serials = [_serial_of(c.cxl, n) for n in r.memdevs]
-    return key([s or 0 for s in serials]) in c.owned
+    return key([c.ident_of(n) for n in r.memdevs]) in c.owned
+
+
+def _members(rec: dict[str, Any]) -> list[str]:
+    """The identities of an ownership record's memdevs."""
+    return list(rec.get("members") or [f"{int(s):#x}" for s in rec.get("serials", ())])
 
 
 def _serial_of(cxl: CxlFacts, memdev: str) -> int | None:
@@ -226,13 +238,13 @@ def _serial_of(cxl: CxlFacts, memdev: str) -> int | None:
 
 def plan_set(c: Ctx, i: int, rule: Any, members: list[Memdev]) -> None:
     cxl = c.cxl
-    serials = [m.serial or 0 for m in members]
-    tgt = target(serials)
+    tgt = target([c.ident(m) for m in members])
     names = [m.name for m in members]
     for m in members:
         if m.serial in (None, 0) or sum(1 for o in cxl.memdevs if o.serial == m.serial) > 1:
             c.warnings.append(f"{_label(m)}: its serial does not tell it apart from the other memdevs, so nodeagent "
-                              "recognises its region after a reboot only by the rule that selects it")
+                              f"knows it by its PCI function ({c.ident(m)}): moved to another slot, it is another "
+                              "memdev")
         if m.endpoint is None:
             _problem(c, i, rule, tgt, f"{_label(m)} has no CXL endpoint (cxl_mem did not attach it)",
                      "load cxl_mem (`modprobe cxl_mem`); `dmesg | grep cxl` says why a probe failed", "memdevs")
@@ -272,6 +284,7 @@ def plan_teardown(c: Ctx, r: Region, why: str) -> None:
     devs = [d for d in dax.devices if d.name in r.dax_devices]
     online = sum(d.blocks_online for d in devs)
     serials = [_serial_of(c.cxl, n) or 0 for n in r.memdevs]
+    idents = [c.ident_of(n) for n in r.memdevs]
     decoders = [t for t in r.targets if t]
     reason = f"{why}; {r.name} is {region_label(r)}"
     if online:
@@ -281,10 +294,10 @@ def plan_teardown(c: Ctx, r: Region, why: str) -> None:
         reason += "; not done without --allow-disruptive"
     dpa = {d.name: d for d in c.cxl.decoders if d.name in decoders}
     c.changes.append(Change(
-        KIND, target(serials), "delete", region_label(r), "none", reason=reason, disruptive=bool(online),
+        KIND, target(idents), "delete", region_label(r), "none", reason=reason, disruptive=bool(online),
         path=f"{CXL}/{r.name}", before_label=region_label(r), after_label="no region",
         data=(("region", r.name), ("root", r.root_decoder), ("memdevs", tuple(r.memdevs)),
-              ("serials", tuple(serials)), ("decoders", tuple(decoders)),
+              ("serials", tuple(serials)), ("idents", tuple(idents)), ("decoders", tuple(decoders)),
               ("dax", tuple((d.name, d.blocks_online, dict(d.zones), d.mode) for d in devs)),
               ("dpa", tuple(sorted((n, d.dpa_size or 0) for n, d in dpa.items()))),
               ("committed", r.committed))))
@@ -397,12 +410,13 @@ def plan_create(c: Ctx, i: int, rule: Any, members: list[Memdev], tgt: str) -> N
     rid = c.pool.take(w.decoder.name)
     region = f"region{rid}"
     serials = [m.serial or 0 for m in order]
-    tgt = target(serials)
+    idents = [c.ident(m) for m in order]
+    tgt = target(idents)
     after = (f"ram x{len(order)} {gran}B over {', '.join(_label(m) for m in order)}, {format_size(size)} in "
              f"{w.decoder.name}" + (f" (node {w.node})" if w.node is not None else ""))
     data = (("rule", rule.name), ("root", w.decoder.name), ("region", region), ("ways", len(order)),
             ("granularity", gran), ("size", size), ("dpa_size", dpa),
-            ("memdevs", tuple(m.name for m in order)), ("serials", tuple(serials)),
+            ("memdevs", tuple(m.name for m in order)), ("serials", tuple(serials)), ("idents", tuple(idents)),
             ("decoders", tuple(dec_of[m.name] for m in order)), ("requires", ("memory.auto_online_blocks",)))
     c.changes.append(Change(KIND, tgt, "create", "no region", after, reason=f"rule {rule.name}",
                             path=f"{CXL}/{w.decoder.name}/create_ram_region", before_label="no region",
@@ -435,9 +449,9 @@ def _online_change(c: Ctx, dev: DaxDevice, tgt: str, data: tuple) -> Change | No
     got = diff_device(rule, dev)
     if not isinstance(got, Change):
         return None
-    keep = tuple(kv for kv in data if kv[0] in ("memdevs", "serials", "region"))
+    keep = tuple(kv for kv in data if kv[0] in ("memdevs", "serials", "idents", "region"))
     return replace(got, kind=KIND, op="online", target=dev.name, reason=f"{got.reason}; once {tgt} is committed",
-                   data=(*got.data, *keep, ("region_key", key(dict(keep)["serials"])), ("planned", True)))
+                   data=(*got.data, *keep, ("region_key", key(dict(keep)["idents"])), ("planned", True)))
 
 
 def plan(loaded: LoadedProfile, facts: Facts, owned: dict[str, Any], allow_disruptive: bool,
@@ -465,16 +479,16 @@ def plan(loaded: LoadedProfile, facts: Facts, owned: dict[str, Any], allow_disru
                 f"memory.cxl.regions rule {rule.name!r}") for p in c.problems) and not rule.memdevs.without_region:
             c.warnings.append(f"memory.cxl.regions rule {rule.name!r} ({_where(c, i)}) selects no memdev "
                               f"({_inventory(cxl)})")
-    on_node = {m.serial for m in cxl.memdevs}
+    on_node = {c.ident(m) for m in cxl.memdevs}
     index = {r.name: i for i, r in enumerate(rules)}
     for rec in c.owned.values():
-        gone = [int(s) for s in rec.get("serials", ()) if int(s) not in on_node]
+        members = _members(rec)
+        gone = [x for x in members if x not in on_node]
         if gone and rec.get("rule") in index:
             i = index[rec["rule"]]
-            _problem(c, i, rules[i], target([int(s) for s in rec["serials"]]),
-                     f"nodeagent made {rec.get('region', 'a region')} over serial(s) "
-                     f"{', '.join(f'{int(s):#x}' for s in rec['serials'])}, but {', '.join(f'{s:#x}' for s in gone)} "
-                     f"is not on this node ({_inventory(cxl)}), so the region is not made again",
+            _problem(c, i, rules[i], target(members),
+                     f"nodeagent made {rec.get('region', 'a region')} over {', '.join(members)}, but "
+                     f"{', '.join(gone)} is not on this node ({_inventory(cxl)}), so the region is not made again",
                      "if the memdev is still probing, apply again (the boot unit waits for it: --wait-memdevs); if "
                      "it was removed for good, `nodeagent revert` that region's target to forget it", "memdevs")
     onl = [ch.target for ch in c.changes if ch.op == "online"]

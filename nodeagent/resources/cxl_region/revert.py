@@ -9,7 +9,7 @@ from ...facts import Facts
 from ...facts.cxl import read as read_cxl
 from ...host import Host
 from ...plan import Change
-from .names import KIND
+from .names import KIND, ident
 from .plan import Ctx, Pool, plan_teardown, windows
 
 
@@ -22,8 +22,9 @@ def plan_revert(host: Host, facts: Facts, target: str, rec: dict[str, Any]) -> l
         raise ValueError(f"{target}: nodeagent tore down {was['region']} to rebuild it; it does not make the old "
                          "region again: `cxl create-region` it by hand if it is wanted")
     cxl = read_cxl(host)
-    by_serial = {m.serial: m.name for m in cxl.memdevs}
-    names = [by_serial.get(s) for s in serials]
+    members = list(was.get("members") or [f"{s:#x}" for s in serials])
+    by_ident = {ident(m, cxl.memdevs): m.name for m in cxl.memdevs}
+    names = [by_ident.get(x) for x in members]
     region = next((r for r in cxl.regions if names and r.memdevs == names), None)
     if region is None:
         return []  # already gone: as it was

@@ -20,7 +20,7 @@ def expected(loaded: Any, ownership: dict[str, Any]) -> set[int]:
         out |= set(rule.memdevs.serials or ())
     for rec in (ownership.get(KIND) or {}).values():
         if any(r.name == rec.get("rule") for r in rules_of(loaded)):
-            out |= {int(s) for s in rec.get("serials", ())}
+            out |= {int(s) for s in rec.get("serials", ()) if int(s)}  # 0: known by its PCI function
     return out
 
 
