@@ -215,6 +215,13 @@ def test_the_boot_wait_gives_up_on_a_missing_serial_and_the_plan_says_which(tmp_
     assert "serial 0x99 is not on this node" in prob.message and f"{p}:" in prob.message and prob.hint
 
 
+def test_one_region_per_memdev_is_made_for_the_memdevs_that_are_there(tmp_path: Path) -> None:
+    root = node(tmp_path)
+    pl = plan(root, profile(tmp_path, f"- {{name: each, memdevs: {{serials: [0x99, {S1:#x}]}}}}\n"))
+    assert [c.target for c in pl.changes if c.op == "create"] == [f"region@{S1:#x}"]
+    assert ["serial 0x99 is not on this node" in x.message for x in pl.problems] == [True]
+
+
 def test_apply_device_memN_plans_that_memdevs_region(tmp_path: Path) -> None:
     root = node(tmp_path)
     p = profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n")

@@ -188,12 +188,10 @@ def select(c: Ctx, i: int, rule: Any, claimed: set[str]) -> list[list[Memdev]]:
                          "host_bridges", "memdevs", "serials", j)
                 continue
             found.append(ms[0])
-        if len(found) < len(sel.serials):
-            return []  # never half a set
         chosen = [m for m in found if m.name not in claimed]
-        if rule.ways > 1:
-            return [chosen] if len(chosen) == len(found) else []
-        return [[m] for m in chosen]
+        if rule.ways > 1:  # never half a set
+            return [chosen] if len(chosen) == len(sel.serials) else []
+        return [[m] for m in chosen]  # a region each: the memdevs that are there get theirs
     if sel.host_bridges is not None:
         cands = [m for m in cxl.memdevs if m.host_bridge in sel.host_bridges and m.name not in claimed]
         missing = [hb for hb in sel.host_bridges if not any(m.host_bridge == hb for m in cxl.memdevs)]
