@@ -130,10 +130,10 @@ def test_a_differing_region_is_a_disruptive_rebuild_torn_down_in_the_kernels_ord
     wider = profile(tmp_path, f"- {{name: one, memdevs: {{serials: [{S1:#x}]}}, granularity: 1024}}\n")
     p = plan(root, wider)
     ops = [(c.op, c.disruptive) for c in p.changes if c.kind == "cxl_region"]
-    assert ops == [("delete", True), ("create", False), ("online", False)]
+    assert ops == [("delete", True), ("create", True), ("online", True)]  # the new one waits for the teardown
     assert "--allow-disruptive" in p.changes[0].reason
     blocked = apply(root, wider)
-    assert [o.status for o in blocked.outcomes if o.change.kind == "cxl_region"][0] == "blocked"
+    assert [o.status for o in blocked.outcomes if o.change.kind == "cxl_region"] == ["blocked"] * 3
     assert regions(root) == {(S1,): (1, 256, True)}
     done = apply(root, wider, allow_disruptive=True)
     assert done.status == "converged", done.verify_errors

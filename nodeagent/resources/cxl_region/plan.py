@@ -257,9 +257,15 @@ def plan_set(c: Ctx, i: int, rule: Any, members: list[Memdev]) -> None:
         if same:
             c.unchanged.append(tgt)
             return
+    before = len(c.changes)
     for r in regions.values():
         plan_teardown(c, r, f"rule {rule.name}: {_describe_want(rule, members)}")
+    gated = any(ch.disruptive for ch in c.changes[before:])
+    start = len(c.changes)
     plan_create(c, i, rule, members, tgt)
+    if gated:  # the new region needs the old one gone: it waits for --allow-disruptive with it
+        c.changes[start:] = [replace(ch, disruptive=True, reason=ch.reason + "; after the teardown before it, which "
+                                     "is disruptive") for ch in c.changes[start:]]
 
 
 def _describe_want(rule: Any, members: list[Memdev]) -> str:
