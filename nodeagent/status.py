@@ -3,8 +3,9 @@
 It gathers, as plain data: the last apply (profile, time, result, scope), drift against it now (items by
 resource, with when each was first seen when ``drift --record`` saw it before; what cannot be done on this node
 is listed apart and never counted as drift), what nodeagent changed and can
-revert, the kdamonds nodeagent owns with their scheme statistics, the memory tiers with how full each node is,
-and the latest journal events. Its one write: asking nodeagent's own running kdamonds to refresh their
+revert, the kdamonds nodeagent owns with their scheme statistics, the DAMON users it does not own (other
+kdamonds, DAMON modules) with what they mean for a profile, the memory tiers with how full each node is, and the
+latest journal events. Its one write: asking nodeagent's own running kdamonds to refresh their
 statistics (:mod:`nodeagent.schemestats`); everything else is read.
 """
 
@@ -38,6 +39,20 @@ def _kdamonds(engine: Engine) -> dict[str, Any]:
     except NodeagentError as exc:
         return {"owned": {}, "schemes": [], "notes": [f"kdamonds could not be read: {exc.message}"]}
     return {"owned": owned.kdamonds, "schemes": [s.to_dict() for s in owned.schemes], "notes": owned.notes}
+
+
+def damon_users(facts: Facts, ownership: dict[str, Any]) -> list[dict[str, Any]]:
+    """The DAMON users nodeagent does not own — kdamonds (running or not) and enabled DAMON modules — each with
+    what it means for a profile (``effect``); which kdamonds are nodeagent's, its ownership records decide."""
+    from .facts.damon import from_facts, other_users
+
+    damon = from_facts(facts)
+    owned: set[int] = set()
+    if (ownership.get("damon") or {}).get("kdamonds"):
+        from .resources.damon.plan import owned_kdamonds
+
+        owned = set(owned_kdamonds(damon, ownership)[0])
+    return [u.to_dict() for u in other_users(damon, owned)]
 
 
 def _since(rec: dict[str, Any] | None) -> str | None:
@@ -75,6 +90,7 @@ def gather_status(engine: Engine, *, events: int = 5) -> dict[str, Any]:
     originals = st.load("originals.json")
     out["changed_by_nodeagent"] = sorted(originals)
     out["kdamonds"] = _kdamonds(engine)
+    out["damon_users"] = damon_users(facts, st.load("ownership.json"))
     out["tiers"] = [{"tier": t, "nodes": nodes} for t, nodes in facts.tiers.items()]
     out["nodes"] = node_usage(facts)
     journal = Journal(engine.host)

@@ -28,7 +28,7 @@ from ...projection import NodeProjection, project
 from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
-from .plan import ALL, KIND, owned_kdamonds, plan_kdamonds, revert_kdamonds
+from .plan import ALL, KIND, other_users, owned_kdamonds, plan_kdamonds, revert_kdamonds
 from .spec import Checker, Spec, kdamond_spec
 
 if TYPE_CHECKING:
@@ -122,7 +122,9 @@ class DamonResource:
         model = loaded.profile.damon
         proj = projection_of(loaded, facts, ctx)
         if model is None:
-            return _unmanaged(from_facts(facts), ctx.state.get("ownership") or {}, proj)
+            unmanaged = _unmanaged(from_facts(facts), ctx.state.get("ownership") or {}, proj)
+            unmanaged.warnings += other_users([], from_facts(facts), ctx.state.get("ownership") or {}, unmanaged)
+            return unmanaged
         damon = from_facts(facts)
         if not damon.sysfs:
             rp = ResourcePlan()
@@ -141,6 +143,7 @@ class DamonResource:
             return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
                                 warnings=notes + chk.warnings)
         rp = plan_kdamonds(specs, damon, ctx.state.get("ownership") or {}, model.coexist, ctx.allow_disruptive)
+        rp.warnings += other_users(specs, damon, ctx.state.get("ownership") or {}, rp)
         devices = _devices_by_spec(specs, proj)
         rp.changes = [_before_rezone(_with_profile(c, loaded.name, devices), damon, proj) for c in rp.changes]
         rp.warnings = notes + chk.warnings + rp.warnings
