@@ -1,10 +1,20 @@
-"""The engine: profile + facts → plan → apply → verify → record. One code path for plan, dry run and apply.
+"""The engine: profile + facts → plan → apply → verify → record. One code path for plan, dry run and apply, and
+one executor for apply and revert.
 
 ``make_plan`` is pure (facts in, plan out), so a plan made offline from saved facts is the plan the node would
 make. ``Engine.apply`` takes the state lock, gathers facts, plans, and — unless it is a dry run — executes
 exactly that plan in order, records originals before the first write and progress after every change,
 then re-plans the whole profile on fresh facts: the apply converged only when that plan is empty, and every
 change left is a verify error saying why.
+
+``make_revert_plan`` is pure too: each recorded original is handed to its kind's ``revert``
+(:class:`nodeagent.resources.base.Reverting`), kinds in the reverse of their apply order (kdamonds stop before the
+memory they migrate to goes offline; ``auto_online_blocks`` goes back last). ``Engine.revert`` executes that plan
+with the same executor as apply (:meth:`Engine._run`: the same outcomes — applied, skipped, blocked, failed —,
+progress, disruptive gate and partial-failure handling), re-plans the revert of what it touched (a target still
+not back is a verify error), drops the originals, drift items and ownership records of every target that is
+back, marks them reverted in the last-applied record (what ``drift`` reads: a reverted setting is not drift) and
+journals a ``revert`` event, exactly like an apply journals its ``apply`` event.
 """
 
 from __future__ import annotations
@@ -22,7 +32,18 @@ from .projection import project
 from .resources.base import ApplyContext, PlanContext
 from .resources.registry import BY_KIND, RESOURCES
 from .scope import expand, restrict
-from .state import StateStore, resolved_record
+from .state import (
+    DriftRecord,
+    LastApplied,
+    Original,
+    Originals,
+    Ownership,
+    PlanState,
+    Reverted,
+    StateStore,
+    resolved_record,
+)
+from .timestamps import rfc3339
 
 if TYPE_CHECKING:
     from .checks import CheckReport
@@ -39,27 +60,74 @@ def make_plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext | None = Non
     problems: list[Problem] = []
     warnings: list[str] = []
     unchanged: list[str] = []
+    kinds: list[tuple[str, str]] = []
     for res in RESOURCES:
         rp = res.plan(loaded, facts, ctx)
         changes += rp.changes
         problems += rp.problems
         warnings += rp.warnings
         unchanged += rp.unchanged
+        kinds += [(t, res.kind) for t in rp.unchanged]
     changes = _before_dax(changes)
-    node = (facts.hostname or "node") + (f" (simulated {facts.simulated})" if facts.simulated else "")
     return Plan(loaded.name, loaded.digest, tuple(changes), tuple(problems), tuple(warnings), tuple(unchanged),
-                node=node)
+                node=node_name(facts), kinds=tuple(kinds))
+
+
+def node_name(facts: Facts) -> str:
+    return (facts.hostname or "node") + (f" (simulated {facts.simulated})" if facts.simulated else "")
+
+
+#: Revert runs the kinds in the reverse of their apply order.
+_REVERT_ORDER = {kind: -i for i, kind in enumerate(BY_KIND)}
+
+
+def make_revert_plan(state: PlanState, facts: Facts, targets: Collection[str] | None = None) -> Plan:
+    """Pure: the changes that put back every recorded original (or those of ``targets``), each planned by its
+    kind. A kind that cannot revert (no ``revert``, or a state it cannot restore) is a non-blocking problem."""
+    originals = state.originals.items
+    changes: list[Change] = []
+    problems: list[Problem] = []
+    unchanged: list[str] = []
+    wanted = set(targets) if targets is not None else None
+    for t in sorted((wanted or set()) - set(originals)):
+        problems.append(Problem("revert", t, f"{t}: nodeagent has no original value recorded for it",
+                                hint="see `nodeagent status` for what nodeagent changed", blocking=True))
+    for target, rec in originals.items():
+        if wanted is not None and target not in wanted:
+            continue
+        planner = getattr(BY_KIND.get(rec.kind), "revert", None)
+        if planner is None:
+            problems.append(Problem(rec.kind, target, f"{target}: reverting {rec.kind} is not supported by this "
+                                    "version", hint="undo it by hand", blocking=False))
+            continue
+        try:
+            mine = planner(target, rec, facts, state)
+        except ValueError as exc:
+            problems.append(Problem(rec.kind, target, str(exc), blocking=False))
+            continue
+        if not mine:
+            unchanged.append(target)
+        changes += [replace(c, revert_of=target) for c in mine]
+    changes.sort(key=lambda c: _REVERT_ORDER.get(c.kind, 1))
+    return Plan("revert", "", tuple(changes), tuple(problems), (), tuple(unchanged), node=node_name(facts))
+
+
+def rezones(change: Change) -> bool:
+    """Whether ``change`` takes DAX memory away or rezones it: its kind says so (``rezones(change)``, the DAX kind
+    for every change, the CXL region kind for a teardown or its DAX device's onlining)."""
+    says = getattr(BY_KIND.get(change.kind), "rezones", None)
+    return bool(says is not None and says(change))
 
 
 def _before_dax(changes: list[Change]) -> list[Change]:
     """Changes a later kind marks ``before_dax`` (stopping a kdamond that migrates into memory about to be
-    rezoned) go right before the first DAX change."""
-    early = [c for c in changes if c.detail("before_dax")]
-    first = next((i for i, c in enumerate(changes) if c.kind == "dax"), None)
-    if not early or first is None:
+    rezoned or taken away) go right before the first change that does that (:func:`rezones`: a DAX change, a CXL
+    region's teardown before a rebuild)."""
+    early = [c for c in changes if c.before_dax]
+    rest = [c for c in changes if not c.before_dax]
+    at = next((i for i, c in enumerate(rest) if rezones(c)), None)
+    if not early or at is None:
         return changes
-    rest = [c for c in changes if not c.detail("before_dax")]
-    at = next(i for i, c in enumerate(rest) if c.kind == "dax")
     return rest[:at] + early + rest[at:]
 
 
@@ -71,11 +139,18 @@ class Engine:
     def __post_init__(self) -> None:
         self.state = StateStore(self.host)
 
-    def facts(self, loaded: LoadedProfile | None = None) -> Facts:
-        return gather(self.host, planning=True, profile=loaded)
+    def facts(self, loaded: LoadedProfile | None = None, need: frozenset[str] = frozenset()) -> Facts:
+        return gather(self.host, planning=True, profile=loaded, need=need)
+
+    def revert_facts(self) -> Facts:
+        """The facts revert plans from: with the sections the recorded originals' kinds need beyond planning's
+        (``revert_sections``: the CXL bus for the regions nodeagent made)."""
+        kinds = {o.kind for o in self.state.originals().items.values()}
+        return self.facts(need=frozenset().union(*(getattr(BY_KIND.get(k), "revert_sections", frozenset())
+                                                     for k in kinds)))
 
     def context(self, allow_disruptive: bool = False) -> PlanContext:
-        return PlanContext(allow_disruptive=allow_disruptive, state=self.state.load_all())
+        return PlanContext(allow_disruptive=allow_disruptive, state=self.state.plan_state())
 
     def plan(self, loaded: LoadedProfile, *, allow_disruptive: bool = False, facts: Facts | None = None,
              scope: Collection[str] | None = None) -> Plan:
@@ -116,7 +191,7 @@ class Engine:
             plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
             if on_plan is not None:
                 on_plan(report, plan)
-            return Result(plan, dry_run=True, checks=report)
+            return Result(plan, dry_run=True, checks=report, expected=expected(plan, allow_disruptive))
         self.require_root()
         with self.state.locked(self.lock_timeout):
             facts = self.facts(loaded)
@@ -134,7 +209,7 @@ class Engine:
                 self._history(loaded, Result(plan, checks=report), scope)
                 return Result(plan, checks=report)
             if confirm is not None and not confirm(plan):
-                return Result(plan, dry_run=True, checks=report)
+                return Result(plan, dry_run=True, checks=report, expected=expected(plan, allow_disruptive))
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
             outcomes = self._execute(loaded, plan, actx, facts, scope)
             verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive, scope)
@@ -152,18 +227,23 @@ class Engine:
     # -- the steps ------------------------------------------------------------------------------------
     def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext, facts: Facts,
                  scope: Collection[str] | None = None) -> list[Outcome]:
-        originals: dict[str, dict] = {}
-        for c in plan.changes:  # what revert needs to put each change back (the first record of a target wins)
-            rec = BY_KIND[c.kind].original(c, facts)
-            if rec is not None and rec[0] not in originals:
-                originals[rec[0]] = rec[1]
+        self.state.remember_originals(originals_of(plan, facts, self.state.last_applied()))
+        return self._run(plan, actx, lambda outcomes: self._record(loaded, plan, outcomes, "in-progress",
+                                                                   scope=scope))
+
+    def _run(self, plan: Plan, actx: ApplyContext, after_each: Callable[[list[Outcome]], None] | None = None
+             ) -> list[Outcome]:
+        """The executor (apply and revert): every change of ``plan`` in order through its kind's ``apply``. A
+        disruptive change without ``allow_disruptive`` is ``blocked``; a change its kind skips (a DAX change after
+        an earlier DAX failure) is ``skipped``; a host error is ``failed`` and the run goes on with the next
+        change. ``after_each(outcomes so far)`` records progress."""
         # A read-only /sys (or /proc) fails here with one message, before the first write, not half-way.
         self.host.fs.require_writable(sorted({c.path or "/sys" for c in plan.changes}))
-        self.state.remember_originals(originals)
         outcomes: list[Outcome] = []
         for change in plan.changes:
-            if change.disruptive and not actx.allow_disruptive:
-                outcomes.append(Outcome(change, "blocked", "disruptive: not done without --allow-disruptive"))
+            held = gate(change, actx.allow_disruptive)
+            if held is not None:
+                outcomes.append(Outcome(change, "blocked", held))
                 continue
             try:
                 msg = BY_KIND[change.kind].apply(self.host, change, actx)
@@ -172,7 +252,8 @@ class Engine:
                 outcomes.append(Outcome(change, "skipped", exc.render()))
             except HostError as exc:
                 outcomes.append(Outcome(change, "failed", exc.render()))
-            self._record(loaded, plan, outcomes, "in-progress", scope=scope)
+            if after_each is not None:
+                after_each(outcomes)
         return outcomes
 
     def _verify(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], allow_disruptive: bool,
@@ -202,30 +283,158 @@ class Engine:
 
     def _record(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], status: str,
                 verify_errors: list[str] | None = None, scope: Collection[str] | None = None) -> None:
-        self.state.record_apply({
-            "profile": loaded.name, "profile_path": loaded.path, "profile_digest": loaded.digest,
-            "desired": loaded.data, "resolved": resolved_record(loaded), "status": status,
-            "outcomes": [o.to_dict() for o in outcomes], "verify_errors": verify_errors or [],
-            "problems": [p.to_dict() for p in plan.problems],
-            **({"scope": sorted(scope)} if scope is not None else {}),
-        })
+        managed = {f"{c.kind}:{c.target}" for c in plan.changes} | {f"{k}:{t}" for t, k in plan.kinds}
+        reverted: dict[str, Reverted] = {}
+        if scope is not None:  # a scoped apply manages its scope again; what it left out stays as it was
+            last = self.state.last_applied()
+            managed |= set(last.managed)
+            reverted = {t: r for t, r in last.reverted.items()
+                        if not any(r.covers(m.partition(":")[0], m.partition(":")[2], t) for m in managed)}
+        self.state.record_apply(LastApplied(
+            loaded.name, profile_path=loaded.path, profile_digest=loaded.digest, desired=loaded.data,
+            resolved=resolved_record(loaded), status=status, outcomes=[o.to_dict() for o in outcomes],
+            verify_errors=list(verify_errors or []), problems=[p.to_dict() for p in plan.problems],
+            scope=sorted(scope) if scope is not None else None, managed=sorted(managed), reverted=reverted))
 
     def _history(self, loaded: LoadedProfile, result: Result, scope: Collection[str] | None) -> None:
         """Journal the apply, and close the open drift items it fixed (``drift.json``, see nodeagent.drift)."""
-        status = "refused" if result.plan.blocked and not result.outcomes else result.status
-        event = {"event": "apply", "profile": loaded.name, "profile_digest": loaded.digest, "status": status,
-                 "changes": [{**o.to_dict(), "before": o.change.before_label or o.change.before,
-                              "after": o.change.after_label or o.change.after} for o in result.outcomes],
-                 "problems": [p.message for p in result.plan.problems],
-                 "verify_errors": list(result.verify_errors)}
+        event = _event("apply", result, profile=loaded.name, profile_digest=loaded.digest)
         if scope is not None:
             event["scope"] = sorted(scope)
         fixed = {f"{o.change.kind}:{o.change.target}" for o in result.outcomes if o.status == "applied"}
-        drift = self.state.load("drift.json")
-        open_items = drift.get("items", {})
-        resolved = [{"event": "resolved", "resource": v.get("resource"), "target": v.get("target"), "by": "apply"}
-                    for k, v in open_items.items() if k in fixed]
-        if resolved:
-            self.state.save("drift.json", {**drift, "items": {k: v for k, v in open_items.items()
-                                                              if k not in fixed}})
+        resolved = []
+        with self.state.edit(DriftRecord) as drift:
+            for key in sorted(fixed & set(drift.items)):
+                item = drift.items.pop(key)
+                resolved.append({"event": "resolved", "resource": item.resource, "target": item.target,
+                                 "by": "apply"})
         Journal(self.host).append([event, *resolved])
+
+    # -- revert -----------------------------------------------------------------------------------------
+    def revert_plan(self, targets: Collection[str] | None = None, facts: Facts | None = None) -> Plan:
+        """What revert would change (read-only)."""
+        plan = make_revert_plan(self.state.plan_state(), facts or self.revert_facts(), targets)
+        if self.state.warnings:
+            plan = replace(plan, warnings=(*plan.warnings, *self.state.warnings))
+        return plan
+
+    def revert(self, *, targets: Collection[str] | None = None, dry_run: bool = False,
+               allow_disruptive: bool = False, confirm: Callable[[Plan], bool] | None = None,
+               progress: Callable[[str, int, int], None] | None = None) -> Result:
+        """Put back the recorded originals (of ``targets``, default all) with the apply executor, verify, forget
+        what is back, journal. A blocked plan (an unknown ``--only`` target) writes nothing."""
+        if dry_run:
+            plan = self.revert_plan(targets)
+            return Result(plan, dry_run=True, expected=expected(plan, allow_disruptive))
+        self.require_root()
+        with self.state.locked(self.lock_timeout):
+            plan = self.revert_plan(targets)
+            if plan.blocked:  # journalled like a refused apply
+                result = Result(plan)
+                Journal(self.host).append([_event("revert", result, reverted=[])])
+                return result
+            if plan.changes and confirm is not None and not confirm(plan):
+                return Result(plan, dry_run=True, expected=expected(plan, allow_disruptive))
+            actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
+            outcomes = self._run(plan, actx) if plan.changes else []
+            touched = sorted({c.revert_of or c.target for c in plan.changes})
+            after = make_revert_plan(self.state.plan_state(), self.revert_facts(), touched) if touched else None
+            still = {c.target: c for c in after.changes} if after else {}
+            applied = {o.change.target for o in outcomes if o.status == "applied"}
+            errors = [f"{t}: wrote {c.before_label or c.before} back, but the node now reads "
+                      f"{c.after_label or c.after}" for t, c in still.items() if t in applied]
+            left = {c.revert_of or t for t, c in still.items()}
+            left |= {o.change.revert_of or o.change.target for o in outcomes if o.status != "applied"}
+            done = set(plan.unchanged) | ({o.change.revert_of or o.change.target for o in outcomes} - left)
+            result = Result(plan, tuple(outcomes), tuple(errors))
+            self._forget(done)
+            Journal(self.host).append([_event("revert", result, reverted=sorted(done))])
+            return result
+
+    def _forget(self, done: set[str]) -> None:
+        """Drop the originals, open drift items and ownership records of the reverted targets, and mark them
+        reverted in the last-applied record (closed, ``status: reverted``, once nothing is left to revert)."""
+        if not done:
+            return
+        st = self.state
+        with st.edit(Originals) as originals:
+            kinds = {t: originals.items[t].kind for t in done if t in originals.items}
+            for t in kinds:
+                del originals.items[t]
+            left = bool(originals.items)
+        now = rfc3339()
+        marks = {t: Reverted(k, now, t in getattr(BY_KIND.get(k), "covers_kind", ())) for t, k in kinds.items()}
+        with st.edit(DriftRecord) as drift:
+            drift.items = {key: v for key, v in drift.items.items()
+                           if left and not any(m.covers(v.resource, v.target, t) for t, m in marks.items())}
+            if not left:  # nothing is managed any more: nothing is left that cannot be done either
+                drift.cannot_be_done = {}
+        with st.edit(Ownership) as ownership:
+            for target, kind in kinds.items():
+                forget = getattr(BY_KIND.get(kind), "forget", None)
+                if forget is not None:
+                    forget(target, ownership)
+        last = st.last_applied()
+        if not last or not marks:
+            return
+        last.reverted.update(marks)
+        last.managed = [m for m in last.managed if not any(r.covers(*m.split(":", 1), t) for t, r in marks.items())]
+        if not left:  # nothing nodeagent changed is left: the node no longer follows a profile
+            last.applied_time, last.time, last.status = last.time, now, "reverted"
+            last.desired = last.resolved = None
+            last.outcomes, last.verify_errors, last.problems = [], [], []
+        st.write_record(last)
+
+
+def gate(change: Change, allow_disruptive: bool) -> str | None:
+    """Why the executor holds ``change`` back (``blocked``), or None when it carries it out."""
+    if change.disruptive and not allow_disruptive:
+        return "disruptive: not done without --allow-disruptive"
+    return None
+
+
+def expected(plan: Plan, allow_disruptive: bool) -> tuple[Outcome, ...]:
+    """What executing ``plan`` would do with each change, as far as it is known without writing: nothing for a
+    blocked plan, else each change ``applied`` or held back (``blocked``) by :func:`gate`."""
+    if plan.blocked:
+        return ()
+    out = []
+    for c in plan.changes:
+        held = gate(c, allow_disruptive)
+        out.append(Outcome(c, "blocked", held) if held is not None else Outcome(c, "applied", "would be made"))
+    return tuple(out)
+
+
+def originals_of(plan: Plan, facts: Facts, last: LastApplied) -> dict[str, Original]:
+    """What revert needs to put each managed target back: for each change its kind's ``original``, and for each
+    target already as the profile wants its kind's ``current`` value — at the first apply that manages it, so
+    revert restores what the node had before nodeagent, not what it had when it drifted later. A target the last
+    apply managed already records nothing (a drift repair never creates an original)."""
+    managed = set(last.managed)
+    out: dict[str, Original] = {}
+
+    def keep(rec: tuple[str, Original | dict] | None, kind: str) -> None:
+        if rec is None or rec[0] in out:
+            return
+        target, o = rec
+        out[target] = o if isinstance(o, Original) else Original(str(o.get("kind", kind)), o.get("path"),
+                                                                  o.get("value"))
+
+    for c in plan.changes:
+        if f"{c.kind}:{c.target}" not in managed:
+            keep(BY_KIND[c.kind].original(c, facts), c.kind)
+    for target, kind in plan.kinds:
+        current = getattr(BY_KIND.get(kind), "current", None)
+        if current is not None and target in plan.unchanged and f"{kind}:{target}" not in managed:
+            keep(current(target, facts), kind)
+    return out
+
+
+def _event(name: str, result: Result, **extra: object) -> dict[str, object]:
+    """The journal event of an apply or a revert: status, every change with its outcome, problems, verify
+    errors."""
+    status = "refused" if result.plan.blocked and not result.outcomes else result.status
+    return {"event": name, **extra, "status": status,
+            "changes": [{**o.to_dict(), "before": o.change.before_label or o.change.before,
+                         "after": o.change.after_label or o.change.after} for o in result.outcomes],
+            "problems": [p.message for p in result.plan.problems], "verify_errors": list(result.verify_errors)}

@@ -12,6 +12,9 @@ and never makes ``drift`` fail. Finders here:
 - ``dax``: memory blocks of the device that are offline; a udev rule that onlines hot-added memory or hands
   DAX devices to daxctl;
 - ``damon``: a DAMON module (DAMON_RECLAIM, DAMON_LRU_SORT, DAMON_STAT) that is enabled.
+- ``cxl_region``: a region that is gone (a reboot: regions made at run time do not survive one; else torn down
+  outside nodeagent) or that holds the memdevs differently (made or changed by another tool); a DAX device that
+  went with its region.
 
 Other resource kinds add theirs with the same decorator.
 """
@@ -31,6 +34,8 @@ from ..facts.knobs import BY_KEY
 from ..facts.setters import computed, damon_modules, memory_udev_rules, setters_of
 from ..host import Host
 from ..kfmt import format_list
+from ..state import LastApplied
+from ..timestamps import parse as parse_time
 
 if TYPE_CHECKING:
     from . import DriftItem
@@ -47,7 +52,7 @@ class Cause:
         return asdict(self)
 
 
-Finder = Callable[[Host, "DriftItem", dict[str, Any]], list[Cause]]
+Finder = Callable[[Host, "DriftItem", LastApplied], list[Cause]]
 FINDERS: list[tuple[frozenset[str] | None, Finder]] = []
 
 
@@ -61,13 +66,13 @@ def finder(*kinds: str) -> Callable[[Finder], Finder]:
     return deco
 
 
-def find_causes(host: Host, item: DriftItem, last: dict[str, Any] | None = None) -> tuple[Cause, ...]:
+def find_causes(host: Host, item: DriftItem, last: LastApplied | None = None) -> tuple[Cause, ...]:
     out: list[Cause] = []
     for kinds, fn in FINDERS:
         if kinds is not None and item.resource not in kinds:
             continue
         try:
-            out += fn(host, item, last or {})
+            out += fn(host, item, last if last is not None else LastApplied())
         except (HostError, OSError, ValueError):
             continue
     return tuple(out)
@@ -79,7 +84,7 @@ _BOOT_NOTE = {"sysctl.d": "applied at boot by systemd-sysctl and by `sysctl --sy
 
 
 @finder("knob")
-def other_configuration(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+def other_configuration(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     """sysctl.d, sysctl.conf and TuneD settings of the knob that disagree with the profile."""
     knob = BY_KEY.get(item.target)
     if knob is None:
@@ -103,24 +108,15 @@ def other_configuration(host: Host, item: DriftItem, last: dict[str, Any]) -> li
 
 
 # -- every kind: a reboot nobody followed up ---------------------------------------------------------------
-def _ts(text: str) -> float | None:
-    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return datetime.strptime(text, fmt).timestamp()
-        except (ValueError, TypeError):
-            continue
-    return None
-
-
 @finder()
-def rebooted_since_apply(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+def rebooted_since_apply(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     stat = host.read_opt("/proc/stat") or ""
     m = re.search(r"^btime\s+(\d+)", stat, re.MULTILINE)
-    applied = _ts(str(last.get("time", "")))
+    applied = parse_time(last.time)
     if not m or applied is None or int(m.group(1)) <= applied:
         return []
     booted = datetime.fromtimestamp(int(m.group(1)), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    msg = (f"the node booted at {booted}, after the last apply ({last.get('time')}): kernel settings start "
+    msg = (f"the node booted at {booted}, after the last apply ({last.time}): kernel settings start "
            "from their boot defaults and nothing applied the profile since — is nodeagent-apply.service enabled?")
     if item.target == "memory.auto_online_blocks":
         state = cmdline_params(read_cmdline(host)).get("memhp_default_state")
@@ -157,7 +153,7 @@ def offline_blocks(host: Host, device: str) -> list[int]:
 
 
 @finder("dax")
-def dax_blocks_offline(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+def dax_blocks_offline(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     dev = _device(item)
     blocks = offline_blocks(host, dev) if dev else []
     if not blocks:
@@ -168,14 +164,46 @@ def dax_blocks_offline(host: Host, item: DriftItem, last: dict[str, Any]) -> lis
 
 
 @finder("dax", "memory")
-def udev_memory_rules(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+def udev_memory_rules(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     return [Cause("udev", f"{r.file}:{r.line}: a udev rule {r.what}: {r.text}", r.file, r.line)
             for r in memory_udev_rules(host)]
 
 
+# -- CXL regions ------------------------------------------------------------------------------------------
+def _booted_after(host: Host, last: LastApplied) -> str | None:
+    """When the node booted, if after the last apply."""
+    m = re.search(r"^btime\s+(\d+)", host.read_opt("/proc/stat") or "", re.MULTILINE)
+    applied = parse_time(last.time)
+    if not m or applied is None or int(m.group(1)) <= applied:
+        return None
+    return datetime.fromtimestamp(int(m.group(1)), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@finder("cxl_region")
+def region_gone_or_changed(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
+    ch = item.change
+    if ch is None:
+        return []
+    memdevs = ", ".join(ch.detail("memdevs", ()))
+    if ch.op == "online":
+        return [Cause("cxl-region", f"{item.target} is the DAX device of {', '.join(ch.needs)}, which is not on the "
+                      "node: it comes back with its region")]
+    if ch.op == "delete":
+        return [Cause("cxl-region", f"{ch.detail('region')} holds {memdevs} otherwise than the profile says "
+                      f"({ch.before_label}): made or changed outside nodeagent (`cxl create-region`, another "
+                      "configurator), or torn down and made again by hand", ch.path)]
+    booted = _booted_after(host, last)
+    if booted is not None:
+        return [Cause("reboot", f"no region holds {memdevs}: a CXL region made at run time does not survive a "
+                      f"reboot (the node booted at {booted}), and nodeagent-apply.service makes it again at boot "
+                      "(apply --wait-memdevs) — is it enabled?")]
+    return [Cause("cxl-region", f"no region holds {memdevs} any more, with no reboot since the last apply: torn "
+                  "down outside nodeagent (`cxl destroy-region`, `cxl disable-region`), or its memdevs were reset")]
+
+
 # -- DAMON -------------------------------------------------------------------------------------------------
 @finder("damon")
-def damon_module_enabled(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+def damon_module_enabled(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     return [Cause("damon-module", f"{m.name} is enabled (/sys/module/{m.module}/parameters/enabled = Y"
                   + (f", kdamond pid {m.kdamond_pid}" if m.kdamond_pid else "") + "): it runs its own DAMON "
                   "monitoring outside the sysfs interface", f"/sys/module/{m.module}/parameters/enabled")

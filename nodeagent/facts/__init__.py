@@ -77,12 +77,14 @@ def needed_sections(loaded: Any) -> frozenset[str]:
     return frozenset({"cxl"}) if getattr(memory, "cxl", None) is not None else frozenset()
 
 
-def gather(host: Host, *, planning: bool = False, profile: Any = None) -> Facts:
+def gather(host: Host, *, planning: bool = False, profile: Any = None, need: frozenset[str] = frozenset()) -> Facts:
     """Everything planning needs, read (never written) through the rooted host; with ``planning``, without
-    the sections of :data:`NOT_FOR_PLANNING` that ``profile`` does not need (:func:`needed_sections`)."""
+    the sections of :data:`NOT_FOR_PLANNING` that ``profile`` does not need (:func:`needed_sections`) and that
+    are not in ``need`` (what a revert needs)."""
     token = _BLOCKS.set({})  # node directories are listed once for every section
     try:
-        return _gather(host, planning, (NOT_FOR_PLANNING - needed_sections(profile)) if planning else frozenset())
+        skip = (NOT_FOR_PLANNING - needed_sections(profile) - need) if planning else frozenset()
+        return _gather(host, planning, skip)
     finally:
         _BLOCKS.reset(token)
 

@@ -19,6 +19,7 @@ from nodeagent.host import open_host
 from nodeagent.profile import load_profile
 from nodeagent.resources.cxl_region.wait import wait_for_memdevs
 from nodeagent.sim import SimKernel, create
+from nodeagent.state import Ownership, StateStore
 
 S1, S2 = 0x4C454F0001, 0x4C454F0002  # qemu-cxl: mem1 and mem0
 DAX = "  dax:\n    - {name: all, match: {all: true}, mode: system-ram, zone: movable}\n"
@@ -65,7 +66,11 @@ def test_every_bare_memdev_gets_a_ram_region_online_movable_and_a_second_plan_is
                                                                            ("cxl_region", "online")] * 2
     creates = [c for c in first.changes if c.op == "create"]
     assert [c.detail("serials") for c in creates] == [(S1,), (S2,)]
-    assert all(c.detail("requires") == ("memory.auto_online_blocks",) for c in creates)
+    assert all(c.requires == ("memory.auto_online_blocks",) for c in creates)
+    # what a change concerns is in its fields: the memdev, the region it makes, the DAX device that region gets
+    assert [c.devices for c in creates] == [("mem1", "region0", "dax0.0"), ("mem0", "region1", "dax1.0")]
+    onlines = [c for c in first.changes if c.op == "online"]
+    assert [c.needs for c in onlines] == [(c.target,) for c in creates] and all(c.nodes for c in onlines)
     result = apply(root, p)
     assert result.status == "converged", result.verify_errors
     assert regions(root) == {(S1,): (1, 256, True), (S2,): (1, 256, True)}
@@ -146,18 +151,41 @@ def test_a_differing_region_is_a_disruptive_rebuild_torn_down_in_the_kernels_ord
 
 
 def test_revert_tears_down_the_regions_nodeagent_made(tmp_path: Path) -> None:
-    from nodeagent.revert import execute_revert, plan_revert
-
     root = node(tmp_path)
-    apply(root, profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n"))
+    p = profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n")
+    apply(root, p)
     eng = Engine(open_host(root))
-    rp = plan_revert(eng)
+    assert sorted(eng.state.ownership().regions) == [f"{S1:#x}", f"{S2:#x}"]
+    rp = eng.revert_plan()
     mine = [c for c in rp.changes if c.kind == "cxl_region"]
     assert [c.op for c in mine] == ["revert", "revert"] and all(c.disruptive for c in mine)
-    result = execute_revert(eng, allow_disruptive=True)
+    assert [c.revert_of for c in mine] == [f"region@{S1:#x}", f"region@{S2:#x}"]
+    assert {"mem1", "region0", "dax0.0"} <= set(mine[0].devices)
+    held = eng.revert()  # the one executor's disruptive gate: nothing torn down without --allow-disruptive
+    assert {o.status for o in held.outcomes if o.change.kind == "cxl_region"} == {"blocked"} and len(regions(root)) == 2
+    result = eng.revert(allow_disruptive=True)
     assert result.ok, (result.outcomes, result.verify_errors)
     assert regions(root) == {}
-    assert not json.loads((root / "var/lib/nodeagent/ownership.json").read_text()).get("cxl_region")
+    assert not eng.state.ownership() and not eng.state.originals().items  # no record left of regions or DAX devices
+    assert "cxl_region" not in json.loads((root / "var/lib/nodeagent/ownership.json").read_text())
+    # drift understands the revert: the regions and their DAX devices are put back, not drift
+    from nodeagent.drift import detect
+
+    report = detect(eng, load_profile(p))
+    assert report.items == () and {i.target for i in report.reverted} >= {f"region@{S1:#x}", "dax0.0"}
+    assert all(c.source == "revert" for i in report.reverted for c in i.causes)
+
+
+def test_revert_forgets_a_region_nodeagent_made_that_is_gone_already(tmp_path: Path) -> None:
+    """The generic clean-up after a revert drops the region's ownership record through the kind's ``forget``,
+    also when there was nothing to tear down."""
+    root = node(tmp_path)
+    apply(root, profile(tmp_path, f"- {{name: one, memdevs: {{serials: [{S1:#x}]}}}}\n", dax=""))
+    tear_down_region0(root)
+    eng = Engine(open_host(root))
+    assert [c for c in eng.revert_plan().changes if c.kind == "cxl_region"] == []
+    assert eng.revert().ok
+    assert not eng.state.ownership().regions and f"region@{S1:#x}" not in eng.state.originals().items
 
 
 def test_drift_reports_a_region_that_is_gone(tmp_path: Path) -> None:
@@ -169,6 +197,8 @@ def test_drift_reports_a_region_that_is_gone(tmp_path: Path) -> None:
     tear_down_region0(root)
     report = detect(Engine(open_host(root)), load_profile(p))
     assert [(i.resource, i.target) for i in report.items] == [("cxl_region", f"region@{S1:#x}")]
+    (item,) = report.items
+    assert [c.source for c in item.causes] == ["cxl-region"] and "torn down outside nodeagent" in item.causes[0].message
 
 
 def test_drift_reports_a_region_nodeagent_made_that_was_made_again_differently(tmp_path: Path) -> None:
@@ -182,6 +212,7 @@ def test_drift_reports_a_region_nodeagent_made_that_was_made_again_differently(t
     create_region(k, "decoder0.0", ["decoder3.0"], 256 << 20, granularity=4096)  # by hand, another granularity
     report = detect(Engine(open_host(root)), load_profile(p))
     assert {(i.resource, i.target) for i in report.items} == {("cxl_region", f"region@{S1:#x}")}  # rebuild
+    assert any("made or changed outside nodeagent" in c.message for i in report.items for c in i.causes)
     (change,) = [c for c in plan(root, p).changes if c.op == "delete"]
     assert "4096B" in change.before_label and change.disruptive is False  # its DAX memory is not online
 
@@ -195,8 +226,8 @@ def test_after_a_reboot_in_the_other_probe_order_the_regions_come_back_by_serial
     apply(first, p)
     second = node(tmp_path, again, "boot2")  # mem0, or endpoint2, is the other memdev's now
     shutil.copytree(first / "var/lib/nodeagent", second / "var/lib/nodeagent", dirs_exist_ok=True)
-    assert wait_for_memdevs(open_host(second), load_profile(p), json.loads(
-        (second / "var/lib/nodeagent/ownership.json").read_text()), 5) == (set(), pytest.approx(0, abs=2))
+    assert wait_for_memdevs(open_host(second), load_profile(p), StateStore(open_host(second)).ownership(),
+                            5) == (set(), pytest.approx(0, abs=2))
     result = apply(second, p)
     assert result.status == "converged", result.verify_errors
     assert regions(second) == regions(first)
@@ -206,7 +237,7 @@ def test_the_boot_wait_gives_up_on_a_missing_serial_and_the_plan_says_which(tmp_
     root = node(tmp_path)
     p = profile(tmp_path, f"- {{name: pair, memdevs: {{serials: [{S1:#x}, 0x99]}}, ways: 2}}\n")
     ticks = iter(range(1000))
-    missing, waited = wait_for_memdevs(open_host(root), load_profile(p), {}, 30, clock=lambda: next(ticks),
+    missing, waited = wait_for_memdevs(open_host(root), load_profile(p), Ownership(), 30, clock=lambda: next(ticks),
                                        sleep=lambda s: None)
     assert missing == {0x99} and 30 <= waited <= 31
     pl = plan(root, p)

@@ -15,8 +15,12 @@ Profile::
 
 Changes (kind ``cxl_region``): ``create`` (the region, committed, with its DAX device), ``online`` (that DAX
 device, as the first matching ``memory.dax`` rule says, by the DAX kind's apply), ``delete`` (a region torn down
-in the kernel's order: before a rebuild, or by ``revert``). Plan: :mod:`.plan`; apply: :mod:`.apply`; revert:
-:mod:`.revert`; the boot wait for memdevs: :mod:`.wait`.
+in the kernel's order: before a rebuild), ``revert`` (a region nodeagent made, torn down by ``nodeagent revert``).
+Each change names the memdevs, the region and the DAX devices it concerns in :attr:`Change.devices` (what
+``apply --device memN`` reads), the window's node in :attr:`Change.nodes`; an ``online`` ``needs`` its region's
+``create``. The regions nodeagent made are typed records of :class:`nodeagent.state.Ownership` (``regions``).
+Plan: :mod:`.plan`; apply: :mod:`.apply`; revert (:meth:`CxlRegionResource.revert`): :mod:`.revert`; the boot
+wait for memdevs: :mod:`.wait`.
 """
 
 from __future__ import annotations
@@ -26,17 +30,14 @@ from typing import TYPE_CHECKING, Any
 from ...facts import Facts
 from ...host import Host
 from ...plan import Change
+from ...state import Original, Ownership, PlanState
 from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
-from .names import KIND, rules_of
+from .names import CXL, KIND, rules_of
 
 if TYPE_CHECKING:
     from ...profile import LoadedProfile
 
 __all__ = ["KIND", "CxlRegionResource", "planned_dax"]
-
-
-def owned(state: dict[str, Any]) -> dict[str, Any]:
-    return dict((state.get("ownership") or {}).get(KIND, {}))
 
 
 def planned_dax(loaded: Any, facts: Facts, allow_disruptive: bool = False) -> list[Any]:
@@ -50,6 +51,22 @@ def planned_dax(loaded: Any, facts: Facts, allow_disruptive: bool = False) -> li
 
 class CxlRegionResource:
     kind = KIND
+    #: What its apply writes (drivers/cxl/core/region.c's ABI): a root decoder's create_ram_region and
+    #: delete_region, a region's geometry, size, targets and commit, an endpoint decoder's mode and dpa_size, and
+    #: cxl_region's bind — by the bus's names and where those links lead (the CXL root's ACPI0017 device tree, the
+    #: ports and endpoints below it). Its DAX device is onlined by daxctl, as the DAX kind does it.
+    writes: tuple[str, ...] = (
+        rf"{CXL}/decoder[0-9]+\.[0-9]+/(create_ram_region|delete_region|mode|dpa_size)",
+        rf"{CXL}/region[0-9]+/(interleave_ways|interleave_granularity|size|target[0-9]+|commit)",
+        r"/sys/bus/cxl/drivers/cxl_region/bind",
+        r"/sys/devices/platform/ACPI0017:[0-9]+/root[0-9]+/([a-z]+[0-9]+/)*decoder[0-9]+\.[0-9]+/"
+        r"(create_ram_region|delete_region|mode|dpa_size)",
+        r"/sys/devices/platform/ACPI0017:[0-9]+/root[0-9]+/decoder[0-9]+\.[0-9]+/region[0-9]+/"
+        r"(interleave_ways|interleave_granularity|size|target[0-9]+|commit)",
+    )
+
+    #: Facts sections its revert plans from that planning gathers only for a profile with memory.cxl.
+    revert_sections = frozenset({"cxl"})
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         out = ResourcePlan()
@@ -62,7 +79,7 @@ class CxlRegionResource:
         from .plan import plan
 
         policy = projection_of(loaded, facts, ctx).knob("memory.auto_online_blocks")
-        c = plan(loaded, facts, owned(ctx.state), ctx.allow_disruptive, policy)
+        c = plan(loaded, facts, ctx.state.ownership.regions, ctx.allow_disruptive, policy)
         out.changes, out.problems, out.warnings, out.unchanged = c.changes, c.problems, c.warnings, c.unchanged
         return out
 
@@ -71,16 +88,30 @@ class CxlRegionResource:
 
         return apply(host, change, actx)
 
-    def original(self, change: Change, facts: Facts) -> tuple[str, dict[str, Any]] | None:
+    def original(self, change: Change, facts: Facts) -> tuple[str, Original] | None:
         """Before a region is made: that the memdevs had none (revert tears it down). Before one is torn down:
         what it was (revert cannot make it again: it says so)."""
-        if change.op == "create":
-            return change.target, {"kind": KIND, "path": change.path,
-                                   "value": {"region": None, "serials": list(change.detail("serials", ())),
-                                             "members": list(change.detail("idents", ()))}}
-        if change.op == "delete":
-            return change.target, {"kind": KIND, "path": change.path,
-                                   "value": {"region": change.before_label,
-                                             "serials": list(change.detail("serials", ())),
-                                             "members": list(change.detail("idents", ()))}}
-        return None
+        if change.op not in ("create", "delete"):
+            return None
+        return change.target, Original(KIND, change.path, {
+            "region": change.before_label if change.op == "delete" else None,
+            "serials": list(change.detail("serials", ())), "members": list(change.detail("idents", ()))})
+
+    def revert(self, target: str, original: Original, facts: Facts, state: PlanState) -> list[Change]:
+        """Pure: a region nodeagent made torn down in the kernel's order (disruptive while its memory is online);
+        none when it is gone already. A region nodeagent tore down is not made again (ValueError says how)."""
+        from .revert import plan_revert
+
+        return plan_revert(facts, target, original)
+
+    def forget(self, target: str, ownership: Ownership) -> None:
+        """After a revert: the region's ownership record, and those of the DAX devices it had, go."""
+        from .apply import forget_region
+        from .names import key_of
+
+        forget_region(ownership, key_of(target))
+
+    def rezones(self, change: Change) -> bool:
+        """Whether ``change`` takes DAX memory away or onlines it (the executor stops the kdamonds pinned to that
+        memory first): a teardown, and the onlining of a new region's DAX device."""
+        return change.op in ("delete", "revert", "online")

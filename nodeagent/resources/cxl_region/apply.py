@@ -23,8 +23,10 @@ from ...errors import ChangeSkipped, HostError, MissingError
 from ...facts.cxl import read as read_cxl
 from ...host import Host
 from ...plan import Change
+from ...state import OwnedRegion, Ownership
+from ...timestamps import rfc3339
 from ..base import ApplyContext
-from .names import CXL, KIND, ident, key
+from .names import CXL, ident, key
 
 BUS = "/sys/bus/cxl"
 #: How long dax_cxl may take to expose the region's DAX device (and kmem to take it) after the bind.
@@ -83,7 +85,7 @@ def create(host: Host, change: Change, actx: ApplyContext) -> str:
                         "reason") from None
     dax = _wait_dax(host, name)
     actx.scratch[SCRATCH + key(change.detail("idents"))] = dax
-    _own(actx, change, name)
+    _own(actx, change, name, dax)
     return (f"{name} committed: {change.after_label}; {dax} ({_driver(host, dax) or 'no driver'}) in "
             f"{time.monotonic() - start:.1f}s")
 
@@ -116,16 +118,20 @@ def _undo(host: Host, done: list[tuple[str, str]]) -> None:
             pass
 
 
-def _own(actx: ApplyContext, change: Change, region: str) -> None:
+def _own(actx: ApplyContext, change: Change, region: str, dax: str) -> None:
     if actx.state is None:
         return
-    owned = actx.state.load("ownership.json")
-    owned.setdefault(KIND, {})[key(change.detail("idents"))] = {
-        "members": list(change.detail("idents")), "serials": list(change.detail("serials")),
-        "ways": change.detail("ways"),
-        "granularity": change.detail("granularity"), "rule": change.detail("rule"), "region": region,
-        "root": change.detail("root"), "time": time.strftime("%FT%TZ", time.gmtime())}
-    actx.state.save("ownership.json", owned)
+    with actx.state.edit(Ownership) as owned:
+        owned.regions[key(change.detail("idents"))] = OwnedRegion(
+            list(change.detail("idents")), [int(s) for s in change.detail("serials")], change.detail("ways"),
+            change.detail("granularity"), change.detail("rule"), region, change.detail("root"), rfc3339(), [dax])
+
+
+def forget_region(owned: Ownership, set_key: str) -> None:
+    """Drop a region's ownership record and those of the DAX devices it had (they went with it)."""
+    rec = owned.regions.pop(set_key, None)
+    for dax in rec.dax if rec is not None else ():
+        owned.dax.pop(dax, None)
 
 
 def online(host: Host, change: Change, actx: ApplyContext) -> str:
@@ -171,9 +177,8 @@ def delete(host: Host, change: Change, actx: ApplyContext) -> str:
 def _disown(actx: ApplyContext, change: Change) -> None:
     if actx.state is None:
         return
-    owned = actx.state.load("ownership.json")
-    if owned.get(KIND, {}).pop(key(change.detail("idents")), None) is not None:
-        actx.state.save("ownership.json", owned)
+    with actx.state.edit(Ownership) as owned:
+        forget_region(owned, key(change.detail("idents")))
 
 
 def apply(host: Host, change: Change, actx: ApplyContext) -> str:

@@ -26,6 +26,11 @@ def target(idents: Any) -> str:
     return f"region@{key(idents)}"
 
 
+def key_of(target: str) -> str:
+    """The set's identity a region target names (the inverse of :func:`target`)."""
+    return target.removeprefix("region@")
+
+
 def rules_of(loaded: Any) -> tuple[Any, ...]:
     """The profile's ``memory.cxl.regions`` rules (none for a profile, or a record of one, without them)."""
     cxl = getattr(loaded.profile.memory, "cxl", None)

@@ -27,6 +27,7 @@ from ...facts.cxl import from_facts as cxl_facts
 from ...facts.dax import DaxDevice
 from ...facts.dax import from_facts as dax_facts
 from ...plan import Change, Problem
+from ...state import OwnedRegion
 from ...units import format_size
 from .names import CXL, KIND, ident, key, rules_of, target
 
@@ -123,7 +124,7 @@ class Ctx:
     cxl: CxlFacts
     windows: list[Window]
     pool: Pool
-    owned: dict[str, Any]
+    owned: dict[str, OwnedRegion]  # the regions nodeagent made, by set key (Ownership.regions)
     allow_disruptive: bool
     block_size: int | None
     online_policy: str | None
@@ -199,7 +200,7 @@ def select(c: Ctx, i: int, rule: Any, claimed: set[str]) -> list[list[Memdev]]:
             c.warnings.append(f"memory.cxl.regions rule {rule.name!r} ({_where(c, i, 'memdevs')}): no memdev behind "
                               f"{', '.join(missing)} ({_inventory(cxl)})")
     else:  # without_region: memdevs no region uses, and those of regions this rule made before (ownership)
-        mine = {x for rec in c.owned.values() if rec.get("rule") == rule.name for x in _members(rec)}
+        mine = {x for rec in c.owned.values() if rec.rule == rule.name for x in rec.members}
         cands = [m for m in cxl.memdevs if m.name not in claimed
                  and (region_of(cxl, m) is None or (c.ident(m) in mine and _owned_region(c, region_of(cxl, m))))]
     # in the order of what identifies them across boots (serial, else PCI function), never of memN
@@ -220,11 +221,6 @@ def _owned_region(c: Ctx, r: Region | None) -> bool:
     if r is None:
         return False
     return key([c.ident_of(n) for n in r.memdevs]) in c.owned
-
-
-def _members(rec: dict[str, Any]) -> list[str]:
-    """The identities of an ownership record's memdevs."""
-    return list(rec.get("members") or [f"{int(s):#x}" for s in rec.get("serials", ())])
 
 
 def _serial_of(cxl: CxlFacts, memdev: str) -> int | None:
@@ -297,9 +293,11 @@ def plan_teardown(c: Ctx, r: Region, why: str) -> None:
     if online and not c.allow_disruptive:
         reason += "; not done without --allow-disruptive"
     dpa = {d.name: d for d in c.cxl.decoders if d.name in decoders}
+    nodes = sorted({d.target_node for d in devs if d.target_node is not None})
     c.changes.append(Change(
         KIND, target(idents), "delete", region_label(r), "none", reason=reason, disruptive=bool(online),
         path=f"{CXL}/{r.name}", before_label=region_label(r), after_label="no region",
+        devices=(*r.memdevs, r.name, *(d.name for d in devs)), nodes=tuple(nodes),
         data=(("region", r.name), ("root", r.root_decoder), ("memdevs", tuple(r.memdevs)),
               ("serials", tuple(serials)), ("idents", tuple(idents)), ("decoders", tuple(decoders)),
               ("dax", tuple((d.name, d.blocks_online, dict(d.zones), d.mode) for d in devs)),
@@ -421,10 +419,14 @@ def plan_create(c: Ctx, i: int, rule: Any, members: list[Memdev], tgt: str) -> N
     data = (("rule", rule.name), ("root", w.decoder.name), ("region", region), ("ways", len(order)),
             ("granularity", gran), ("size", size), ("dpa_size", dpa),
             ("memdevs", tuple(m.name for m in order)), ("serials", tuple(serials)), ("idents", tuple(idents)),
-            ("decoders", tuple(dec_of[m.name] for m in order)), ("requires", ("memory.auto_online_blocks",)))
+            ("decoders", tuple(dec_of[m.name] for m in order)))
+    # the memdevs, the region and the DAX device dax_cxl will make for it: what `apply --device` names
+    devices = (*(m.name for m in order), region, f"dax{rid}.0")
     c.changes.append(Change(KIND, tgt, "create", "no region", after, reason=f"rule {rule.name}",
                             path=f"{CXL}/{w.decoder.name}/create_ram_region", before_label="no region",
-                            after_label=after, data=data))
+                            after_label=after, data=data, devices=devices,
+                            nodes=(w.node,) if w.node is not None else (),
+                            requires=("memory.auto_online_blocks",)))
     bs = c.block_size
     first, last = (-(-start // bs), (start + size) // bs) if bs else (0, 0)
     dev = DaxDevice(name=f"dax{rid}.0", region=rid, size=size, align=2 * 1024**2, resource=start,
@@ -432,12 +434,12 @@ def plan_create(c: Ctx, i: int, rule: Any, members: list[Memdev], tgt: str) -> N
                     blocks_total=max(0, last - first), blocks_present=max(0, last - first), blocks_online=0,
                     backing="cxl", cxl_region=region, cxl_memdevs=[m.name for m in order])
     c.planned_dax.append(dev)
-    online = _online_change(c, dev, tgt, data)
+    online = _online_change(c, dev, tgt, data, devices)
     if online is not None:
         c.changes.append(online)
 
 
-def _online_change(c: Ctx, dev: DaxDevice, tgt: str, data: tuple) -> Change | None:
+def _online_change(c: Ctx, dev: DaxDevice, tgt: str, data: tuple, devices: tuple[str, ...]) -> Change | None:
     """The DAX rules' decision for the DAX device the region will have (dax_cxl makes ``dax<region id>.0``; kmem
     takes it with its blocks offline under ``auto_online_blocks: offline``), carried out by the DAX kind's apply
     once the device is there."""
@@ -455,10 +457,12 @@ def _online_change(c: Ctx, dev: DaxDevice, tgt: str, data: tuple) -> Change | No
         return None
     keep = tuple(kv for kv in data if kv[0] in ("memdevs", "serials", "idents", "region"))
     return replace(got, kind=KIND, op="online", target=dev.name, reason=f"{got.reason}; once {tgt} is committed",
-                   data=(*got.data, *keep, ("region_key", key(dict(keep)["idents"])), ("planned", True)))
+                   data=(*got.data, *keep, ("region_key", key(dict(keep)["idents"])), ("planned", True)),
+                   devices=devices, needs=(tgt,),
+                   requires=tuple(dict.fromkeys((*got.requires, "memory.auto_online_blocks"))))
 
 
-def plan(loaded: LoadedProfile, facts: Facts, owned: dict[str, Any], allow_disruptive: bool,
+def plan(loaded: LoadedProfile, facts: Facts, owned: dict[str, OwnedRegion], allow_disruptive: bool,
          online_policy: str | None) -> Ctx:
     """Pure: the changes, problems and warnings of the profile's region rules on a node with ``facts``."""
     cxl = cxl_facts(facts)
@@ -486,12 +490,12 @@ def plan(loaded: LoadedProfile, facts: Facts, owned: dict[str, Any], allow_disru
     on_node = {c.ident(m) for m in cxl.memdevs}
     index = {r.name: i for i, r in enumerate(rules)}
     for rec in c.owned.values():
-        members = _members(rec)
+        members = rec.members
         gone = [x for x in members if x not in on_node]
-        if gone and rec.get("rule") in index:
-            i = index[rec["rule"]]
+        if gone and rec.rule in index:
+            i = index[rec.rule]
             _problem(c, i, rules[i], target(members),
-                     f"nodeagent made {rec.get('region', 'a region')} over {', '.join(members)}, but "
+                     f"nodeagent made {rec.region or 'a region'} over {', '.join(members)}, but "
                      f"{', '.join(gone)} is not on this node ({_inventory(cxl)}), so the region is not made again",
                      "if the memdev is still probing, apply again (the boot unit waits for it: --wait-memdevs); if "
                      "it was removed for good, `nodeagent revert` that region's target to forget it", "memdevs")

@@ -9,18 +9,19 @@ import time
 from typing import Any
 
 from ...host import Host
-from .names import KIND, rules_of
+from ...state import Ownership
+from .names import rules_of
 
 POLL = 0.2
 
 
-def expected(loaded: Any, ownership: dict[str, Any]) -> set[int]:
+def expected(loaded: Any, ownership: Ownership) -> set[int]:
     out: set[int] = set()
     for rule in rules_of(loaded):
         out |= set(rule.memdevs.serials or ())
-    for rec in (ownership.get(KIND) or {}).values():
-        if any(r.name == rec.get("rule") for r in rules_of(loaded)):
-            out |= {int(s) for s in rec.get("serials", ()) if int(s)}  # 0: known by its PCI function
+    for rec in ownership.regions.values():
+        if any(r.name == rec.rule for r in rules_of(loaded)):
+            out |= {s for s in rec.serials if s}  # 0: known by its PCI function
     return out
 
 
@@ -31,7 +32,7 @@ def present(host: Host) -> set[int]:
     return {m.serial for m in read(host).memdevs if m.serial is not None and m.endpoint is not None}
 
 
-def wait_for_memdevs(host: Host, loaded: Any, ownership: dict[str, Any], timeout: float,
+def wait_for_memdevs(host: Host, loaded: Any, ownership: Ownership, timeout: float,
                      clock: Any = time.monotonic, sleep: Any = time.sleep) -> tuple[set[int], float]:
     """Wait until every expected memdev is there, at most ``timeout`` seconds: ``(serials still missing,
     seconds waited)``."""

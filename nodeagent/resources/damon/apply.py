@@ -9,7 +9,6 @@ crash right after still knows the kdamond is nodeagent's) and again with the pid
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ...errors import HostError
@@ -17,6 +16,8 @@ from ...facts.damon import KDAMONDS, retry_busy
 from ...host import Host
 from ...kfmt import parse_list
 from ...plan import Change
+from ...state import OwnedKdamond, Ownership
+from ...timestamps import rfc3339
 from ..base import ApplyContext
 from .plan import ALL
 
@@ -39,29 +40,19 @@ def _pid(host: Host, index: int) -> int:
     return int(text) if text.lstrip("-").isdigit() else -1
 
 
-def _ownership(actx: ApplyContext) -> dict[str, Any]:
-    return actx.state.load("ownership.json") if actx.state is not None else {}
-
-
-def _save(actx: ApplyContext, records: dict[str, Any]) -> None:
+def _forget_all(actx: ApplyContext) -> None:
+    """Every kdamond's configuration is gone (``nr_kdamonds`` was rewritten): so are the records."""
     if actx.state is None:
         return
-    data = actx.state.load("ownership.json")
-    data["damon"] = {"kdamonds": records}
-    actx.state.save("ownership.json", data)
+    with actx.state.edit(Ownership) as own:
+        own.kdamonds.clear()
 
 
-def _records(actx: ApplyContext) -> dict[str, Any]:
-    return dict((_ownership(actx).get("damon") or {}).get("kdamonds") or {})
-
-
-def _record(actx: ApplyContext, index: int, entry: dict[str, Any] | None) -> None:
-    records = _records(actx)
-    if entry is None:
-        records.pop(str(index), None)
-    else:
-        records[str(index)] = {**entry, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    _save(actx, records)
+def _record(actx: ApplyContext, index: int, entry: OwnedKdamond) -> None:
+    if actx.state is None:
+        return
+    with actx.state.edit(Ownership) as own:
+        own.kdamonds[index] = entry._replace(recorded=rfc3339())
 
 
 def _require_nodes(host: Host, nodes: list[int], what: str) -> None:
@@ -102,8 +93,8 @@ def _start(host: Host, index: int, command: str, name: str, expect_pid: int | No
     return pid
 
 
-def _entry(d: dict[str, Any], pid: int | None, profile: str) -> dict[str, Any]:
-    return {"name": d["name"], "pid": pid, "config": d["config"], "profile": profile}
+def _entry(d: dict[str, Any], pid: int | None, profile: str) -> OwnedKdamond:
+    return OwnedKdamond(d["name"], pid, dict(d["config"]), profile)
 
 
 def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
@@ -134,7 +125,7 @@ def _delete(host: Host, change: Change, actx: ApplyContext) -> str:
     if d["running"]:
         _stop(host, index, d["pid"], change.target)
     _write(host, f"{KDAMONDS}/{index}/contexts/nr_contexts", "0")
-    _record(actx, index, {"name": None, "pid": None, "config": {"contexts/nr_contexts": "0"}})
+    _record(actx, index, OwnedKdamond(None, None, {"contexts/nr_contexts": "0"}))
     return f"kdamond {index} stopped and emptied"
 
 
@@ -145,7 +136,7 @@ def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
     for kd in d["kdamonds"]:
         _require_nodes(host, kd["dest_nodes"], kd["name"])
     _write(host, f"{KDAMONDS}/nr_kdamonds", str(d["count"]))
-    _save(actx, {})  # every kdamond's configuration is gone now
+    _forget_all(actx)  # every kdamond's configuration is gone now
     started = []
     for kd in d["kdamonds"]:
         for path, value in kd["writes"]:
