@@ -108,14 +108,20 @@ def other_configuration(host: Host, item: DriftItem, last: LastApplied) -> list[
 
 
 # -- every kind: a reboot nobody followed up ---------------------------------------------------------------
-@finder()
-def rebooted_since_apply(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
-    stat = host.read_opt("/proc/stat") or ""
-    m = re.search(r"^btime\s+(\d+)", stat, re.MULTILINE)
+def booted_after(host: Host, last: LastApplied) -> str | None:
+    """When the node booted, if after the last apply."""
+    m = re.search(r"^btime\s+(\d+)", host.read_opt("/proc/stat") or "", re.MULTILINE)
     applied = parse_time(last.time)
     if not m or applied is None or int(m.group(1)) <= applied:
+        return None
+    return datetime.fromtimestamp(int(m.group(1)), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@finder()
+def rebooted_since_apply(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
+    booted = booted_after(host, last)
+    if booted is None:
         return []
-    booted = datetime.fromtimestamp(int(m.group(1)), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     msg = (f"the node booted at {booted}, after the last apply ({last.time}): kernel settings start "
            "from their boot defaults and nothing applied the profile since — is nodeagent-apply.service enabled?")
     if item.target == "memory.auto_online_blocks":
@@ -170,15 +176,6 @@ def udev_memory_rules(host: Host, item: DriftItem, last: LastApplied) -> list[Ca
 
 
 # -- CXL regions ------------------------------------------------------------------------------------------
-def _booted_after(host: Host, last: LastApplied) -> str | None:
-    """When the node booted, if after the last apply."""
-    m = re.search(r"^btime\s+(\d+)", host.read_opt("/proc/stat") or "", re.MULTILINE)
-    applied = parse_time(last.time)
-    if not m or applied is None or int(m.group(1)) <= applied:
-        return None
-    return datetime.fromtimestamp(int(m.group(1)), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @finder("cxl_region")
 def region_gone_or_changed(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     ch = item.change
@@ -192,9 +189,9 @@ def region_gone_or_changed(host: Host, item: DriftItem, last: LastApplied) -> li
         return [Cause("cxl-region", f"{ch.detail('region')} holds {memdevs} otherwise than the profile says "
                       f"({ch.before_label}): made or changed outside nodeagent (`cxl create-region`, another "
                       "configurator), or torn down and made again by hand", ch.path)]
-    booted = _booted_after(host, last)
+    booted = booted_after(host, last)
     if booted is not None:
-        return [Cause("reboot", f"no region holds {memdevs}: a CXL region made at run time does not survive a "
+        return [Cause("cxl-region", f"no region holds {memdevs}: a CXL region made at run time does not survive a "
                       f"reboot (the node booted at {booted}), and nodeagent-apply.service makes it again at boot "
                       "(apply --wait-memdevs) — is it enabled?")]
     return [Cause("cxl-region", f"no region holds {memdevs} any more, with no reboot since the last apply: torn "
