@@ -7,8 +7,9 @@ resolves to on the node:
 - ``memory`` (the udev rule's single instance for every memory-block event, so that a 2 TiB hot-add of 16,384
   blocks starts one reconcile, not 16,384) — every DAX device bound to kmem (the word itself matches nothing);
 - a CXL region, decoder or port (``region0``) — every DAX device below it in sysfs.
-- a CXL memdev (``mem1``) — the regions it is in and their DAX devices; the region changes of the memdev name it
-  (a bare memdev's region is planned by ``apply --device mem1``).
+- a CXL memdev (``mem1``) — the regions it is in and their DAX devices; a region change lists its memdevs, its
+  region and its DAX device among its ``devices`` (so a bare memdev's region is planned by ``apply --device
+  mem1``).
 
 A change is in scope when one of those names is among the devices it concerns (:attr:`Change.devices`, an
 explicit field each kind fills in) or appears as a whole word in its target — ``memory.dax[expanders].dax1.0``

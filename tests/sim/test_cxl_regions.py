@@ -263,6 +263,21 @@ def test_apply_device_memN_plans_that_memdevs_region(tmp_path: Path) -> None:
     assert regions(root) == {(S1,): (1, 256, True)}
 
 
+def test_device_scope_reads_the_region_changes_fields_not_their_data(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from nodeagent.scope import restrict
+
+    root = node(tmp_path)
+    pl = plan(root, profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n"))
+    bare = replace(pl, changes=tuple(replace(c, data=()) for c in pl.changes))  # what only apply reads, gone
+    for p in (pl, bare):
+        assert [c.target for c in restrict(p, {"mem0"}).changes] == ["memory.auto_online_blocks", f"region@{S2:#x}",
+                                                                     "dax1.0"]
+        assert [c.target for c in restrict(p, {"dax0.0"}).changes] == ["memory.auto_online_blocks", f"region@{S1:#x}",
+                                                                       "dax0.0"]
+
+
 # -- what cannot be done: one message with file:line and the fix ----------------------------------------------
 
 @pytest.mark.parametrize(("regions_yaml", "words"), [
