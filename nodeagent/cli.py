@@ -226,7 +226,7 @@ def plan(ctx: Ctx, profile: str | None, detailed_exitcode: bool, allow_disruptiv
         return
     loaded = _load(profile)
     eng = ctx.engine()
-    f = eng.facts()
+    f = eng.facts(loaded)
     p = eng.plan(loaded, allow_disruptive=allow_disruptive, facts=f)
     ctx.emit(plan_text(p), p.to_dict())
     if p.blocked:
@@ -312,9 +312,13 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
               help="Reconcile only what this hot-plugged device affects (dax1.0, memory42, region0; repeatable).")
 @click.option("--metrics-textfile", metavar="PATH",
               help="Also write Prometheus metrics to PATH (atomically), for node_exporter's textfile collector.")
+@click.option("--wait-memdevs", metavar="DURATION", default=None,
+              help="First wait up to DURATION (60s, 2min) for the CXL memdevs the profile's regions need (the boot "
+                   "unit: memdevs probe asynchronously).")
 @click.pass_obj
 def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disruptive: bool,
-          skip_checks: tuple[str, ...], devices: tuple[str, ...], metrics_textfile: str | None) -> None:
+          skip_checks: tuple[str, ...], devices: tuple[str, ...], metrics_textfile: str | None,
+          wait_memdevs: str | None) -> None:
     """Run the profile's preflight checks, then make the node match the profile, re-read and verify it.
 
     PROFILE: default /etc/nodeagent/profile.yaml (under --root)."""
@@ -333,6 +337,10 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
         from .host.files import check_operator_target
 
         check_operator_target(metrics_textfile)
+    if wait_memdevs is not None:
+        from .resources.cxl_region.cli import wait_memdevs_option
+
+        wait_memdevs_option(eng, loaded, wait_memdevs)
     text = ctx.fmt == "text"
     interactive = _is_interactive() and text
 

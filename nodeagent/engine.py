@@ -112,15 +112,22 @@ def make_revert_plan(state: PlanState, facts: Facts, targets: Collection[str] | 
     return Plan("revert", "", tuple(changes), tuple(problems), (), tuple(unchanged), node=node_name(facts))
 
 
+def rezones(change: Change) -> bool:
+    """Whether ``change`` takes DAX memory away or rezones it: its kind says so (``rezones(change)``, the DAX kind
+    for every change, the CXL region kind for a teardown or its DAX device's onlining)."""
+    says = getattr(BY_KIND.get(change.kind), "rezones", None)
+    return bool(says is not None and says(change))
+
+
 def _before_dax(changes: list[Change]) -> list[Change]:
     """Changes a later kind marks ``before_dax`` (stopping a kdamond that migrates into memory about to be
-    rezoned) go right before the first DAX change."""
+    rezoned or taken away) go right before the first change that does that (:func:`rezones`: a DAX change, a CXL
+    region's teardown before a rebuild)."""
     early = [c for c in changes if c.before_dax]
-    first = next((i for i, c in enumerate(changes) if c.kind == "dax"), None)
-    if not early or first is None:
-        return changes
     rest = [c for c in changes if not c.before_dax]
-    at = next(i for i, c in enumerate(rest) if c.kind == "dax")
+    at = next((i for i, c in enumerate(rest) if rezones(c)), None)
+    if not early or at is None:
+        return changes
     return rest[:at] + early + rest[at:]
 
 
@@ -132,8 +139,15 @@ class Engine:
     def __post_init__(self) -> None:
         self.state = StateStore(self.host)
 
-    def facts(self) -> Facts:
-        return gather(self.host, planning=True)
+    def facts(self, loaded: LoadedProfile | None = None, need: frozenset[str] = frozenset()) -> Facts:
+        return gather(self.host, planning=True, profile=loaded, need=need)
+
+    def revert_facts(self) -> Facts:
+        """The facts revert plans from: with the sections the recorded originals' kinds need beyond planning's
+        (``revert_sections``: the CXL bus for the regions nodeagent made)."""
+        kinds = {o.kind for o in self.state.originals().items.values()}
+        return self.facts(need=frozenset().union(*(getattr(BY_KIND.get(k), "revert_sections", frozenset())
+                                                     for k in kinds)))
 
     def context(self, allow_disruptive: bool = False) -> PlanContext:
         return PlanContext(allow_disruptive=allow_disruptive, state=self.state.plan_state())
@@ -142,7 +156,7 @@ class Engine:
              scope: Collection[str] | None = None) -> Plan:
         """The plan; with ``scope`` (hot-plugged device names) only the changes that concern those devices
         (see :mod:`nodeagent.scope`)."""
-        plan = make_plan(loaded, facts or self.facts(), self.context(allow_disruptive))
+        plan = make_plan(loaded, facts or self.facts(loaded), self.context(allow_disruptive))
         if scope is not None:
             plan = restrict(plan, expand(self.host, scope))
         if self.state.warnings:
@@ -172,7 +186,7 @@ class Engine:
         them there).
         """
         if dry_run:
-            facts = self.facts()
+            facts = self.facts(loaded)
             report = self.checks(loaded, facts, skip_checks)
             plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
             if on_plan is not None:
@@ -180,7 +194,7 @@ class Engine:
             return Result(plan, dry_run=True, checks=report, expected=expected(plan, allow_disruptive))
         self.require_root()
         with self.state.locked(self.lock_timeout):
-            facts = self.facts()
+            facts = self.facts(loaded)
             report = self.checks(loaded, facts, skip_checks)
             plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
             if on_plan is not None:
@@ -248,7 +262,7 @@ class Engine:
         ``scope`` for a scoped apply — what it left out is listed in its plan's warnings). Every change left is
         an error naming it and why: the kernel did not keep a value written, the change failed or was held back,
         or it appeared only once this apply's own changes were made (a decision the plan should have foreseen)."""
-        after = make_plan(loaded, self.facts(), self.context(allow_disruptive))
+        after = make_plan(loaded, self.facts(loaded), self.context(allow_disruptive))
         if scope is not None:
             after = restrict(after, expand(self.host, scope))
         by_target = {o.change.target: o for o in outcomes}
@@ -299,7 +313,7 @@ class Engine:
     # -- revert -----------------------------------------------------------------------------------------
     def revert_plan(self, targets: Collection[str] | None = None, facts: Facts | None = None) -> Plan:
         """What revert would change (read-only)."""
-        plan = make_revert_plan(self.state.plan_state(), facts or self.facts(), targets)
+        plan = make_revert_plan(self.state.plan_state(), facts or self.revert_facts(), targets)
         if self.state.warnings:
             plan = replace(plan, warnings=(*plan.warnings, *self.state.warnings))
         return plan
@@ -324,7 +338,7 @@ class Engine:
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
             outcomes = self._run(plan, actx) if plan.changes else []
             touched = sorted({c.revert_of or c.target for c in plan.changes})
-            after = make_revert_plan(self.state.plan_state(), self.facts(), touched) if touched else None
+            after = make_revert_plan(self.state.plan_state(), self.revert_facts(), touched) if touched else None
             still = {c.target: c for c in after.changes} if after else {}
             applied = {o.change.target for o in outcomes if o.status == "applied"}
             errors = [f"{t}: wrote {c.before_label or c.before} back, but the node now reads "

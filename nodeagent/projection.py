@@ -170,10 +170,13 @@ def project(loaded: LoadedProfile, facts: Facts, allow_disruptive: bool = False)
 
     dax = dax_facts(facts)
     rules = tuple(loaded.profile.memory.dax or ())
-    chosen, _ = assign(rules, dax.devices) if rules else ({}, [])
+    from .resources.cxl_region import planned_dax  # the DAX devices of the CXL regions the plan creates
+
+    devices = [*dax.devices, *planned_dax(loaded, facts, allow_disruptive)]
+    chosen, _ = assign(rules, devices) if rules else ({}, [])
     damon = damon_facts(facts)
     bs = dax.block_size or damon.block_size
-    after = tuple(_after(d, chosen.get(d.name), allow_disruptive, bs) for d in dax.devices)
+    after = tuple(_after(d, chosen.get(d.name), allow_disruptive, bs) for d in devices)
 
     tiers = sorted(facts.tiers.items())
     tier_of = {n: t for t, nodes in tiers for n in nodes}

@@ -7,6 +7,9 @@ resolves to on the node:
 - ``memory`` (the udev rule's single instance for every memory-block event, so that a 2 TiB hot-add of 16,384
   blocks starts one reconcile, not 16,384) — every DAX device bound to kmem (the word itself matches nothing);
 - a CXL region, decoder or port (``region0``) — every DAX device below it in sysfs.
+- a CXL memdev (``mem1``) — the regions it is in and their DAX devices; a region change lists its memdevs, its
+  region and its DAX device among its ``devices`` (so a bare memdev's region is planned by ``apply --device
+  mem1``).
 
 A change is in scope when one of those names is among the devices it concerns (:attr:`Change.devices`, an
 explicit field each kind fills in) or appears as a whole word in its target — ``memory.dax[expanders].dax1.0``
@@ -114,6 +117,10 @@ def expand(host: Host, names: Iterable[str]) -> set[str]:
             dev = device_of_block(host, int(m.group(1)))
             if dev:
                 out.add(dev)
+        elif re.fullmatch(r"mem\d+", name):  # a CXL memdev: the regions it is in and their DAX devices
+            from .resources.cxl_region.scope import memdev_scope
+
+            out |= memdev_scope(host, name)
         elif not name.startswith("dax"):
             for dev in host.fs.listdir(DAX_DEVICES):
                 link = host.fs.readlink(f"{DAX_DEVICES}/{dev}") or ""

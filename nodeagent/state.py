@@ -7,8 +7,8 @@ writes those files. Every other module asks it for a typed record and hands it a
   without YAML or pydantic), result, time, and what ``revert`` put back since (``reverted``);
 - ``originals.json`` (:class:`Originals`): each setting's value before nodeagent first managed it (for
   ``revert``);
-- ``ownership.json`` (:class:`Ownership`): what nodeagent created or changed (kdamonds, DAX devices), so it never
-  touches what it did not;
+- ``ownership.json`` (:class:`Ownership`): what nodeagent created or changed (kdamonds, DAX devices, CXL
+  regions), so it never touches what it did not;
 - ``drift.json`` (:class:`DriftRecord`): the open drift items and, apart, what cannot be done (``drift
   --record``);
 - ``last-checks.json`` (:class:`LastChecks`): the last preflight check results (for the metrics and labels);
@@ -199,6 +199,40 @@ class OwnedKdamond(NamedTuple):
                 "recorded": self.recorded}
 
 
+class OwnedRegion(NamedTuple):
+    """A CXL region nodeagent made, keyed by its memdevs' identities across boots (serial, else PCI function):
+    what the boot apply makes again and revert tears down; ``region`` is the kernel's name when it was made."""
+
+    members: list[str]  # the memdevs' identities in position order ("0x4c454f0001", "pci:0000:0d:00.0")
+    serials: list[int]
+    ways: int | None
+    granularity: int | None
+    rule: str | None
+    region: str | None
+    root: str | None
+    time: str | None
+    dax: list[str] = []  # the DAX devices it got (their ownership records go with it)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"members": self.members, "serials": self.serials, "ways": self.ways,
+                "granularity": self.granularity, "rule": self.rule, "region": self.region, "root": self.root,
+                "time": self.time, "dax": self.dax}
+
+    @classmethod
+    def from_json(cls, d: Any, where: str) -> OwnedRegion:
+        d = _obj(d, where)
+        serials = [_int(s, f"{where}.serials[{i}]") or 0 for i, s in enumerate(_list(d.get("serials"),
+                                                                                      f"{where}.serials"))]
+        members = [str(_str(m, f"{where}.members[{i}]", optional=False))
+                   for i, m in enumerate(_list(d.get("members"), f"{where}.members"))]
+        return cls(members or [f"{s:#x}" for s in serials], serials, _int(d.get("ways"), f"{where}.ways"),
+                   _int(d.get("granularity"), f"{where}.granularity"), _str(d.get("rule"), f"{where}.rule"),
+                   _str(d.get("region"), f"{where}.region"), _str(d.get("root"), f"{where}.root"),
+                   _stamp(d.get("time"), f"{where}.time"),
+                   [str(_str(x, f"{where}.dax[{i}]", optional=False)) for i, x in enumerate(_list(d.get("dax"),
+                                                                                                   f"{where}.dax"))])
+
+
 class CheckResult(NamedTuple):
     name: str
     severity: str
@@ -340,22 +374,28 @@ class Originals(Record):
 
 
 class Ownership(Record):
-    """What nodeagent created or changed on the node: DAX devices (by name) and kdamond slots (by index)."""
+    """What nodeagent created or changed on the node: DAX devices (by name), kdamond slots (by index) and CXL
+    regions (by their memdevs' identities, :func:`nodeagent.resources.cxl_region.names.key`; under
+    ``cxl_region``, where a format-1 file of the CXL regions' first version kept them too)."""
 
-    __slots__ = ("dax", "kdamonds")
+    __slots__ = ("dax", "kdamonds", "regions")
     FILE = "ownership.json"
 
     def __init__(self, dax: dict[str, OwnedDevice] | None = None,
-                 kdamonds: dict[int, OwnedKdamond] | None = None) -> None:
+                 kdamonds: dict[int, OwnedKdamond] | None = None,
+                 regions: dict[str, OwnedRegion] | None = None) -> None:
         self.dax = dax or {}
         self.kdamonds = kdamonds or {}
+        self.regions = regions or {}
 
     def __bool__(self) -> bool:
-        return bool(self.dax or self.kdamonds)
+        return bool(self.dax or self.kdamonds or self.regions)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"format": FORMAT, "dax": {n: o.to_json() for n, o in sorted(self.dax.items())}}
         d["damon"] = {"kdamonds": {str(i): k.to_json() for i, k in sorted(self.kdamonds.items())}}
+        if self.regions:  # absent when there are none: a file without regions reads the same in every version
+            d["cxl_region"] = {k: r.to_json() for k, r in sorted(self.regions.items())}
         return d
 
     @classmethod
@@ -379,7 +419,9 @@ class Ownership(Record):
                                          {str(k): str(v) for k, v in config.items()},
                                          _str(rec.get("profile"), f"{w}.profile"),
                                          _stamp(rec.get("recorded"), f"{w}.recorded"))
-        return cls(dax, kds)
+        regions = {str(k): OwnedRegion.from_json(rec, f"cxl_region.{k}")
+                   for k, rec in _obj(data.get("cxl_region"), "cxl_region", {}).items()}
+        return cls(dax, kds, regions)
 
     @classmethod
     def coerce(cls, value: Ownership | dict[str, Any] | None) -> Ownership:

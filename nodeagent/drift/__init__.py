@@ -164,7 +164,7 @@ def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None
         if last.profile_digest and last.profile_digest != loaded.digest:
             notes.append(f"{loaded.path} differs from the profile last applied here ({last.profile!r}, "
                          f"{last.time or '?'}): drift is measured against {loaded.path}")
-    facts = engine.facts()
+    facts = engine.facts(loaded)
     plan = engine.plan(loaded, facts=facts)
     open_items = engine.state.drift().items
     items = []
@@ -173,7 +173,9 @@ def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None
         from .causes import Cause, find_causes
     for change in plan.changes:
         item = DriftItem.from_change(change)
-        mark = next((m for t, m in last.reverted.items() if m.covers(item.resource, item.target, t)), None)
+        # reverted: its own target, or one its change needs (a CXL region's DAX device comes with the region)
+        mark = next((m for t, m in last.reverted.items()
+                     if any(m.covers(item.resource, x, t) for x in (item.target, *change.needs))), None)
         if mark is not None:
             reverted.append(replace(item, causes=(Cause("revert", f"put back by nodeagent revert at {mark.time}: not "
                                                         "managed since (`nodeagent apply` manages it again)"),)))

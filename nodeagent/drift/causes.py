@@ -12,6 +12,9 @@ and never makes ``drift`` fail. Finders here:
 - ``dax``: memory blocks of the device that are offline; a udev rule that onlines hot-added memory or hands
   DAX devices to daxctl;
 - ``damon``: a DAMON module (DAMON_RECLAIM, DAMON_LRU_SORT, DAMON_STAT) that is enabled.
+- ``cxl_region``: a region that is gone (a reboot: regions made at run time do not survive one; else torn down
+  outside nodeagent) or that holds the memdevs differently (made or changed by another tool); a DAX device that
+  went with its region.
 
 Other resource kinds add theirs with the same decorator.
 """
@@ -105,14 +108,20 @@ def other_configuration(host: Host, item: DriftItem, last: LastApplied) -> list[
 
 
 # -- every kind: a reboot nobody followed up ---------------------------------------------------------------
-@finder()
-def rebooted_since_apply(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
-    stat = host.read_opt("/proc/stat") or ""
-    m = re.search(r"^btime\s+(\d+)", stat, re.MULTILINE)
+def booted_after(host: Host, last: LastApplied) -> str | None:
+    """When the node booted, if after the last apply."""
+    m = re.search(r"^btime\s+(\d+)", host.read_opt("/proc/stat") or "", re.MULTILINE)
     applied = parse_time(last.time)
     if not m or applied is None or int(m.group(1)) <= applied:
+        return None
+    return datetime.fromtimestamp(int(m.group(1)), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@finder()
+def rebooted_since_apply(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
+    booted = booted_after(host, last)
+    if booted is None:
         return []
-    booted = datetime.fromtimestamp(int(m.group(1)), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     msg = (f"the node booted at {booted}, after the last apply ({last.time}): kernel settings start "
            "from their boot defaults and nothing applied the profile since — is nodeagent-apply.service enabled?")
     if item.target == "memory.auto_online_blocks":
@@ -164,6 +173,29 @@ def dax_blocks_offline(host: Host, item: DriftItem, last: LastApplied) -> list[C
 def udev_memory_rules(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     return [Cause("udev", f"{r.file}:{r.line}: a udev rule {r.what}: {r.text}", r.file, r.line)
             for r in memory_udev_rules(host)]
+
+
+# -- CXL regions ------------------------------------------------------------------------------------------
+@finder("cxl_region")
+def region_gone_or_changed(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
+    ch = item.change
+    if ch is None:
+        return []
+    memdevs = ", ".join(ch.detail("memdevs", ()))
+    if ch.op == "online":
+        return [Cause("cxl-region", f"{item.target} is the DAX device of {', '.join(ch.needs)}, which is not on the "
+                      "node: it comes back with its region")]
+    if ch.op == "delete":
+        return [Cause("cxl-region", f"{ch.detail('region')} holds {memdevs} otherwise than the profile says "
+                      f"({ch.before_label}): made or changed outside nodeagent (`cxl create-region`, another "
+                      "configurator), or torn down and made again by hand", ch.path)]
+    booted = booted_after(host, last)
+    if booted is not None:
+        return [Cause("cxl-region", f"no region holds {memdevs}: a CXL region made at run time does not survive a "
+                      f"reboot (the node booted at {booted}), and nodeagent-apply.service makes it again at boot "
+                      "(apply --wait-memdevs) — is it enabled?")]
+    return [Cause("cxl-region", f"no region holds {memdevs} any more, with no reboot since the last apply: torn "
+                  "down outside nodeagent (`cxl destroy-region`, `cxl disable-region`), or its memdevs were reset")]
 
 
 # -- DAMON -------------------------------------------------------------------------------------------------

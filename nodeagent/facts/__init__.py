@@ -66,22 +66,30 @@ class Facts:
         )
 
 
-#: Sections nothing plans from (the CXL bus topology, for the facts document and reviews): left out when
-#: ``gather`` is asked for planning only, as plan, apply, drift, status and check ask.
+#: Sections only some profiles plan from (the CXL bus: a profile with ``memory.cxl``, whose regions the
+#: cxl_region kind manages): left out when ``gather`` is asked for planning a profile that does not need them.
 NOT_FOR_PLANNING = frozenset({"cxl"})
 
 
-def gather(host: Host, *, planning: bool = False) -> Facts:
+def needed_sections(loaded: Any) -> frozenset[str]:
+    """The sections of :data:`NOT_FOR_PLANNING` that planning ``loaded`` (a profile, or None) needs."""
+    memory = getattr(getattr(loaded, "profile", None), "memory", None)
+    return frozenset({"cxl"}) if getattr(memory, "cxl", None) is not None else frozenset()
+
+
+def gather(host: Host, *, planning: bool = False, profile: Any = None, need: frozenset[str] = frozenset()) -> Facts:
     """Everything planning needs, read (never written) through the rooted host; with ``planning``, without
-    the sections of :data:`NOT_FOR_PLANNING`."""
+    the sections of :data:`NOT_FOR_PLANNING` that ``profile`` does not need (:func:`needed_sections`) and that
+    are not in ``need`` (what a revert needs)."""
     token = _BLOCKS.set({})  # node directories are listed once for every section
     try:
-        return _gather(host, planning)
+        skip = (NOT_FOR_PLANNING - needed_sections(profile) - need) if planning else frozenset()
+        return _gather(host, planning, skip)
     finally:
         _BLOCKS.reset(token)
 
 
-def _gather(host: Host, planning: bool = False) -> Facts:
+def _gather(host: Host, planning: bool = False, skip: frozenset[str] = frozenset()) -> Facts:
     tiers = read_tiers(host)
     bs = host.read_opt("/sys/devices/system/memory/block_size_bytes")
     simulated = None
@@ -97,7 +105,7 @@ def _gather(host: Host, planning: bool = False) -> Facts:
         nodes=read_nodes(host, tiers),
         tiers=tiers,
         simulated=simulated,
-        sections={name: fn(host) for name, fn in SECTIONS.items() if not (planning and name in NOT_FOR_PLANNING)},
+        sections={name: fn(host) for name, fn in SECTIONS.items() if name not in skip},
     )
 
 

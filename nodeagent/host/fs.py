@@ -49,6 +49,16 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         # The placement demotion pass (resources/placement.py): one bounded proactive reclaim of a fast node that
         # kswapd gave up on — the node's own file (6.17), else the root cgroup's memory.reclaim (5.19, below).
         r"/sys/devices/system/node/node[0-9]+/reclaim",
+        # CXL regions (resources/cxl_region): a root decoder's create_ram_region/delete_region, a region's
+        # geometry, targets and commit, an endpoint decoder's mode and DPA, binding a region to cxl_region.
+        r"/sys/bus/cxl/devices/decoder[0-9]+\.[0-9]+/(create_ram_region|delete_region|mode|dpa_size)",
+        r"/sys/bus/cxl/devices/region[0-9]+/(interleave_ways|interleave_granularity|size|target[0-9]+|commit)",
+        r"/sys/bus/cxl/drivers/cxl_region/bind",
+        # ... and where those bus links lead: the CXL root (ACPI0017) device tree, ports and endpoints below it
+        r"/sys/devices/platform/ACPI0017:[0-9]+/root[0-9]+/([a-z]+[0-9]+/)*decoder[0-9]+\.[0-9]+/"
+        r"(create_ram_region|delete_region|mode|dpa_size)",
+        r"/sys/devices/platform/ACPI0017:[0-9]+/root[0-9]+/decoder[0-9]+\.[0-9]+/region[0-9]+/"
+        r"(interleave_ways|interleave_granularity|size|target[0-9]+|commit)",
         r"/var/lib/nodeagent/.*",
         # `nodeagent units install`: only nodeagent's own unit files and udev rule, nothing else under /etc.
         r"/etc/systemd/system/nodeagent-[a-z-]+@?\.(service|timer)",

@@ -193,7 +193,7 @@ class Runner:
                          + (f", {len(result.outcomes)} change(s)" if result.outcomes else ""))
                 checks = result.checks
             else:
-                facts = eng.facts()
+                facts = eng.facts(loaded)
                 checks = eng.checks(loaded, facts)
                 p = eng.plan(loaded, allow_disruptive=self.opts.allow_disruptive, facts=facts)
                 n = len(p.changes)

@@ -104,6 +104,17 @@ _DESCRIBE: dict[tuple[str, str], Describe] = {
     ("nodeagent.profile.model", "_int_range.<locals>.check"): lambda cv: _int(cv["lo"], cv["hi"]),
     ("nodeagent.profile.model", "_dax_name"): lambda _: {"type": "string", "pattern": r"^dax[0-9]+\.[0-9]+$"},
     ("nodeagent.profile.model", "_size"): _size,
+    ("nodeagent.profile.model", "_serial"): lambda _: {
+        "anyOf": [_int(1, 2**64 - 1), {"type": "string", "pattern": r"^\s*(0[xX][0-9a-fA-F]*[1-9a-fA-F][0-9a-fA-F]*"
+                                                                     r"|[0-9]*[1-9][0-9]*)\s*$"}],
+        "description": "a memdev serial number (not 0), such as 0x4c454f0001"},
+    ("nodeagent.profile.model", "_host_bridge"): lambda _: {"type": "string",
+                                                           "pattern": r"^pci[0-9a-f]{4}:[0-9a-f]{2}$"},
+    ("nodeagent.profile.model", "_ways"): lambda _: {"type": "integer", "enum": [1, 2, 3, 4, 6, 8, 12, 16]},
+    ("nodeagent.profile.model", "_granularity"): lambda _: {
+        "anyOf": [{"type": "integer", "enum": [256 << i for i in range(7)]},
+                  {"type": "string", "pattern": units.SIZE_PATTERN}],
+        "description": "bytes (a power of two from 256 to 16384), or a size such as 4KiB"},
     ("nodeagent.profile.checks", "_size"): _size,
     ("nodeagent.profile.checks", "_percent"): _percent,
     ("nodeagent.profile.checks", "_count"): _param_count,
@@ -157,6 +168,7 @@ def _nonempty(inner: JsonSchemaValue) -> JsonSchemaValue:
 _WRAPPING: dict[tuple[str, str], Callable[[JsonSchemaValue], JsonSchemaValue]] = {
     ("nodeagent.profile.damon", "Goal._target_units"): _goal_target,
     ("nodeagent.profile.model", "_nonempty.<locals>.check"): _nonempty,
+    ("nodeagent.profile.model", "_unique_serials"): lambda inner: inner,  # uniqueness: the loader alone
     ("nodeagent.profile.checks", "_not_bool"): lambda inner: inner,  # JSON Schema never takes true for 1
 }
 

@@ -213,12 +213,143 @@ class DemotionPass(Strict):
         return self
 
 
+def _serial(value: Any) -> int:
+    """A memdev serial number (``serial`` in sysfs, the PCIe Device Serial Number): an integer or ``0x...``."""
+    n = value
+    if isinstance(value, str) and re.fullmatch(r"\s*(0[xX][0-9a-fA-F]+|[0-9]+)\s*", value):
+        n = int(value.strip(), 0)
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n < 2**64:
+        raise PydanticCustomError("serial", "expected a memdev serial number such as 0x4c454f0001 (`nodeagent facts` "
+                                  "lists them), got {got}", {"got": _show(value)})
+    if n == 0:
+        raise PydanticCustomError("serial", "serial 0 is what a device without a serial number reports, so it "
+                                  "names no memdev across boots; select such memdevs by host_bridges or "
+                                  "without_region instead")
+    return n
+
+
+def _host_bridge(value: Any) -> str:
+    if isinstance(value, str) and re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", value):
+        return value
+    raise PydanticCustomError("host_bridge", "expected a CXL host bridge such as pci0000:0c, got {got}",
+                              {"got": _show(value)})
+
+
+def _granularity(value: Any) -> int:
+    n = value
+    if isinstance(value, str):
+        try:
+            n = parse_size(value)
+        except ValueError:
+            n = None
+    if isinstance(n, int) and not isinstance(n, bool) and n in CXL_GRANULARITIES:
+        return n
+    raise PydanticCustomError("granularity", "expected an interleave granularity in bytes: a power of two from 256 "
+                              "to 16384 (256, 512, 1KiB ... 16KiB), got {got}", {"got": _show(value)})
+
+
+#: What the kernel takes for a region's interleave (drivers/cxl/cxl.h: ways_to_eiw, granularity_to_eig).
+CXL_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
+CXL_GRANULARITIES = tuple(256 << i for i in range(7))
+
+
+def _ways(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value in CXL_WAYS:
+        return value
+    raise PydanticCustomError("ways", "expected interleave ways of {ways}, got {got}",
+                              {"ways": ", ".join(map(str, CXL_WAYS)), "got": _show(value)})
+
+
+def _unique_serials(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        seen: dict[int, int] = {}
+        for i, v in enumerate(value):
+            try:
+                n = _serial(v)
+            except PydanticCustomError:
+                continue  # the item's own error says it
+            if n in seen:
+                raise PydanticCustomError("duplicate", "serial {serial} is listed twice (items {a} and {b}); a memdev "
+                                          "is at one position of one region", {"serial": hex(n), "a": seen[n], "b": i})
+            seen[n] = i
+    return value
+
+
+Serial = Annotated[int, BeforeValidator(_serial)]
+HostBridge = Annotated[str, BeforeValidator(_host_bridge)]
+
+
+class CxlMemdevs(Strict):
+    """Which CXL memdevs a region rule is for: by serial (their position order, for an interleave set), by host
+    bridge, or every memdev no region uses. Never by kernel name (memN follows probe order, which changes)."""
+
+    serials: Annotated[tuple[Serial, ...], BeforeValidator(_nonempty("serial")),
+                       BeforeValidator(_unique_serials)] | None = None
+    host_bridges: Annotated[tuple[HostBridge, ...], BeforeValidator(_nonempty("host bridge"))] | None = None
+    without_region: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> CxlMemdevs:
+        given = [k for k in ("serials", "host_bridges", "without_region") if getattr(self, k) is not None]
+        if self.without_region is False:
+            raise ValueError("without_region: false selects no memdev; remove it, or give serials or host_bridges")
+        if len(given) != 1:
+            raise ValueError("memdevs needs exactly one of serials, host_bridges or without_region: true"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        return self
+
+
+class CxlRegionRule(Strict):
+    """A RAM region the memdevs a rule selects must be in: one region per memdev (``ways: 1``, the default), or
+    one interleave set of ``ways`` memdevs. The DAX rules (``memory.dax``) then decide the DAX device's zone."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=63)
+    memdevs: CxlMemdevs
+    type: Annotated[str, BeforeValidator(_enum(("ram",)))] = Field(
+        "ram", description="ram: volatile capacity that becomes system RAM (pmem regions are not managed)")
+    ways: Annotated[int, BeforeValidator(_ways)] = Field(
+        1, description="1: a region of its own for every memdev selected; N: one region interleaving the N selected")
+    granularity: Annotated[int, BeforeValidator(_granularity)] | None = Field(
+        None, description="interleave granularity in bytes; absent: the CXL window's (root decoder's)")
+
+    @model_validator(mode="after")
+    def _set_size(self) -> CxlRegionRule:
+        serials = self.memdevs.serials
+        if serials is not None and self.ways > 1 and len(serials) != self.ways:
+            raise ValueError(f"ways: {self.ways} interleaves {self.ways} memdevs, but memdevs.serials lists "
+                             f"{len(serials)}; list one serial per position, in position order")
+        return self
+
+
+class Cxl(Strict):
+    regions: tuple[CxlRegionRule, ...] | None = Field(
+        None, description="CXL RAM regions, recreated at every boot from memdev serials; the first rule that "
+                          "selects a memdev decides it")
+
+    @field_validator("regions")
+    @classmethod
+    def _unique(cls, rules: tuple[CxlRegionRule, ...] | None) -> tuple[CxlRegionRule, ...] | None:
+        names: set[str] = set()
+        serials: dict[int, str] = {}
+        for r in rules or ():
+            if r.name in names:
+                raise ValueError(f"two cxl region rules are named {r.name!r}; rule names must be unique")
+            names.add(r.name)
+            for s in r.memdevs.serials or ():
+                if s in serials:
+                    raise ValueError(f"serial {s:#x} is in rules {serials[s]!r} and {r.name!r}; a memdev is in one "
+                                     "region: remove it from one of them")
+                serials[s] = r.name
+        return rules
+
+
 class Memory(Strict):
     auto_online_blocks: Annotated[str, BeforeValidator(_enum(AUTO_ONLINE_BLOCKS))] | None = Field(
         None, description="/sys/devices/system/memory/auto_online_blocks: offline lets daxctl choose the zone")
     dax: tuple[DaxRule, ...] | None = Field(
         None, description="DAX devices (CXL.mem expanders): the first rule that matches a device decides")
     demotion_pass: DemotionPass | None = None  # see DemotionPass; absent: stuck fast nodes are only reported
+    cxl: Cxl | None = None  # CXL regions (see CxlRegionRule and nodeagent.resources.cxl_region)
 
     @field_validator("dax")
     @classmethod

@@ -7,6 +7,9 @@ and the ownership records it drops once reverted (``forget``). Its drift causes 
 :mod:`nodeagent.drift.causes` under its kind. The paths it writes it declares in ``writes``; they are on the one
 allow-list of the host layer (:data:`nodeagent.host.fs.WRITE_ALLOW`). A kind without the optional parts still
 plans and applies; ``revert`` then reports its recorded originals as a non-blocking problem (undo by hand).
+A kind whose changes take DAX memory away or rezone it says which (optional ``rezones(change) -> bool``): the
+executor's ordering puts the kdamond stops marked ``before_dax`` ahead of the first of them
+(:func:`nodeagent.engine.rezones`).
 """
 
 from __future__ import annotations

@@ -319,6 +319,10 @@ class DaxResource:
     def forget(self, target: str, ownership: Ownership) -> None:
         ownership.dax.pop(target, None)
 
+    def rezones(self, change: Change) -> bool:
+        """Every DAX change rezones or takes memory away (the executor stops the kdamonds pinned to it first)."""
+        return True
+
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         return plan(loaded, facts, ctx)
 

@@ -21,6 +21,9 @@ from .tree import RO, RW, WO
 BUS = "/sys/bus/cxl"
 DEV = f"{BUS}/devices"
 ROOT = "/sys/devices/platform/ACPI0017:00/root0"
+#: Where a rule's attribute is: through the bus's links (``/sys/bus/cxl/devices/region0/commit``) or where they
+#: lead (``/sys/devices/platform/ACPI0017:00/root0/decoder0.0/region0/commit``) — the kernel takes both spellings.
+AT = rf"(?:{DEV}|/sys/devices/platform/ACPI0017:[0-9]+/root[0-9]+(?:/[a-z]+[0-9.]+)*)"
 MiB256 = 256 * 1024**2
 NO_ADDR = 2**64 - 1
 WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -65,7 +68,10 @@ class WindowDef:
 class CxlDef:
     windows: tuple[WindowDef, ...]
     host_bridges: tuple[HostBridgeDef, ...]
-    memdevs: tuple[MemdevDef, ...]  # in probe order: memN and its endpoint are numbered in this order
+    memdevs: tuple[MemdevDef, ...]  # in cxl_pci's probe order: memN is numbered in this order
+    #: the memdevs (indices into ``memdevs``) in cxl_mem's probe order, which numbers the endpoints: a probe of its
+    #: own, so on a real boot it need not follow the memdevs' (seen in the 6.12 guest); None: the same order
+    endpoint_order: tuple[int, ...] | None = None
     nvdimm_regions: int = 0  # region ids libnvdimm already took (one id pool)
     decoders_per_port: int = 4
     modules: tuple[str, ...] = MODULES
@@ -185,6 +191,7 @@ def lay_out(k: SimKernel, spec: CxlDef) -> None:
         hb_port[hb.name] = (f"port{n}", path)
         n += 1
     rp_bridge = {rp: hb for hb in spec.host_bridges for rp in hb.root_ports}
+    mems = []
     for i, m in enumerate(spec.memdevs):
         hb = rp_bridge[m.root_port]
         pci_dir = f"/sys/devices/{hb.name}/{m.root_port}/{m.pci}"
@@ -202,6 +209,10 @@ def lay_out(k: SimKernel, spec: CxlDef) -> None:
             t.file(f"{pci_dir}/{attr}", value, RO)
         t.link(f"/sys/bus/pci/devices/{m.pci}", "../../.." + pci_dir[4:])
         _link_bus(k, f"mem{i}", mem)
+        mems.append((hb, mem))
+    order = spec.endpoint_order if spec.endpoint_order is not None else tuple(range(len(spec.memdevs)))
+    for i in order:
+        m, (hb, mem) = spec.memdevs[i], mems[i]
         port_name, port_path = hb_port[hb.name]
         ep = f"{port_path}/endpoint{n}"
         port(k, ep, mem)

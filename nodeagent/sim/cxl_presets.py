@@ -6,6 +6,9 @@
                          ``pci0000:0c`` with two root ports, two 256 MiB volatile memdevs (serials 0x4c454f0002 on
                          0c:01.0 = mem0, 0x4c454f0001 on 0c:00.0 = mem1, in the guest's probe order); no region.
 ``qemu-cxl-rp0first``    the same guest when the other memdev probed first (mem0 = serial 0x4c454f0001).
+``qemu-cxl-ep-swapped``  qemu-cxl's memdev order, but cxl_mem attached them the other way round (endpoint2 is
+                         mem1's): the endpoints are a probe of their own (seen on a second boot of the guest).
+``qemu-cxl-rp0first-ep-swapped``  the same for qemu-cxl-rp0first.
 ``h100-cxl-memdevs``     h100-cxl with its two 2 TiB expanders as bare memdevs, one per socket's host bridge and
                          window (nodes 2, 3): the firmware left the HDM decoders to the OS, no region, no DAX device.
 ``h100-cxl-committed``   the same node as 6.3+ kernels boot it when the firmware committed the regions: region0 and
@@ -41,6 +44,10 @@ QEMU_CXL = simcxl.CxlDef(
 #: probed. ``qemu-cxl`` is the order seen most (the second root port's device first), this one the other.
 QEMU_CXL_RP0_FIRST = replace(QEMU_CXL, memdevs=QEMU_CXL.memdevs[::-1])
 
+#: cxl_mem numbers the endpoints in a probe of its own: either memdev order can meet either endpoint order.
+QEMU_CXL_EP_SWAPPED = replace(QEMU_CXL, endpoint_order=(1, 0))
+QEMU_CXL_RP0_FIRST_EP_SWAPPED = replace(QEMU_CXL_RP0_FIRST, endpoint_order=(1, 0))
+
 #: h100-cxl's expanders (Astera Leo class, PCIe 5 x16): one host bridge and one window per socket.
 H100_CXL = simcxl.CxlDef(
     windows=(simcxl.WindowDef(1 * TiB, 2 * TiB, ("pci0000:30",), node=2),
@@ -58,7 +65,7 @@ BUSES: dict[str, tuple[simcxl.CxlDef, Callable[[SimKernel], None] | None]] = {}
 def _qemu_cxl() -> Preset:
     base = _qemu_3node()
     return replace(base, name="qemu-cxl", description="the real-kernel CXL guest: two 256 MiB memdevs, no region",
-                   dax=(), cmdline="console=ttyS0", hostname="qemu-cxl",
+                   dax=(), cmdline="console=ttyS0", hostname="qemu-cxl", daxctl=True,  # the guest has ndctl 76.1
                    # -cpu max,hypervisor=off: no hypervisor CPUID bit (else a region commit fails)
                    cpu_flags=tuple(f for f in base.cpu_flags if f != "hypervisor"), hypervisor=None)
 
@@ -102,6 +109,10 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "qemu-cxl": _qemu_cxl,
     "qemu-cxl-rp0first": lambda: replace(_qemu_cxl(), name="qemu-cxl-rp0first",
                                          description="the real-kernel CXL guest, the other memdev probed first"),
+    "qemu-cxl-ep-swapped": lambda: replace(_qemu_cxl(), name="qemu-cxl-ep-swapped", description=(
+        "the real-kernel CXL guest, its endpoints probed in the other order")),
+    "qemu-cxl-rp0first-ep-swapped": lambda: replace(_qemu_cxl(), name="qemu-cxl-rp0first-ep-swapped", description=(
+        "the real-kernel CXL guest, the other memdev first and the endpoints the other way")),
     "h100-cxl-memdevs": lambda: _h100_memdevs(
         "h100-cxl-memdevs", "2-socket H100 server whose two 2 TiB CXL expanders are bare memdevs (no region)"),
     "h100-cxl-committed": lambda: _h100_memdevs(
@@ -110,6 +121,8 @@ PRESETS: dict[str, Callable[[], Preset]] = {
         "h100-cxl-hmem", "2-socket H100 server: one bare CXL memdev, one soft-reserved range under dax_hmem"),
 }
 BUSES.update({"qemu-cxl": (QEMU_CXL, None), "qemu-cxl-rp0first": (QEMU_CXL_RP0_FIRST, None),
+              "qemu-cxl-ep-swapped": (QEMU_CXL_EP_SWAPPED, None),
+              "qemu-cxl-rp0first-ep-swapped": (QEMU_CXL_RP0_FIRST_EP_SWAPPED, None),
               "h100-cxl-memdevs": (H100_CXL, None),
               "h100-cxl-committed": (H100_CXL, _committed), "h100-cxl-hmem": (H100_HMEM, _hmem)})
 

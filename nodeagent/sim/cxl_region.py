@@ -26,8 +26,8 @@ Layout and behaviour as captured on a real 6.12 guest (QEMU 10, two cxl-type3 me
   ``auto_online_blocks`` says. ``commit=0`` releases the region driver (the DAX device goes) and resets the
   decoders.
 - ``delete_region`` (ENODEV for a name that is not a region of this window) tears the region down whatever its
-  state. Where the kernel would strand online memory (kmem losing a device with online blocks) the simulator
-  refuses with EBUSY, as ``sim.dax`` does.
+  state. kmem lets a device go whose blocks are all offline (they are removed); where the kernel would strand
+  online memory (kmem losing a device with online blocks) the simulator refuses with EBUSY, as ``sim.dax`` does.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import re
 from . import dax as simdax
 from .cxl import (
     ACTIVE,
+    AT,
     BUS,
     COMMIT,
     DEV,
@@ -66,7 +67,7 @@ from .tree import RO, RW, WO
 
 # -- root decoder: create / delete -------------------------------------------------------------------------
 
-@rule(rf"{DEV}/decoder0\.\d+/create_(ram|pmem)_region")
+@rule(rf"{AT}/decoder0\.\d+/create_(ram|pmem)_region")
 def _create_region(k: SimKernel, path: str, value: str) -> None:
     root = path.split("/")[-2]
     mode = "ram" if path.endswith("create_ram_region") else "pmem"
@@ -95,7 +96,7 @@ def _create_region(k: SimKernel, path: str, value: str) -> None:
     next_names(k, root)
 
 
-@rule(rf"{DEV}/decoder0\.\d+/delete_region")
+@rule(rf"{AT}/decoder0\.\d+/delete_region")
 def _delete_region(k: SimKernel, path: str, value: str) -> None:
     root = path.split("/")[-2]
     name = value.strip()
@@ -133,7 +134,7 @@ def _root_geometry(k: SimKernel, region: str) -> tuple[str, int, int]:
     return root, int(_read(k, root, "interleave_ways")), int(_read(k, root, "interleave_granularity"))
 
 
-@rule(rf"{DEV}/region\d+/interleave_ways")
+@rule(rf"{AT}/region\d+/interleave_ways")
 def _ways(k: SimKernel, path: str, value: str) -> None:
     region = _region_of(path)
     val = _einval_int(value)
@@ -158,7 +159,7 @@ def _ways(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, val)
 
 
-@rule(rf"{DEV}/region\d+/interleave_granularity")
+@rule(rf"{AT}/region\d+/interleave_granularity")
 def _granularity(k: SimKernel, path: str, value: str) -> None:
     region = _region_of(path)
     val = _einval_int(value)
@@ -172,7 +173,7 @@ def _granularity(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, val)
 
 
-@rule(rf"{DEV}/region\d+/size")
+@rule(rf"{AT}/region\d+/size")
 def _size(k: SimKernel, path: str, value: str) -> None:
     region = _region_of(path)
     val = _einval_int(value)
@@ -214,7 +215,7 @@ def _size(k: SimKernel, path: str, value: str) -> None:
     _save_region(k, region, info)
 
 
-@rule(rf"{DEV}/region\d+/target\d+")
+@rule(rf"{AT}/region\d+/target\d+")
 def _target(k: SimKernel, path: str, value: str) -> None:
     region = _region_of(path)
     pos = int(path.rsplit("target", 1)[1])
@@ -328,7 +329,7 @@ def _ports_of(k: SimKernel, info: dict) -> list[str]:
     return sorted({eps[e]["port"] for e in names}) + names
 
 
-@rule(rf"{DEV}/region\d+/commit")
+@rule(rf"{AT}/region\d+/commit")
 def _commit(k: SimKernel, path: str, value: str) -> None:
     region = _region_of(path)
     on = kstrtobool(value)
@@ -433,7 +434,9 @@ def _unbind_region(k: SimKernel, region: str) -> None:
     base = _path(k, region)
     name = f"dax{info['id']}.0"
     if k.tree.local(f"{simdax.BUS}/devices/{name}").is_symlink():
-        simdax.unplug(k, name)  # EBUSY while kmem has it (the kernel would strand its memory)
+        if simdax.driver_of(k, name) == "kmem":  # kmem lets the range go when its blocks are offline (removed);
+            simdax.hot_remove(k, name)  # EBUSY while one is online (the kernel would strand that memory)
+        simdax.unplug(k, name)
     dreg = f"{base}/dax_region{info['id']}"
     if k.tree.exists(dreg):
         k.tree.remove_tree(dreg)
@@ -456,7 +459,7 @@ def _endpoint(k: SimKernel, decoder: str) -> tuple[str, dict]:
     return endpoint, k.state()["cxl"]["endpoints"][endpoint]
 
 
-@rule(rf"{DEV}/decoder\d+\.\d+/mode")
+@rule(rf"{AT}/decoder\d+\.\d+/mode")
 def _mode(k: SimKernel, path: str, value: str) -> None:
     dec = path.split("/")[-2]
     word = value.strip()
@@ -472,7 +475,7 @@ def _mode(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, word)
 
 
-@rule(rf"{DEV}/decoder\d+\.\d+/dpa_size")
+@rule(rf"{AT}/decoder\d+\.\d+/dpa_size")
 def _dpa_size(k: SimKernel, path: str, value: str) -> None:
     dec = path.split("/")[-2]
     size = _einval_int(value)

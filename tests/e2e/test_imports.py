@@ -77,8 +77,23 @@ def test_read_only_commands_load_none_of_nodeagent_s_heavy_parts(node: tuple[Pat
     # status refreshes DAMON's scheme statistics (a write to the kdamond's state file): on a simulated root
     # that write goes through the simulator's kernel, on a real one it is a sysfs write
     heavy = tuple(p for p in NOT_ON_READ_PATHS if not (args == ["status"] and p == "nodeagent.sim"))
+    # the shipped profile manages CXL regions (memory.cxl): planning it (and drift, which status shows) reads the bus
+    heavy = tuple(p for p in heavy if p != "nodeagent.facts.cxl")
     ours = probe(["--root", str(root), *args], cache)["ours"]
     assert [m for m in ours if any(m == p or m.startswith(p + ".") for p in heavy)] == []
+
+
+def test_a_profile_without_cxl_regions_plans_without_the_cxl_bus(node: tuple[Path, Path], tmp_path: Path) -> None:
+    root, cache = node
+    for f in (REPO / "profiles").glob("*.yaml"):
+        (tmp_path / f.name).write_text(f.read_text())
+    text = (tmp_path / "cxl-kv-pool.yaml").read_text()
+    start = text.index("  cxl:\n")
+    end = text.index("  dax:\n", start)
+    (tmp_path / "no-regions.yaml").write_text(text[:start] + text[end:])
+    probe(["--root", str(root), "plan", str(tmp_path / "no-regions.yaml")], cache)  # validates, fills the cache
+    ours = probe(["--root", str(root), "plan", str(tmp_path / "no-regions.yaml")], cache)["ours"]
+    assert [m for m in ours if m.startswith("nodeagent.facts.cxl")] == []
 
 
 def test_a_changed_profile_is_validated_again(node: tuple[Path, Path], tmp_path: Path) -> None:

@@ -63,12 +63,12 @@ def test_units_run_the_installed_script_on_the_node_profile(make_node, capsys) -
     assert code == 0
     apply = json.loads(out)["/etc/systemd/system/nodeagent-apply.service"]
     exec_start = next(line for line in apply.splitlines() if line.startswith("ExecStart="))
-    assert exec_start.endswith(" apply --yes /etc/nodeagent/profile.yaml")
+    assert exec_start.endswith(" apply --yes --wait-memdevs 2min /etc/nodeagent/profile.yaml")
     assert exec_start.removeprefix("ExecStart=").split()[0].endswith("/nodeagent")
     code, out, _ = run(["units", "render", "--root", str(root), "--exe", "/usr/local/bin/nodeagent",
                         "--profile", "/srv/profiles/gpu.yaml"], capsys)
     assert code == 0
-    assert "ExecStart=/usr/local/bin/nodeagent apply --yes /srv/profiles/gpu.yaml" in out
+    assert "ExecStart=/usr/local/bin/nodeagent apply --yes --wait-memdevs 2min /srv/profiles/gpu.yaml" in out
 
 
 def test_units_install_on_a_simulated_root_says_so(make_node, capsys) -> None:

@@ -87,7 +87,7 @@ def test_units_render_and_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     paths = rendered(tmp_path, before="vllm", metrics="/var/lib/prometheus/node-exporter/nodeagent.prom")
     apply = paths["nodeagent-apply.service"].read_text()
     assert "Before=vllm.service" in apply and "WantedBy=multi-user.target vllm.service" in apply
-    assert f"ExecStart={sys.prefix}/bin/nodeagent apply --yes --metrics-textfile " in apply
+    assert f"ExecStart={sys.prefix}/bin/nodeagent apply --yes --wait-memdevs 2min --metrics-textfile " in apply
     assert "udev-settle" not in "".join(p.read_text() for p in paths.values())
     assert "SuccessExitStatus=3" in paths["nodeagent-drift.service"].read_text()
     argv = exec_start(paths["nodeagent-apply@.service"], "dax1.0")

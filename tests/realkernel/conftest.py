@@ -52,3 +52,15 @@ def guest() -> harness.Guest:
     except harness.HarnessUnavailable as exc:
         _skip(f"guest assets unavailable: {exc}")
     return harness.Guest(assets)
+
+
+@pytest.fixture(scope="module")
+def cxl_guest(guest: harness.Guest) -> harness.Guest:
+    """The guest, for the ``cxl`` layout: it needs QEMU >= 8 and the project's virtualenv."""
+    if not harness.venv_python().exists():
+        pytest.skip(f"realkernel: no project virtualenv at {harness.venv_python()} (run make test)")
+    try:
+        harness.ensure_qemu(harness.LAYOUTS["cxl"].qemu_min, guest.assets.cache_dir)
+    except harness.HarnessUnavailable as exc:
+        _skip(f"the CXL scenario needs QEMU >= 8 (cxl-type3 volatile-memdev=): {exc}")
+    return guest

@@ -27,7 +27,9 @@ from worlds import (
     CXL_TEARDOWN,
     Outcome,
     assert_same,
+    cxl_preset,
     cxl_shape,
+    cxl_sim_root,
     dump_summary,
     run_guest,
     run_sim,
@@ -36,7 +38,6 @@ from worlds import (
 
 from nodeagent.facts.cxl import from_dict
 from nodeagent.facts.cxl_cli import cross_check, parse_cxl_list
-from nodeagent.sim import create
 
 CAPTURED = harness.CAPTURED_DIR
 FACTS_STEPS = ("facts-bare", "facts-region", "facts-after")
@@ -44,30 +45,12 @@ SERIALS = {"mem0": 0x4C454F0002, "mem1": 0x4C454F0001}
 
 
 def preset_for(facts_doc: dict) -> str:
-    """The qemu-cxl preset in the probe order the guest had (cxl_pci probes the two memdevs in either order)."""
-    first = next(m["serial"] for m in facts_doc["sections"]["cxl"]["memdevs"] if m["name"] == "mem0")
-    return "qemu-cxl" if first == SERIALS["mem0"] else "qemu-cxl-rp0first"
+    """The qemu-cxl preset in the probe order the guest had (memdevs and endpoints each probe in either order)."""
+    return cxl_preset(facts_doc)
 
 
 def _sim_root(tmp: Path, name: str, preset: str = "qemu-cxl") -> Path:
-    base = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else tmp
-    root = base / f"nodeagent-rkcxl-{os.getpid()}-{name}"
-    if root.exists():
-        shutil.rmtree(root)
-    return create(root, preset)
-
-
-@pytest.fixture(scope="module")
-def cxl_guest(guest: harness.Guest) -> harness.Guest:
-    if not harness.venv_python().exists():
-        pytest.skip(f"realkernel: no project virtualenv at {harness.venv_python()} (run make test)")
-    try:
-        harness.ensure_qemu(harness.LAYOUTS["cxl"].qemu_min, guest.assets.cache_dir)
-    except harness.HarnessUnavailable as exc:
-        from conftest import _skip  # the tier's skip: the reason is printed again at the end of the run
-
-        _skip(f"the CXL scenario needs QEMU >= 8 (cxl-type3 volatile-memdev=): {exc}")
-    return guest
+    return cxl_sim_root(tmp, name, preset)
 
 
 @pytest.fixture(scope="module")

@@ -369,6 +369,30 @@ CXL_SCENARIO = [
 ]
 
 
+def cxl_preset(facts_doc: dict[str, Any]) -> str:
+    """The qemu-cxl preset in the probe orders this boot of the guest had: cxl_pci numbers the memdevs and cxl_mem
+    the endpoints, each in a probe of its own, so mem0 may be either memdev and endpoint2 either one's."""
+    cxl = facts_doc["sections"]["cxl"]
+    serial = {m["name"]: m["serial"] for m in cxl["memdevs"]}
+    first_mem = serial["mem0"] == 0x4C454F0002
+    ep2 = cxl["ports"]["endpoint2"]["host"]
+    base = "qemu-cxl" if first_mem else "qemu-cxl-rp0first"
+    return base if ep2 == "mem0" else f"{base}-ep-swapped"
+
+
+def cxl_sim_root(tmp: Path, name: str, preset: str) -> Path:
+    """A fresh simulated CXL node (in /dev/shm where it can be: its many small files are faster there)."""
+    import shutil
+
+    from nodeagent.sim import create
+
+    base = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else tmp
+    root = base / f"nodeagent-rkcxl-{os.getpid()}-{name}"
+    if root.exists():
+        shutil.rmtree(root)
+    return create(root, preset)
+
+
 def cxl_shape(doc: dict[str, Any]) -> dict[str, Any]:
     """What must agree between the worlds in a ``nodeagent --format json facts`` document: the whole ``cxl``
     section but where cxl-cli is installed (the guest has it, the simulator not), the CXL-backed DAX devices,

@@ -193,3 +193,23 @@ def test_a_kind_without_revert_shows_a_non_blocking_problem(monkeypatch: pytest.
     (problem,) = plan.problems
     assert problem.target == "region0" and "reverting region is not supported" in problem.message
     assert [c.target for c in plan.changes] == ["kernel.zone_reclaim_mode"]
+
+
+def test_region_ownership_of_the_first_cxl_regions_version_reads_as_typed_records(store: StateStore) -> None:
+    """The CXL regions' first version kept its records under ``cxl_region`` in a format-1 file (times as
+    ``%FT%TZ``, no DAX devices): they read as :class:`OwnedRegion` and are written back in the current format."""
+    from nodeagent.state import OwnedRegion
+
+    put(store, "ownership.json", {"dax": {}, "damon": {"kdamonds": {}}, "cxl_region": {"0x4c454f0001": {
+        "members": ["0x4c454f0001"], "serials": [0x4C454F0001], "ways": 1, "granularity": 256, "rule": "each",
+        "region": "region0", "root": "decoder0.0", "time": "2026-01-02T03:04:05Z"}}})
+    own = store.ownership()
+    assert own.regions == {"0x4c454f0001": OwnedRegion(["0x4c454f0001"], [0x4C454F0001], 1, 256, "each", "region0",
+                                                       "decoder0.0", "2026-01-02T03:04:05Z", [])}
+    own.regions["0x4c454f0001"] = own.regions["0x4c454f0001"]._replace(dax=["dax0.0"])
+    store.write_record(own)
+    assert store.ownership() == own and json.loads((Path(str(store.host.root)) / STATE_DIR.lstrip("/")
+                                                    / "ownership.json").read_text())["format"] == FORMAT
+    assert not Ownership(own.dax, own.kdamonds).to_json().get("cxl_region")  # none: the key is left out
+    put(store, "ownership.json", {"cxl_region": {"x": {"serials": ["0x1"]}}})
+    assert not store.ownership() and "cxl_region.x.serials[0]: expected an integer" in store.warnings[-1]
