@@ -10,9 +10,9 @@ whose fast node has 1 GiB; "hot on fast" is the share of the hot set on the fast
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._dataclass import dataclass
 from ..facts import Facts
 from ..facts.damon import from_facts as damon_facts
 from ..facts.reclaim import from_facts as reclaim_facts

@@ -12,9 +12,10 @@ plans and applies; ``revert`` then reports its recorded originals as a non-block
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._dataclass import dataclass
 from ..facts import Facts
 from ..host import Host
 from ..plan import Change, Problem
