@@ -188,7 +188,7 @@ def status_text(s: dict[str, Any]) -> str:
             since = f" (since {p['first_seen']})" if p.get("first_seen") else ""
             out.append(f"  ! {p['message']}{since}" + (f"\n      hint: {p['hint']}" if p.get("hint") else ""))
     changed = s.get("changed_by_nodeagent", [])
-    out.append(f"changed by nodeagent (revert restores): {', '.join(changed) if changed else 'nothing'}")
+    out.append(f"managed by nodeagent (revert restores what they were): {', '.join(changed) if changed else 'nothing'}")
     kd = s.get("kdamonds", {})
     if kd.get("owned"):
         out.append("owned kdamonds:")
