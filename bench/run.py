@@ -72,8 +72,11 @@ def cache_dir() -> Path:
 
 
 def clean_env() -> dict[str, str]:
+    """The environment of every command the bench runs: no PYTHON* variables, and nodeagent's cache (the
+    validated-profile cache) of the bench's own, never one another checkout of nodeagent filled."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "NODEAGENT_", "VIRTUAL_ENV"))}
     env["LANG"] = env["LC_ALL"] = "C"
+    env["NODEAGENT_CACHE"] = str(cache_dir() / "cache")
     return env
 
 

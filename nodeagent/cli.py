@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
+from ._dataclass import dataclass
 from .errors import ExitCode, NodeagentError, PlanError, UsageError
 from .render.escape import escape_controls
 
@@ -125,8 +125,46 @@ class _Seconds(click.ParamType):
         return seconds
 
 
+#: The commands other modules define, by name: (module, attribute). Each module is imported when one of its
+#: commands is looked up (to run it, or for --help and shell completion, which list them all): the timer's
+#: ``drift`` loads ``cli_ops``, never the simulator's, the exporter's or the DaemonSet's commands.
+_ELSEWHERE = {
+    "sim": ("cli_sim", "sim"),  # create, hot-add, boot, kdamond, write...
+    **{name: ("cli_ops", name) for name in ("drift", "history", "status", "revert", "units", "watch")},
+    "metrics": ("cli_metrics", "metrics"),  # the exporter
+    "render": ("cli_serving", "render"), "verify-serving": ("cli_serving", "verify_serving"),
+    "labels": ("cli_k8s", "labels"), "run": ("cli_k8s", "run"),  # the NFD feature file, the DaemonSet loop
+}
+
+
+class _Commands(dict[str, click.Command]):
+    """``cli.commands``: a command of another module (``_ELSEWHERE``) is imported on first lookup."""
+
+    def __missing__(self, name: str) -> click.Command:
+        if name not in _ELSEWHERE:
+            raise KeyError(name)
+        module, attr = _ELSEWHERE[name]
+        command = getattr(__import__(f"nodeagent.{module}", fromlist=[attr]), attr)
+        self[name] = command
+        return command
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+
 class _Cli(click.Group):
-    """Global options go before or after the command (see ``_cli_args``)."""
+    """Global options go before or after the command (see ``_cli_args``); other modules' commands are loaded
+    when looked up (``_ELSEWHERE``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(self.commands)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_ELSEWHERE})
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         from ._cli_args import hoist
@@ -421,18 +459,6 @@ def completion(shell: str) -> None:
     complete = get_completion_class(shell)
     assert complete is not None  # click ships all three
     click.echo(complete(cli, {}, "nodeagent", "_NODEAGENT_COMPLETE").source())
-
-
-from .cli_sim import sim as _sim  # noqa: E402  (the `sim` group: create, hot-add, boot, kdamond, write...)
-
-cli.add_command(_sim)
-
-from . import cli_ops as _cli_ops  # noqa: E402  (drift, history, status, revert, units, watch)
-
-_cli_ops.register(cli)
-__import__("nodeagent.cli_metrics").cli_metrics.register(cli)  # the `metrics` group (exporter)
-__import__("nodeagent.cli_serving").cli_serving.register(cli)  # render serving, verify-serving
-__import__("nodeagent.cli_k8s").cli_k8s.register(cli)  # `labels` (NFD feature file) and `run` (DaemonSet loop)
 
 
 def _fail(ctx: Ctx, code: int, message: str, hint: str | None = None) -> int:

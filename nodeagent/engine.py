@@ -20,9 +20,10 @@ journals a ``revert`` event, exactly like an apply journals its ``apply`` event.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ._dataclass import dataclass
 from .errors import ChangeSkipped, HostError, NeedsRootError
 from .facts import Facts, gather
 from .host import Host

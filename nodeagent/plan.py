@@ -9,8 +9,10 @@ a :class:`Plan` is the ordered list of them plus what cannot be done (``problems
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
+
+from ._dataclass import dataclass
 
 
 @dataclass(frozen=True)

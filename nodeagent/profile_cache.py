@@ -1,11 +1,12 @@
 """The validated-profile cache: load a profile without YAML or pydantic when none of its files changed.
 
 An entry is keyed by the profile's absolute path and holds the validated profile in its plain form
-(:func:`nodeagent.resolved.to_record`) with the sha256 of every file of its ``extends`` chain and the versions
-of nodeagent, pydantic and pydantic-core that validated it. It is used only when every one of those files still
-has its digest and every version is the same; anything else (an edit anywhere in the chain, an upgrade, a
-damaged entry) loads and validates the profile again and replaces the entry. A profile that fails validation is
-never cached, so its errors are shown every time.
+(:func:`nodeagent.resolved.to_record`) with the sha256 of every file of its ``extends`` chain, the versions of
+nodeagent, pydantic and pydantic-core that validated it, and the size and modification time of each file of
+nodeagent's profile model (a model changed under the same ``__version__``, as in a checkout, is no match). It is
+used only when every one of those files still has its digest and everything else is the same; anything else (an
+edit anywhere in the chain, an upgrade, a damaged entry) loads and validates the profile again and replaces the
+entry. A profile that fails validation is never cached, so its errors are shown every time.
 
 Entries live in ``$NODEAGENT_CACHE/profiles`` (else ``$XDG_CACHE_HOME/nodeagent/profiles``, else
 ``~/.cache/nodeagent/profiles``), written atomically (mode 0600, directory 0700); an entry owned by another user
@@ -47,9 +48,28 @@ def _dist_version(name: str) -> str:
     return "?"
 
 
+def _model_code(here: Path = Path(__file__).parent) -> str:
+    """The size and modification time of each file of the code that validates and records a profile (the
+    ``profile`` package and ``resolved.py``) — what python itself checks its bytecode cache against — so that a
+    checkout or an upgrade that changes the model without changing ``__version__`` validates again."""
+    out = []
+    for d in (here / "profile", here):
+        try:
+            names = sorted(n for n in os.listdir(d) if n.endswith(".py") and (d != here or n == "resolved.py"))
+        except OSError:
+            continue
+        for n in names:
+            try:
+                st = os.stat(d / n)
+            except OSError:
+                continue
+            out.append(f"{d.name}/{n}:{st.st_size}:{st.st_mtime_ns}")
+    return ";".join(out)
+
+
 def versions() -> dict[str, str]:
     return {"nodeagent": __version__, "pydantic": _dist_version("pydantic"),
-            "pydantic-core": _dist_version("pydantic-core")}
+            "pydantic-core": _dist_version("pydantic-core"), "model": _model_code()}
 
 
 def _sha(path: str) -> str | None:

@@ -26,9 +26,10 @@ is noted in the plan, not followed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from ._dataclass import dataclass
 from .facts import Facts
 from .facts.dax import DaxDevice
 from .facts.dax import from_facts as dax_facts

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
+
+from ._dataclass import dataclass
 
 FORMAT = "nodeagent-resolved-profile"
 VERSION = 1

@@ -14,9 +14,10 @@ Only a ``fail`` result stops ``apply`` (exit 4 from ``check``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
+from .._dataclass import dataclass
 from ..facts import Facts
 from ..host import Host
 

@@ -29,9 +29,10 @@ Example (a 70B model in bf16, 80 layers, 8 KV heads of 128)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from .._dataclass import dataclass
 from ..errors import CommandError
 from ..facts import Facts
 from ..facts.dax import from_facts as dax_facts

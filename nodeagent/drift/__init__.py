@@ -29,9 +29,10 @@ nothing managed"); after a partial revert the still-managed items are checked as
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
+from .._dataclass import dataclass
 from ..errors import NodeagentError
 from ..journal import Journal, iso
 from ..plan import Change, Problem

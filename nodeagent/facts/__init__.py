@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
+from .._dataclass import dataclass
 from ..host import Host
 from ..kfmt import kernel_version, parse_list
 from .knobs import KNOBS

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .._dataclass import dataclass
 from ..host import Host
 
 ACTIVE = "/etc/tuned/active_profile"

@@ -36,9 +36,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Collection
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, TypeVar
 
+from .._dataclass import dataclass
 from ..errors import BusyError
 from ..host import Host
 from ..kfmt import kernel_version, parse_list

@@ -16,8 +16,9 @@ Versions are those of the upstream merge (damo's feature list and the kernel's o
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from .._dataclass import dataclass
 
 Version = tuple[int, int]
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
+from .._dataclass import dataclass
 from ..host import Host
 from ..kfmt import cmdline_params, parse_list, parse_meminfo
 from . import SECTIONS, Facts

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
+from .._dataclass import dataclass
 from ..errors import CommandError, HostError
 from ..host import Host
 from ..host.boot_cache import probe

@@ -9,9 +9,10 @@ other way, so that after an apply the observed value equals the desired one and 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from .._dataclass import dataclass
 from ..kfmt import bracket_choice
 from ..vocab import NUMA_BALANCING
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from .._dataclass import dataclass
 from ..host import Host
 from ..kfmt import parse_list, parse_meminfo
 

@@ -19,9 +19,10 @@ kswapd for that node. Switching demotion and NUMA balancing's memory-tiering mod
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from .._dataclass import dataclass
 from ..host import Host
 from ..host.mountinfo import memcg_reclaim
 from ..kfmt import parse_list, parse_meminfo

@@ -25,9 +25,10 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
+from .._dataclass import dataclass
 from ..host import Host
 from .damon_caps import MODULES
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._dataclass import dataclass
 from ..errors import UsageError
 from .commands import CommandResult, CommandRunner
 from .fs import RootedFS, WriteRecord, map_oserror

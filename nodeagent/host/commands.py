@@ -15,9 +15,10 @@ import errno
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from .._dataclass import dataclass
 from ..errors import CommandError
 
 #: Where binaries are looked up inside a simulated root, like a stock PATH.

@@ -18,10 +18,10 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .._dataclass import dataclass
 from ..errors import (
     BusyError,
     HostError,

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Protocol
+
+from .._dataclass import dataclass
 
 MOUNTINFO = "/proc/self/mountinfo"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._dataclass import dataclass
 from ..errors import HostError
 from .fs import map_oserror
 

@@ -16,9 +16,10 @@ records in, labels out) and :func:`gather` the part that reads the node.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from .._dataclass import dataclass
 
 if TYPE_CHECKING:
     from ..engine import Engine

@@ -12,9 +12,9 @@ their last pages hot, prompts written at once, 1.2 GiB live on the same guest).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._dataclass import dataclass
 from ..facts import Facts
 from ..facts.damon import from_facts as damon_facts
 from ..facts.reclaim import from_facts as reclaim_facts

@@ -15,9 +15,10 @@ executor's ordering puts the kdamond stops marked ``before_dax`` ahead of the fi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._dataclass import dataclass
 from ..facts import Facts
 from ..host import Host
 from ..plan import Change, Problem

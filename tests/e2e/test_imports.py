@@ -64,9 +64,11 @@ def test_read_only_commands_import_click_and_nothing_else(node: tuple[Path, Path
 
 #: nodeagent's own heavy parts that no read-only command of the timer or the reviewer needs: the profile model
 #: (the cache and last-applied.json keep it validated), the checks, the hardware and CXL bus facts (for the
-#: facts document and reviews), and the simulator (its in-process answers are for writes and probes).
+#: facts document and reviews), the simulator (its in-process answers are for writes and probes), and the
+#: modules of other commands (loaded when one of their commands is looked up).
 NOT_ON_READ_PATHS = ("nodeagent.profile", "nodeagent.checks", "nodeagent.facts.hardware", "nodeagent.facts.cxl",
-                     "nodeagent.sim")
+                     "nodeagent.sim", "nodeagent.cli_sim", "nodeagent.cli_metrics", "nodeagent.cli_serving",
+                     "nodeagent.cli_k8s")
 
 
 @pytest.mark.parametrize("args", [
@@ -105,3 +107,22 @@ def test_a_changed_profile_is_validated_again(node: tuple[Path, Path], tmp_path:
     edited = tmp_path / Path(PROFILE).name
     assert {"pydantic", "yaml"} <= set(imports(["--root", str(root), "plan", str(edited)], cache))
     assert imports(["--root", str(root), "plan", str(edited)], cache) == ["click"]
+
+
+def test_every_command_of_another_module_is_listed_where_the_cli_finds_it() -> None:
+    """A command a module registers but ``cli._ELSEWHERE`` does not name would be missing from the CLI."""
+    import click
+
+    from nodeagent import cli
+
+    for module in sorted({m for m, _ in cli._ELSEWHERE.values()}):
+        mod = __import__(f"nodeagent.{module}", fromlist=["register"])
+        group = click.Group()
+        if hasattr(mod, "register"):
+            mod.register(group)
+        else:  # cli_sim: one group, `sim`
+            group.add_command(mod.sim)
+        assert sorted(group.commands) == sorted(n for n, (m, _) in cli._ELSEWHERE.items() if m == module), module
+        for name, command in group.commands.items():
+            assert cli.cli.commands[name] is command
+    assert set(cli.cli.list_commands(click.Context(cli.cli))) >= set(cli._ELSEWHERE)

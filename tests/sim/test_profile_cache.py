@@ -90,12 +90,28 @@ def test_another_pydantic_or_nodeagent_version_invalidates(tmp_path: Path, cache
     top = write_chain(tmp_path)
     profile_cache.load(str(top))
     real = profile_cache.versions()
-    for dist in ("nodeagent", "pydantic", "pydantic-core"):
+    for dist in ("nodeagent", "pydantic", "pydantic-core", "model"):
         monkeypatch.setattr(profile_cache, "versions", lambda d=dist: {**real, d: "0.0.0"})
         assert profile_cache.lookup(str(top)) is None
     monkeypatch.setattr(profile_cache, "versions", lambda: real)
     assert profile_cache.lookup(str(top)) is not None
     assert real["pydantic"] not in ("", "?") and real["pydantic-core"] not in ("", "?")
+
+
+def test_a_changed_profile_model_is_no_match(tmp_path: Path) -> None:
+    """A checkout that changes the model keeps ``__version__``: the model's files themselves are compared."""
+    import shutil
+
+    pkg = tmp_path / "nodeagent"
+    shutil.copytree(Path(profile_cache.__file__).parent / "profile", pkg / "profile")
+    (pkg / "resolved.py").write_text("# the record format\n")
+    (pkg / "unrelated.py").write_text("")
+    before = profile_cache._model_code(pkg)
+    assert "profile/model.py" in before and "resolved.py" in before and "unrelated" not in before
+    (pkg / "unrelated.py").write_text("x = 1\n")
+    assert profile_cache._model_code(pkg) == before
+    (pkg / "profile" / "model.py").write_text((pkg / "profile" / "model.py").read_text() + "\n# edited\n")
+    assert profile_cache._model_code(pkg) != before
 
 
 def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path: Path, cache: Path) -> None:

@@ -13,8 +13,10 @@ ranges a paddr target monitors. Pure functions of the node's projection (:mod:`n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
+
+from ..._dataclass import dataclass
 
 if TYPE_CHECKING:
     from ...projection import NodeProjection

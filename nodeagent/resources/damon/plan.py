@@ -23,9 +23,10 @@ renumbered (except by an explicit ``take-over``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from ..._dataclass import dataclass
 from ...facts.damon import DamonFacts, Kdamond
 from ...facts.damon import other_users as users_of
 from ...plan import Change, Problem

@@ -24,9 +24,9 @@ file by file with what nodeagent wants; type-specific filter files of other type
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..._dataclass import dataclass
 from ...facts.damon import DamonFacts
 from ...facts.damon_caps import ACTION_OPS, CORE_FILTER_TYPES, since_of
 from ...units import format_duration_us, format_size
