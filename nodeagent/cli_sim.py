@@ -14,7 +14,10 @@ emulator the tests use (:mod:`nodeagent.sim`):
 - ``boot DIR --memhp-default-state offline|online|online_movable``: re-lays the boot-time onlining of the CXL
   devices (bound to kmem, blocks offline or online in that zone);
 - ``kdamond DIR --foreign [--operations paddr] [--action stat] [--state on|off]``: another agent's kdamond;
-- ``write DIR PATH VALUE``: one write through the emulator; a refusal prints the kernel's errno (exit 1).
+- ``write DIR PATH VALUE``: one write through the emulator; a refusal prints the kernel's errno (exit 1);
+- ``fault DIR --write REGEX (--errno NAME | --signal NAME) [--after N] [--times N]``: from now on, writes whose
+  path matches REGEX fail with that errno, or get that signal sent to the nodeagent process right before them
+  (:mod:`nodeagent.sim.faults`); ``fault DIR --clear`` removes every fault, ``fault DIR`` lists them.
 
 Output follows the CLI's contract (:meth:`nodeagent.cli.Ctx.emit`): a line of text, or with ``--format json``
 exactly one JSON document on stdout — the verb's own keys, and ``error`` beside them when it then failed.
@@ -227,6 +230,47 @@ def sim_write(directory: str, path: str, value: str) -> None:
     except OSError as exc:
         _refused(f"write {path}", exc, {**data, "written": False})
     _emit(f"{path} = {value}", {**data, "written": True})
+
+
+@sim.command("fault")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--write", "pattern", metavar="REGEX",
+              help="Writes whose path (/sys/..., /var/lib/nodeagent/...) this regular expression is found in.")
+@click.option("--errno", "errno_name", metavar="NAME", help="Fail those writes with this errno (EBUSY, ENOSPC...).")
+@click.option("--signal", "signal_name", metavar="NAME",
+              help="Send this signal (TERM, INT, KILL...) to the nodeagent process right before those writes.")
+@click.option("--after", type=click.IntRange(0), default=0, show_default=True,
+              help="Let this many matching writes through first.")
+@click.option("--times", type=click.IntRange(0), default=1, show_default=True,
+              help="Fire this many times (0: at every matching write from then on).")
+@click.option("--clear", is_flag=True, help="Remove every fault of this node.")
+def sim_fault(directory: str, pattern: str | None, errno_name: str | None, signal_name: str | None, after: int,
+              times: int, clear: bool) -> None:
+    """Inject a fault into the simulated node in DIRECTORY, seen by every process on it (counters included)."""
+    from .sim import faults
+
+    _simulated(directory)
+    data: dict[str, Any] = {"directory": directory}
+    if clear:
+        if pattern or errno_name or signal_name:
+            raise UsageError("--clear goes alone: it removes every fault")
+        n = faults.clear(directory)
+        _emit(f"cleared {n} fault(s)", {**data, "cleared": n, "rules": []})
+        return
+    if pattern is None:
+        if errno_name or signal_name:
+            raise UsageError("--errno/--signal need --write REGEX: which writes to fault")
+        current = faults.load(directory)
+        _emit("\n".join(r.describe() for r in current.rules) or "no faults", {**data, **current.to_dict()})
+        return
+    if (errno_name is None) == (signal_name is None):
+        raise UsageError("give one of --errno NAME and --signal NAME")
+    try:
+        now = faults.add(directory, faults.Rule(pattern, errno_name, signal_name, after, times))
+    except ValueError as exc:
+        raise UsageError(f"{exc}") from None
+    rule = now.rules[-1]
+    _emit(f"fault {len(now.rules)}: {rule.describe()}", {**data, **now.to_dict()})
 
 
 def _uevent_counts(events: list[Any]) -> list[dict[str, Any]]:

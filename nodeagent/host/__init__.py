@@ -77,6 +77,11 @@ class _SimWriter:
             self._kernel = importlib.import_module("nodeagent.sim.kernel").SimKernel(self.root)
         self._kernel.write(path, value)
 
+    def before_file(self, path: str) -> None:
+        """Before nodeagent replaces, appends to or renames one of its own files on the simulated node: the
+        simulator's injected faults (``nodeagent sim fault``) apply to those writes too."""
+        importlib.import_module("nodeagent.sim.faults").check(self.root, path)
+
 
 def open_host(root: str | os.PathLike[str] = "/") -> Host:
     path = Path(root)

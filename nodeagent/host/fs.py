@@ -156,6 +156,8 @@ class Writer(Protocol):
 
     def write(self, path: str, value: str) -> None: ...
 
+    # Optional: ``before_file(path)``, called before nodeagent writes one of its own files (see _before_file).
+
 
 @dataclass(frozen=True)
 class WriteRecord:
@@ -538,6 +540,13 @@ class RootedFS:
         finally:
             os.close(w.dir_fd)
 
+    def _before_file(self, path: str) -> None:
+        """The writer's look at a file write before it happens (the simulator's fault injection); OSError from
+        it is the write's own."""
+        hook = getattr(self._writer, "before_file", None)
+        if hook is not None:
+            hook(path)
+
     def write(self, path: str, value: str) -> None:
         """Write one kernel attribute. Raises a :class:`HostError` subclass named after the errno."""
         self._require_allowed(path, "write")
@@ -627,6 +636,7 @@ class RootedFS:
         self._require_allowed(path, "write")
         try:
             with self._parent(path, "write", create=True) as (dfd, name):
+                self._before_file(path)
                 replace_at(dfd, name, data, mode)
         except OSError as exc:
             raise map_oserror(exc, path, "write") from None
@@ -638,6 +648,7 @@ class RootedFS:
         self._require_allowed(path, "write")
         try:
             with self._parent(path, "write", create=True) as (dfd, name):
+                self._before_file(path)
                 fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
                              | os.O_CLOEXEC, 0o644, dir_fd=dfd)
             try:
@@ -661,6 +672,7 @@ class RootedFS:
         try:
             with self._parent(src, "rename", create=False) as (sfd, sname), \
                     self._parent(dst, "rename", create=False) as (dfd, dname):
+                self._before_file(dst)
                 os.replace(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
         except OSError as exc:
             raise map_oserror(exc, src, "rename") from None

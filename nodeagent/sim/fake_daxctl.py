@@ -149,6 +149,9 @@ def run(root: Path, argv: list[str]) -> tuple[int, str, str]:
 
 def main(argv: list[str], root: str | os.PathLike[str]) -> int:
     """Entry point of the launcher the simulator installs; ``root`` is the simulated node it lives in."""
+    from . import faults
+
+    faults.TARGET = "parent"  # a signal fault at one of our writes is meant for the nodeagent that runs us
     start = time.monotonic()
     rc, out, err = run(Path(root), argv)
     sys.stdout.write(out)
