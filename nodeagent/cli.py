@@ -374,8 +374,14 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
     if result.plan.blocked and not result.outcomes:
         raise PlanError("nothing was applied: the plan has problems this node cannot carry out (listed above)",
                         hint="fix the profile or the node, then apply again")
+    if result.interrupted:  # stopped at a safe point: 128 + the signal, as a shell reports it (143, 130)
+        from .signals import exit_code, name
+
+        ctx.failure = (f"apply interrupted by {name(result.interrupted)} at a safe point", "apply again to finish")
+        raise click.exceptions.Exit(exit_code(result.interrupted))
     if not result.dry_run and not result.ok:
-        ctx.failure = (f"apply {result.status}: some changes were not made", "see the outcomes")
+        ctx.failure = (f"apply {result.status}: some changes were not made" if not result.record_errors else
+                       f"apply {result.status}: the changes made could not all be recorded", "see the outcomes")
         raise click.exceptions.Exit(ExitCode.PARTIAL)
 
 
@@ -445,8 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         ctx.fmt = global_value(cli, args, "--format", "text")
     except Exception:  # noqa: BLE001 (a malformed command line: click reports it below)
         pass
+    from .signals import handled
+
     try:
-        rv = cli.main(args=args, prog_name="nodeagent", standalone_mode=False, obj=ctx)
+        with handled():  # SIGTERM/SIGINT: stop at the next safe point (nodeagent.signals)
+            rv = cli.main(args=args, prog_name="nodeagent", standalone_mode=False, obj=ctx)
         code = rv if isinstance(rv, int) else 0  # click returns ctx.exit()'s code when not standalone
     except click.exceptions.Exit as exc:
         code = int(exc.exit_code)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from . import signals
 from .errors import ChangeSkipped, HostError, NeedsRootError
 from .facts import Facts, gather
 from .host import Host
@@ -136,12 +137,24 @@ class Engine:
             if confirm is not None and not confirm(plan):
                 return Result(plan, dry_run=True, checks=report)
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
-            outcomes = self._execute(loaded, plan, actx, facts, scope)
-            verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive, scope)
-            result = Result(plan, tuple(outcomes), tuple(verify_errors), checks=report)
-            self._record(loaded, plan, outcomes, result.status, verify_errors, scope=scope)
-            self._history(loaded, result, scope)
-            return result
+            # From the first write to the last record a signal stops nothing half-way (nodeagent.signals): the
+            # executor stops before its next change, and the result says where.
+            with signals.deferred():
+                record_errors: list[str] = []
+                outcomes = self._execute(loaded, plan, actx, facts, scope, record_errors)
+                verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive, scope)
+                result = Result(plan, tuple(outcomes), tuple(verify_errors), checks=report,
+                                interrupted=signals.pending())
+                # Changes were made: a record that cannot be written is said in the result (exit 5), never an
+                # error that hides what was done.
+                for step in (lambda: self._record(loaded, plan, outcomes, result.status, verify_errors, scope=scope),
+                             lambda: self._history(loaded, result, scope)):
+                    try:
+                        step()
+                    except HostError as exc:
+                        record_errors.append(exc.message)
+                return replace(result, record_errors=tuple(dict.fromkeys(record_errors)),
+                               interrupted=signals.pending())
 
     def require_root(self) -> None:
         import os
@@ -151,7 +164,7 @@ class Engine:
 
     # -- the steps ------------------------------------------------------------------------------------
     def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext, facts: Facts,
-                 scope: Collection[str] | None = None) -> list[Outcome]:
+                 scope: Collection[str] | None = None, record_errors: list[str] | None = None) -> list[Outcome]:
         originals: dict[str, dict] = {}
         for c in plan.changes:  # what revert needs to put each change back (the first record of a target wins)
             rec = BY_KIND[c.kind].original(c, facts)
@@ -161,7 +174,13 @@ class Engine:
         self.host.fs.require_writable(sorted({c.path or "/sys" for c in plan.changes}))
         self.state.remember_originals(originals)
         outcomes: list[Outcome] = []
+        stop: str | None = None  # why the changes left are not done (a signal, a record that cannot be written)
         for change in plan.changes:
+            if stop is None and signals.pending():
+                stop = f"stopped by {signals.name(signals.pending() or 0)} before this change"
+            if stop is not None:
+                outcomes.append(Outcome(change, "skipped", f"not done: {stop}"))
+                continue
             if change.disruptive and not actx.allow_disruptive:
                 outcomes.append(Outcome(change, "blocked", "disruptive: not done without --allow-disruptive"))
                 continue
@@ -172,7 +191,12 @@ class Engine:
                 outcomes.append(Outcome(change, "skipped", exc.render()))
             except HostError as exc:
                 outcomes.append(Outcome(change, "failed", exc.render()))
-            self._record(loaded, plan, outcomes, "in-progress", scope=scope)
+            try:
+                self._record(loaded, plan, outcomes, "in-progress", scope=scope)
+            except HostError as exc:  # no change is made that the record on disk cannot follow
+                stop = f"the state directory could not record the change before it ({exc.message})"
+                if record_errors is not None:
+                    record_errors.append(exc.message)
         return outcomes
 
     def _verify(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], allow_disruptive: bool,

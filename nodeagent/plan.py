@@ -94,6 +94,8 @@ class Result:
     verify_errors: tuple[str, ...] = ()
     dry_run: bool = False
     checks: Any = None  # nodeagent.checks.CheckReport of the preflight checks, when they ran
+    interrupted: int | None = None  # the signal that stopped the apply at a safe point (nodeagent.signals)
+    record_errors: tuple[str, ...] = ()  # state or journal writes that failed after changes were made
 
     @property
     def checks_failed(self) -> bool:
@@ -102,6 +104,7 @@ class Result:
     @property
     def ok(self) -> bool:
         return (not self.verify_errors and not self.plan.problems and not self.checks_failed
+                and not self.interrupted and not self.record_errors
                 and all(o.status == "applied" for o in self.outcomes))
 
     @property
@@ -114,6 +117,8 @@ class Result:
             return "checks-failed"
         if self.dry_run:
             return "dry-run"
+        if self.interrupted:
+            return "interrupted"
         if self.ok:
             return "converged" if self.changed or not self.outcomes else "unchanged"
         return "partial" if self.changed else "failed"
@@ -122,6 +127,12 @@ class Result:
         d = {"status": self.status, "changed": self.changed, "dry_run": self.dry_run,
              "plan": self.plan.to_dict(), "outcomes": [o.to_dict() for o in self.outcomes],
              "verify_errors": list(self.verify_errors)}
+        if self.interrupted:
+            import signal
+
+            d["interrupted"] = signal.Signals(self.interrupted).name
+        if self.record_errors:
+            d["record_errors"] = list(self.record_errors)
         if self.checks is not None:
             d["checks"] = self.checks.to_dict()
         return d
