@@ -5,9 +5,10 @@ Every verb but ``create``, ``reset`` and ``presets`` acts on a directory that mu
 ``/sys``. The verbs change the simulated node the way the kernel (or another agent) would, through the same
 emulator the tests use (:mod:`nodeagent.sim`):
 
-- ``create DIR --preset NAME [--devices N --device-size SIZE --block-size SIZE]``: a preset, optionally with
-  N generated CXL expanders of SIZE and another memory block size (the expanders hang off the sockets in turn;
-  NUMA distances are left to the emulator's defaults, so the CXL nodes are equidistant from every DRAM node);
+- ``create DIR --preset NAME [--devices N --device-size SIZE --block-size SIZE --dram-size SIZE]``: a preset,
+  optionally with N generated CXL expanders of SIZE, another memory block size and less DRAM per node (the
+  expanders hang off the sockets in turn; NUMA distances are left to the emulator's defaults, so the CXL nodes
+  are equidistant from every DRAM node);
 - ``hot-add DIR --dax NAME --size SIZE --node N [--host-node N] --mode devdax|kmem [--blocks online|offline]``:
   an expander appears (uevents go to ``nodeagent watch``); ``kmem`` binds it to kmem at once, its blocks as
   ``--blocks`` says or, without it, as ``auto_online_blocks`` says;
@@ -97,8 +98,9 @@ def _simulated(directory: str):  # type: ignore[no-untyped-def]
 @click.option("--devices", type=click.IntRange(0, 64), help="Replace the preset's DAX devices by N CXL expanders.")
 @click.option("--device-size", metavar="SIZE", help="Size of each generated expander (default 64GiB).")
 @click.option("--block-size", metavar="SIZE", help="Memory block size (a power of two, ≥ 128MiB).")
+@click.option("--dram-size", metavar="SIZE", help="DRAM per node (whole blocks; what the node uses shrinks to fit).")
 def sim_create(directory: str, preset: str, kernel: str | None, devices: int | None, device_size: str | None,
-               block_size: str | None) -> None:
+               block_size: str | None, dram_size: str | None) -> None:
     """Lay out a simulated node of PRESET in DIRECTORY (empty or absent)."""
     from .sim import build, get
     from .sim.hotplug import generated
@@ -107,10 +109,11 @@ def sim_create(directory: str, preset: str, kernel: str | None, devices: int | N
         p = get(preset)
     except KeyError as exc:
         raise UsageError(f"--preset: {exc.args[0]}") from None
-    size, bs = _size("--device-size", device_size), _size("--block-size", block_size)
-    if devices is not None or size is not None or bs is not None:
+    size, bs, dram = _size("--device-size", device_size), _size("--block-size", block_size), _size("--dram-size",
+                                                                                                  dram_size)
+    if devices is not None or size is not None or bs is not None or dram is not None:
         try:
-            p = generated(p, devices, size, bs)
+            p = generated(p, devices, size, bs, dram)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     try:
@@ -119,7 +122,7 @@ def sim_create(directory: str, preset: str, kernel: str | None, devices: int | N
         raise UsageError(f"{exc}", hint="give an empty or new directory") from None
     _emit(f"simulated {preset} node at {directory}",
           {"directory": directory, "preset": preset, "kernel": kernel, "devices": devices, "device_size": size,
-           "block_size": bs})
+           "block_size": bs, "dram_size": dram})
 
 
 @sim.command("reset")

@@ -153,6 +153,9 @@ class Engine:
                         step()
                     except HostError as exc:
                         record_errors.append(exc.message)
+                    except Exception as exc:  # noqa: BLE001 (a bug must not hide what was done either)
+                        record_errors.append(f"internal error while recording ({type(exc).__name__}: {exc}); this "
+                                             "is a bug in nodeagent, rerun with NODEAGENT_DEBUG=1 and report it")
                 return replace(result, record_errors=tuple(dict.fromkeys(record_errors)),
                                interrupted=signals.pending())
 

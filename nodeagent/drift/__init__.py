@@ -22,6 +22,8 @@ as ``cannot-be-done`` events (first seen, or with a new message) and as ``resolv
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +37,8 @@ if TYPE_CHECKING:
     from ..profile import LoadedProfile
     from .causes import Cause
 
-__all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "open_records", "problem_key", "record",
-           "STATE_FILE"]
+__all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "detect_and_record", "open_records",
+           "problem_key", "record", "STATE_FILE"]
 
 STATE_FILE = "drift.json"
 #: What ``drift.json`` written before "cannot be done" was kept apart put as a problem's expected value.
@@ -186,11 +188,22 @@ def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None
                        tuple(items), plan.problems, summary, tuple(notes))
 
 
-def record(engine: Engine, report: DriftReport) -> DriftReport:
+def detect_and_record(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None, *,
+                      amend: Callable[[DriftReport], DriftReport] | None = None) -> DriftReport:
+    """``drift --record``: measure and record under one hold of the state lock, so that no apply runs in between
+    (drift measured before an apply and recorded after it would be stale). ``amend`` adds to the report before
+    it is recorded."""
+    with engine.state.locked(engine.lock_timeout):
+        report = detect(engine, loaded)
+        return record(engine, amend(report) if amend is not None else report, locked=True)
+
+
+def record(engine: Engine, report: DriftReport, *, locked: bool = False) -> DriftReport:
     """Keep the open items in ``drift.json`` and journal what changed since the last recorded check.
 
-    Takes the state lock; returns the report with each item's ``first_seen`` filled in."""
-    with engine.state.locked(engine.lock_timeout):
+    Takes the state lock (``locked``: the caller holds it — measure under the same lock: :func:`detect_and_record`);
+    returns the report with each item's ``first_seen`` filled in."""
+    with nullcontext() if locked else engine.state.locked(engine.lock_timeout):
         old, old_apart = open_records(engine.state.load(STATE_FILE))
         new: dict[str, dict[str, Any]] = {}
         apart: dict[str, dict[str, Any]] = {}

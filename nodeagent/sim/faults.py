@@ -188,6 +188,11 @@ def _send(sig: _signal.Signals) -> None:
         return
     parent = os.getppid()
     os.kill(parent, sig)
+    if sig != _signal.SIGKILL:
+        # Let the nodeagent's handler run before the write goes on, as it has for a signal to the writer itself
+        # (two signals a write apart are two signals, not one pending signal).
+        time.sleep(0.05)
+        return
     if sig == _signal.SIGKILL:
         # The nodeagent that ran us is gone: so are we (its death signal for us is on its way). Wait for it
         # rather than make writes a real daxctl would not have had time to make.
