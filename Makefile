@@ -67,3 +67,10 @@ converge-sweep: $(STAMP)
 .PHONY: monitoring
 monitoring:
 	cp monitoring/alerts.yaml monitoring/dashboard.json nodeagent/monitoring/
+
+# The fault sweep over every write of an h100-cxl apply (tests/e2e/test_faults_*.py; `make test` runs every write of a
+# small-block node and 50 sampled h100-cxl points): a signal before each, then the next apply. Hours on 2 cores.
+.PHONY: fault-sweep
+fault-sweep: $(STAMP)
+	NODEAGENT_FAULT_SWEEP=full $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_faults_signals.py \
+		-k h100

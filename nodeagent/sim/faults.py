@@ -18,7 +18,9 @@ pass; the next ``times`` fire (``times`` 0: every one from then on). ``errno`` m
 write — the writer itself, or, for a write by the fake daxctl, the nodeagent that runs it (its parent) — and then
 lets the write go on, as a signal that lands just before a write would.
 
-Without ``faults.json`` a check is one ``stat``: the simulator's write path pays nothing else.
+Without ``faults.json`` a check is one ``stat``: the simulator's write path pays nothing else. With
+:func:`trace` on, every write checked is also appended to ``.nodeagent-sim/faults.trace`` (one path a line, in
+the order the rules count them): how a sweep learns which write is the Nth.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from .kernel import MARKER
 
 FILE = "faults.json"
 LOCK = "faults.lock"
+TRACE = "faults.trace"
 #: Who receives a signal fault: "self" (the writing process), or "parent" (set by the fake daxctl, whose writes
 #: stand for nodeagent's own: the signal goes to the nodeagent that runs it).
 TARGET = "self"
@@ -75,13 +78,14 @@ class Rule:
 class Faults:
     rules: list[Rule] = field(default_factory=list)
     fired: list[dict[str, Any]] = field(default_factory=list)
+    trace: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Faults:
-        return cls([Rule(**r) for r in data.get("rules", [])], list(data.get("fired", [])))
+        return cls([Rule(**r) for r in data.get("rules", [])], list(data.get("fired", [])), bool(data.get("trace")))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rules": [asdict(r) for r in self.rules], "fired": self.fired}
+        return {"rules": [asdict(r) for r in self.rules], "fired": self.fired, "trace": self.trace}
 
 
 def errno_of(name: str) -> int:
@@ -149,6 +153,17 @@ def add(root: str | os.PathLike[str], rule: Rule) -> Faults:
         return faults
 
 
+def trace(root: str | os.PathLike[str], on: bool = True) -> None:
+    """Log every write checked from now on to ``faults.trace`` (see the module); ``traced`` reads it back."""
+    with _locked(root) as faults:
+        faults.trace = on
+
+
+def traced(root: str | os.PathLike[str]) -> list[str]:
+    p = _dir(root) / TRACE
+    return p.read_text().splitlines() if p.exists() else []
+
+
 def clear(root: str | os.PathLike[str]) -> int:
     """Remove every rule; how many there were."""
     p = _dir(root) / FILE
@@ -166,6 +181,9 @@ def check(root: str | os.PathLike[str], path: str) -> None:
         return
     fire: list[Rule] = []
     with _locked(root) as faults:
+        if faults.trace:
+            with open(_dir(root) / TRACE, "a", encoding="utf-8") as f:
+                f.write(path + "\n")
         for rule in faults.rules:
             if re.search(rule.write, path) and rule.due():
                 rule.fired += 1

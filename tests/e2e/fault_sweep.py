@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -38,6 +39,16 @@ ANY = "."
 #: nodeagent's own files.
 STATE_WRITES = "^/var/lib/nodeagent/"
 KERNEL_WRITES = "^/(sys|proc)/"
+
+
+def sample(indices: list[int], seed: int = 20) -> list[int]:
+    """``indices``, or (``NODEAGENT_FAULT_SAMPLE=N``, for a quick look while working) N of them, seeded."""
+    n = int(os.environ.get("NODEAGENT_FAULT_SAMPLE") or 0)
+    if not n or n >= len(indices):
+        return indices
+    import random
+
+    return sorted(random.Random(seed).sample(indices, n))
 
 
 def small_preset() -> Any:
@@ -127,16 +138,37 @@ def run_forked(fn: Callable[[], int], out: Path) -> tuple[int, str, str]:
     return (_code(status), *_read(out))
 
 
-def count_writes(template: Path, work: Path, pattern: str = ANY) -> int:
-    """How many writes matching ``pattern`` a clean apply of the profile makes on a clone of ``template``."""
+def write_paths(template: Path, work: Path) -> list[str]:
+    """The path of every write a clean apply of the profile makes on a clone of ``template``, in the order the
+    fault rules count them (index N: the write ``--after N`` hits)."""
     root = work / "count"
     clone(template, root)
-    faults.add(root, faults.Rule(pattern, signal="SIGUSR2", after=10**9))  # counts, never fires
+    faults.trace(root)
     code, _, err = run_forked(lambda: _main(["--root", str(root), "apply", PROFILE, "--yes"]), work / "count")
     assert code == 0, err
-    seen = faults.load(root).rules[0].seen
+    paths = faults.traced(root)
     shutil.rmtree(root)
-    return seen
+    return paths
+
+
+def count_writes(template: Path, work: Path) -> int:
+    return len(write_paths(template, work))
+
+
+def one_per_kind(paths: list[str], pattern: str = ANY) -> list[int]:
+    """Indices of the writes matching ``pattern``, one for each kind of write (its path with numbers as N:
+    every kdamond's files are one kind, every memory block's ``state`` another) plus every write of the first
+    kdamond built and of nodeagent's own files — where an errno can land differently."""
+    seen: set[str] = set()
+    out = []
+    for i, path in enumerate(paths):
+        if not re.search(pattern, path):
+            continue
+        kind = re.sub(r"[0-9]+", "N", path)
+        if kind not in seen or path.startswith(("/var/lib/nodeagent/", f"/{KDAMONDS}/0/")):
+            seen.add(kind)
+            out.append(i)
+    return out
 
 
 @dataclass
@@ -151,6 +183,7 @@ class Point:
     err: str = ""
     hit: str | None = None  # the path of the write the fault hit
     last_applied: dict[str, Any] = field(default_factory=dict)  # as the faulted apply left it
+    progress: dict[str, Any] = field(default_factory=dict)  # the record of its progress it left, if any
     events: list[dict[str, Any]] = field(default_factory=list)  # journal events the faulted apply wrote
     node_writes: int = 0  # kernel writes the faulted apply made that took effect
     rcode: int = 0  # the recovery apply
@@ -242,6 +275,7 @@ def sweep(template: Path, work: Path, rules: Iterable[tuple[int, faults.Rule]], 
             p.hit = fired[0]["path"] if fired else None
             faults.clear(p.root)
             p.last_applied = _json(p.root / STATE / "last-applied.json")
+            p.progress = _json(p.root / STATE / "progress.json")
             p.events = _journal(p.root)
             p.node_writes = _ok_kernel_writes(p.root, base_log)
             recover(p)
@@ -267,13 +301,16 @@ def planned_targets(template: Path, work: Path) -> list[str]:
     return [c["target"] for c in json.loads(out)["changes"]]
 
 
-def recorded_targets(last_applied: dict[str, Any]) -> set[str]:
-    """What the record an apply left says it did: changes applied, and the one it was making (its intent)."""
-    done = {o.get("target") for o in last_applied.get("outcomes", []) if isinstance(o, dict)
-            and o.get("status") == "applied"}
-    intent = last_applied.get("in_flight")
-    if isinstance(intent, dict) and intent.get("target"):
-        done.add(intent["target"])
+def recorded_targets(p: Point) -> set[str]:
+    """What the records an apply left say it did: the changes applied (its last-applied record, and the record
+    of its progress when it did not finish), and the one it was making (its intent)."""
+    done: set[str] = set()
+    for outcomes in (p.last_applied.get("outcomes"), p.progress.get("done")):
+        done |= {o.get("target") for o in outcomes or [] if isinstance(o, dict) and o.get("status") == "applied"}
+    for rec in (p.last_applied, p.progress):
+        intent = rec.get("in_flight")
+        if isinstance(intent, dict) and intent.get("target"):
+            done.add(intent["target"])
     return done
 
 
@@ -306,7 +343,7 @@ def problems(p: Point, targets: list[str]) -> list[str]:
                 out.append("the journal does not say the apply was interrupted")
     planned_after = {c.get("target") for c in (p.rdoc.get("plan") or {}).get("changes", [])}
     done = [t for t in targets if t not in planned_after]  # what the faulted apply had finished
-    unrecorded = [t for t in done if t not in recorded_targets(p.last_applied)]
+    unrecorded = [t for t in done if t not in recorded_targets(p)]
     if p.rdoc and unrecorded:
         out.append(f"changed but not in the record it left ({p.last_applied.get('status')!r}): "
                    f"{', '.join(unrecorded)}")
@@ -316,7 +353,23 @@ def problems(p: Point, targets: list[str]) -> list[str]:
         out.append(f"the next apply exited {p.rcode} ({status}): {why}")
     if p.foreign:
         out.append(f"left configured, and not nodeagent's: {', '.join(p.foreign)}")
-    if p.last_applied.get("status") == "in-progress" and not any(
-            e.get("event") == "apply" and e.get("status") == "died" for e in p.revents):
-        out.append("the record says in-progress, and the next apply did not journal that that apply never finished")
+    unfinished = p.progress or p.last_applied.get("status") == "in-progress"
+    if unfinished and not any(e.get("event") == "apply" and e.get("status") == "incomplete" for e in p.revents):
+        out.append("it left the record of an unfinished apply, and the next apply did not journal it")
     return out
+
+
+def sweep_recover(root: Path, points: list[Point]) -> list[Point]:
+    """The recovery stage alone, for points whose faulted apply ran elsewhere (in a mount namespace): the next
+    apply on ``root`` as it is now."""
+    for p in points:
+        args = ["--root", str(root), "--format", "json", "apply", PROFILE, "--yes"]
+        p.rcode, out, p.rerr = run_forked(lambda a=args: _main(a), Path(f"{root}.b"))
+        try:
+            p.rdoc = json.loads(out) if out.strip() else {}
+        except ValueError:
+            p.rdoc = {"unparsed": out[-2000:]}
+        p.revents = _journal(root)[len(p.events):]
+        p.foreign = _foreign(root)
+    shutil.rmtree(root)
+    return points
