@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from . import signals
+from . import signals, state_guard
 from .errors import ChangeSkipped, HostError, NeedsRootError
 from .facts import Facts, gather
 from .host import Host
@@ -23,7 +23,7 @@ from .projection import project
 from .resources.base import ApplyContext, PlanContext
 from .resources.registry import BY_KIND, RESOURCES
 from .scope import expand, restrict
-from .state import StateStore, resolved_record
+from .state import STATE_DIR, StateStore, resolved_record
 
 if TYPE_CHECKING:
     from .checks import CheckReport
@@ -85,6 +85,10 @@ class Engine:
         plan = make_plan(loaded, facts or self.facts(), self.context(allow_disruptive))
         if scope is not None:
             plan = restrict(plan, expand(self.host, scope))
+        if not self.state.writable:  # (an apply journals it: Engine._unfinished)
+            left = state_guard.unfinished(self.state)
+            if left is not None:
+                self.state._warn(f"{left['message']} — unless it is still running; the next apply finishes it")
         if self.state.warnings:
             plan = replace(plan, warnings=(*plan.warnings, *self.state.warnings))
         return plan
@@ -120,6 +124,7 @@ class Engine:
             return Result(plan, dry_run=True, checks=report)
         self.require_root()
         with self.state.locked(self.lock_timeout):
+            self._unfinished()
             facts = self.facts()
             report = self.checks(loaded, facts, skip_checks)
             plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
@@ -141,7 +146,8 @@ class Engine:
             # executor stops before its next change, and the result says where.
             with signals.deferred():
                 record_errors: list[str] = []
-                outcomes = self._execute(loaded, plan, actx, facts, scope, record_errors)
+                run = self._begin(loaded, plan, facts, scope)  # refuses here, before any change, if it cannot record
+                outcomes = self._execute(loaded, plan, actx, run, record_errors)
                 verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive, scope)
                 result = Result(plan, tuple(outcomes), tuple(verify_errors), checks=report,
                                 interrupted=signals.pending())
@@ -156,6 +162,12 @@ class Engine:
                     except Exception as exc:  # noqa: BLE001 (a bug must not hide what was done either)
                         record_errors.append(f"internal error while recording ({type(exc).__name__}: {exc}); this "
                                              "is a bug in nodeagent, rerun with NODEAGENT_DEBUG=1 and report it")
+                if not record_errors:  # the result is on disk: the progress record and the space held can go
+                    try:
+                        run.end()
+                    except HostError as exc:
+                        record_errors.append(exc.message)
+                state_guard.release(self.state)
                 return replace(result, record_errors=tuple(dict.fromkeys(record_errors)),
                                interrupted=signals.pending())
 
@@ -166,26 +178,89 @@ class Engine:
             raise NeedsRootError("apply changes kernel settings and needs root", hint="run it with sudo")
 
     # -- the steps ------------------------------------------------------------------------------------
-    def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext, facts: Facts,
-                 scope: Collection[str] | None = None, record_errors: list[str] | None = None) -> list[Outcome]:
+    def _unfinished(self) -> None:
+        """An earlier run that never finished (killed, or unable to write its result) left its progress record:
+        journal what it did, so the history says it, then let this run finish the job or clean up."""
+        event = state_guard.unfinished(self.state)
+        if event is None:
+            return
+        self.state._warn(f"{event['message']}; this apply finishes what it left")
+        Journal(self.host).append([event])
+        self.host.fs.remove(self.state.path(state_guard.PROGRESS))
+
+    def _begin(self, loaded: LoadedProfile, plan: Plan, facts: Facts,
+               scope: Collection[str] | None) -> state_guard.Progress:
+        """Before the first change: the node's trees and the state directory writable, room held for every record
+        this run writes, the originals recorded, the run's progress record begun. Any failure here raises: nothing
+        was changed."""
         originals: dict[str, dict] = {}
         for c in plan.changes:  # what revert needs to put each change back (the first record of a target wins)
             rec = BY_KIND[c.kind].original(c, facts)
             if rec is not None and rec[0] not in originals:
                 originals[rec[0]] = rec[1]
-        # A read-only /sys (or /proc) fails here with one message, before the first write, not half-way.
-        self.host.fs.require_writable(sorted({c.path or "/sys" for c in plan.changes}))
-        self.state.remember_originals(originals)
+        # A read-only /sys, /proc or state directory fails here with one message, before the first write.
+        self.host.fs.require_writable(sorted({c.path or "/sys" for c in plan.changes} | {STATE_DIR}))
+        planned = [{"kind": c.kind, "target": c.target, "op": c.op} for c in plan.changes]
+        run = state_guard.Progress(self.state, "apply", loaded.name, loaded.digest, planned)
+        final = self._record_data(loaded, plan, [Outcome(c, "applied", "x" * 240) for c in plan.changes],
+                                  "converged", scope=scope)
+        need = state_guard.estimate([final, run.record | {"done": final["outcomes"]}, originals,
+                                     self.state.load("ownership.json"), self.state.load("originals.json")])
+        try:
+            state_guard.reserve(self.state, need)
+            self.state.remember_originals(originals)
+            run.begin()
+            self._record(loaded, plan, [], "in-progress", scope=scope)
+        except HostError as exc:
+            state_guard.release(self.state)
+            self._remove_quietly(state_guard.PROGRESS)
+            free = self._free(STATE_DIR)
+            raise type(exc)(f"cannot apply: the state directory {STATE_DIR} cannot record what this apply does "
+                            f"(it needs about {need // 1024} KiB{free}): {exc.message}; nothing was changed",
+                            path=STATE_DIR, hint=f"free space in {STATE_DIR} (or remount it read-write), then apply "
+                            "again; `nodeagent plan` shows the changes without applying them") from None
+        return run
+
+    def _free(self, path: str) -> str:
+        try:
+            st = self.host.fs.statvfs(path)
+        except OSError:
+            return ""
+        return f", {st.f_bavail * st.f_frsize // 1024} KiB are free"
+
+    def _remove_quietly(self, name: str) -> None:
+        try:
+            self.host.fs.remove(self.state.path(name))
+        except HostError:
+            pass
+
+    def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext, run: state_guard.Progress,
+                 record_errors: list[str] | None = None) -> list[Outcome]:
+        """Each change, with its intent on disk before its first write and its outcome after (``run``)."""
         outcomes: list[Outcome] = []
         stop: str | None = None  # why the changes left are not done (a signal, a record that cannot be written)
+
+        def cannot_record(exc: HostError) -> str:
+            if record_errors is not None:
+                record_errors.append(exc.message)
+            return f"the state directory could not record it ({exc.message})"
+
         for change in plan.changes:
             if stop is None and signals.pending():
                 stop = f"stopped by {signals.name(signals.pending() or 0)} before this change"
             if stop is not None:
                 outcomes.append(Outcome(change, "skipped", f"not done: {stop}"))
+                run.note(outcomes[-1].to_dict())
                 continue
             if change.disruptive and not actx.allow_disruptive:
                 outcomes.append(Outcome(change, "blocked", "disruptive: not done without --allow-disruptive"))
+                run.note(outcomes[-1].to_dict())
+                continue
+            try:
+                run.intent(change.kind, change.target, change.op)
+            except HostError as exc:  # no change is made that the record on disk cannot follow
+                stop = cannot_record(exc)
+                outcomes.append(Outcome(change, "skipped", f"not done: {stop}"))
                 continue
             try:
                 msg = BY_KIND[change.kind].apply(self.host, change, actx)
@@ -195,11 +270,9 @@ class Engine:
             except HostError as exc:
                 outcomes.append(Outcome(change, "failed", exc.render()))
             try:
-                self._record(loaded, plan, outcomes, "in-progress", scope=scope)
-            except HostError as exc:  # no change is made that the record on disk cannot follow
-                stop = f"the state directory could not record the change before it ({exc.message})"
-                if record_errors is not None:
-                    record_errors.append(exc.message)
+                run.done(outcomes[-1].to_dict())
+            except HostError as exc:  # the change is made, its intent on disk: stop before the next one
+                stop = cannot_record(exc)
         return outcomes
 
     def _verify(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], allow_disruptive: bool,
@@ -229,13 +302,17 @@ class Engine:
 
     def _record(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], status: str,
                 verify_errors: list[str] | None = None, scope: Collection[str] | None = None) -> None:
-        self.state.record_apply({
+        self.state.record_apply(self._record_data(loaded, plan, outcomes, status, verify_errors, scope))
+
+    def _record_data(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], status: str,
+                     verify_errors: list[str] | None = None, scope: Collection[str] | None = None) -> dict:
+        return {
             "profile": loaded.name, "profile_path": loaded.path, "profile_digest": loaded.digest,
             "desired": loaded.data, "resolved": resolved_record(loaded), "status": status,
             "outcomes": [o.to_dict() for o in outcomes], "verify_errors": verify_errors or [],
             "problems": [p.to_dict() for p in plan.problems],
             **({"scope": sorted(scope)} if scope is not None else {}),
-        })
+        }
 
     def _history(self, loaded: LoadedProfile, result: Result, scope: Collection[str] | None) -> None:
         """Journal the apply, and close the open drift items it fixed (``drift.json``, see nodeagent.drift)."""

@@ -78,6 +78,10 @@ class PermissionDeniedError(HostError):
     """EACCES/EPERM: not allowed (not root, read-only attribute, or a refused state transition)."""
 
 
+class NoSpaceError(HostError):
+    """ENOSPC/EDQUOT: the filesystem (or the user's quota on it) is full."""
+
+
 class NotAllowedError(HostError):
     """A write outside the agent's allow-list, or a path that escapes the root. Never a user setting."""
 

@@ -131,9 +131,41 @@ def plan_revert(engine: Engine, targets: Collection[str] | None = None, facts: F
         if not mine:
             unchanged.append(target)
         changes += [replace(c, data=(*c.data, (_OF, target))) for c in mine]
+    if wanted is None:
+        lost_changes, lost_problems = _lost(engine, facts, originals)
+        changes += lost_changes
+        problems += lost_problems
     changes.sort(key=lambda c: _ORDER.get(c.kind, 1))
     node = (facts.hostname or "node") + (f" (simulated {facts.simulated})" if facts.simulated else "")
     return Plan("revert", "", tuple(changes), tuple(problems), (), tuple(unchanged), node=node)
+
+
+def _lost(engine: Engine, facts: Facts, originals: dict[str, Any]) -> tuple[list[Change], list[Problem]]:
+    """When ``originals.json`` was set aside (corrupt, or of the wrong shape), the settings nodeagent changed (its
+    last apply says so) whose original went with it are named, and left as they are. Without the kdamonds'
+    original, nodeagent's own kdamonds, which ownership records, are still stopped (the number of slots before
+    nodeagent is then unknown: kept)."""
+    from .facts.damon import from_facts
+    from .resources.damon.plan import ALL
+
+    why = engine.state.set_aside.get("originals.json")
+    lost = f" (lost with {why})" if why else ""
+    applied = {o.get("target"): o.get("kind") for o in engine.state.last_applied().get("outcomes") or []
+               if isinstance(o, dict) and o.get("status") == "applied"}
+    problems = [Problem(str(kind or "knob"), str(t), f"{t}: the value it had before nodeagent changed it is not "
+                        f"recorded{lost}: revert leaves it as it is", hint="set it back by hand", blocking=False)
+                for t, kind in applied.items() if why and t and t not in originals and kind != "damon"]
+    changes: list[Change] = []
+    owned = ((engine.state.load("ownership.json").get("damon") or {}).get("kdamonds") or {})
+    if ALL not in originals and owned:
+        damon = from_facts(facts)
+        changes = [replace(c, data=(*c.data, (_OF, ALL)))
+                   for c in _plan_damon(engine.host, facts, ALL, {"value": {"nr_kdamonds": damon.nr_kdamonds}})]
+        if changes:
+            problems.append(Problem("damon", ALL, f"{ALL}: how many kdamond slots there were before nodeagent is "
+                                    f"not recorded{lost}: nodeagent's own kdamonds are stopped, the slots kept",
+                                    blocking=False))
+    return changes, problems
 
 
 def _of(change: Change) -> str:

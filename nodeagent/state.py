@@ -8,18 +8,22 @@
 - ``ownership.json``: what nodeagent created (kdamonds, onlined devices), so it never touches what it did not;
 - ``probes.json``: answers of commands only a reboot changes, for this boot (:mod:`nodeagent.host.boot_cache`).
 
-Every file is written atomically (temp file, fsync, rename). A corrupt file is set aside as
-``<name>.corrupt-<time>`` and reported, never a crash and never silently reset.
+Every file is written atomically (temp file, fsync, rename, fsync of the directory). Each record is checked
+against its shape when read; a corrupt file, or records of the wrong shape, are set aside as
+``<name>.corrupt-<time>-<pid>`` and reported with what was lost, never a crash and never silently reset. While an
+apply runs, ``progress.json`` says what it is doing and ``.reserve`` holds room for its records
+(:mod:`nodeagent.state_guard`).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
+from . import state_guard
+from .errors import HostError, NoSpaceError
 from .host import Host
 from .host.boot_cache import PERSIST
 
@@ -31,13 +35,20 @@ class StateStore:
         self.host = host
         self.warnings: list[str] = []
         self.writable = False  # set while a writing command holds the lock: only then is a corrupt file moved
+        self.set_aside: dict[str, str] = {}  # file → what happened to it ("set aside as ...", "corrupt"), this run
 
     def path(self, name: str) -> str:
         return f"{STATE_DIR}/{name}"
 
     @contextmanager
     def locked(self, timeout: float = 60.0) -> Iterator[None]:
-        with self.host.fs.lock(self.path("lock"), timeout):
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(self.host.fs.lock(self.path("lock"), timeout))
+            except HostError as exc:  # the state directory cannot even hold the lock: nothing has been done
+                raise type(exc)(f"cannot take the state lock: {exc.message}; nothing was written", path=STATE_DIR,
+                                hint=exc.hint or f"make {STATE_DIR} writable (a read-only filesystem? a full disk?), "
+                                "then run again") from None
             self.writable = True
             token = PERSIST.set(True)  # probes run while the lock is held are kept for this boot
             try:
@@ -47,31 +58,56 @@ class StateStore:
                 self.writable = False
 
     def load(self, name: str) -> dict[str, Any]:
+        """The file's records, each checked against its shape (:func:`nodeagent.state_guard.validate`). A file
+        that is not a JSON object, or records of the wrong shape, are set aside (by a writing command) with a
+        warning naming the file and what was lost — never an error, never silently reset."""
         raw = self.host.read_opt(self.path(name))
         if raw is None or not raw.strip():
             return {}
         try:
             data = json.loads(raw)
             if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            return data
+                raise ValueError(f"a JSON {type(data).__name__}, not an object")
         except ValueError as exc:
-            if not self.writable:
-                self._warn(f"state file {self.path(name)} is corrupt ({exc}); ignored here, set aside by the "
-                           "next apply")
-                return {}
-            aside = f"{name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+            return self._set_aside(name, raw, {}, f"is corrupt ({exc})", ["every record in it"])
+        clean, lost = state_guard.validate(name, data)
+        if lost:
+            return self._set_aside(name, raw, clean, "has records of the wrong shape", lost)
+        return data
+
+    def _set_aside(self, name: str, raw: str, keep: dict[str, Any], what: str, lost: list[str]) -> dict[str, Any]:
+        shown = ", ".join(lost[:6]) + (f" and {len(lost) - 6} more" if len(lost) > 6 else "")
+        self.set_aside[name] = f"{self.path(name)}, which {what}"
+        if not self.writable:
+            self._warn(f"state file {self.path(name)} {what}: {shown} ignored here; set aside by the next apply")
+            return keep
+        aside = state_guard.aside_name(name)
+        try:
             self.host.fs.write_file_atomic(self.path(aside), raw)
-            self.host.fs.write_file_atomic(self.path(name), "{}\n")
-            self._warn(f"state file {self.path(name)} was corrupt ({exc}); set aside as {self.path(aside)}")
-            return {}
+            self.save(name, keep)
+        except HostError as exc:
+            self._warn(f"state file {self.path(name)} {what}: {shown} ignored; it could not be set aside "
+                       f"({exc.message})")
+            return keep
+        self.set_aside[name] = f"{self.path(name)}, which {what} (set aside as {self.path(aside)})"
+        self._warn(f"state file {self.path(name)} {what}: set aside as {self.path(aside)}; lost: {shown}")
+        return keep
 
     def _warn(self, msg: str) -> None:
         if msg not in self.warnings:
             self.warnings.append(msg)
 
     def save(self, name: str, data: dict[str, Any]) -> None:
-        self.host.fs.write_file_atomic(self.path(name), json.dumps(data, indent=2, sort_keys=True) + "\n")
+        """Replace the file atomically (temp, fsync, rename, fsync of the directory). On a full filesystem the
+        space an apply holds for its records (:func:`nodeagent.state_guard.reserve`) is given back, and the
+        write tried once more."""
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+        try:
+            self.host.fs.write_file_atomic(self.path(name), text)
+        except NoSpaceError:
+            if not state_guard.release(self):
+                raise
+            self.host.fs.write_file_atomic(self.path(name), text)
 
     # -- the records -----------------------------------------------------------------------------------
     def remember_originals(self, items: dict[str, dict[str, Any]]) -> None:
@@ -93,7 +129,7 @@ class StateStore:
     def load_all(self) -> dict[str, dict[str, Any]]:
         """Every record (so that a corrupt one is found before planning, not halfway through an apply)."""
         return {name.removesuffix(".json").replace("-", "_"): self.load(name)
-                for name in ("last-applied.json", "originals.json", "ownership.json")}
+                for name in ("last-applied.json", "originals.json", "ownership.json", "drift.json")}
 
 
 def _now() -> str:

@@ -66,6 +66,7 @@ class Applier:
                             f"{state_label(dev)} (another agent is acting on it); nothing was done to it",
                             path=c.path, hint="run `nodeagent plan` again")
         _daxctl.resolve(self.host)
+        self.own(dev, building=True)  # nodeagent's before daxctl's first write: a stop half-way is on record
         for step in c.detail("steps", ()):
             getattr(self, "step_" + step.replace("-", "_"))()
         dev = self.device()
@@ -84,13 +85,16 @@ class Applier:
             self.fail(f"after {'; '.join(self.done) or 'daxctl'}, {self.name} is {state_label(dev)}, not "
                       f"{self.change.after_label}")
 
-    def own(self, dev: DaxDevice) -> None:
+    def own(self, dev: DaxDevice, building: bool = False) -> None:
+        """Record the device as nodeagent's: as it is now, or (``building``) as it was when nodeagent started
+        changing it, and into what."""
         if self.actx.state is None:
             return
         owned = self.actx.state.load("ownership.json")
         owned.setdefault("dax", {})[self.name] = {"mode": dev.mode, "zone": dev.zone, "rule":
                                                   self.change.detail("rule"),
-                                                  "time": time.strftime("%FT%TZ", time.gmtime())}
+                                                  "time": time.strftime("%FT%TZ", time.gmtime()),
+                                                  **({"building": self.change.after_label} if building else {})}
         self.actx.state.save("ownership.json", owned)
 
     def fail(self, message: str, hint: str | None = None) -> None:

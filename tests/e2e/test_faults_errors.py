@@ -45,13 +45,10 @@ def judge(points: list[fs.Point], targets: list[str]) -> list[str]:
     return bad
 
 
-PENDING = pytest.mark.xfail(strict=True, reason="pending: intent records and space held before the first change")
-
-
 @pytest.mark.parametrize(("name", "where", "times"), [
-    pytest.param("EBUSY", fs.ANY, 1, marks=PENDING),  # a busy attribute, or a state file another program holds
-    pytest.param("ENOSPC", fs.STATE_WRITES, 0, marks=PENDING),  # the state filesystem fills up and stays full
-    pytest.param("EROFS", fs.ANY, 0, marks=PENDING),  # the filesystem turns read-only (kernel trees or state)
+    ("EBUSY", fs.ANY, 1),  # a busy attribute, or a state file another program holds
+    ("ENOSPC", fs.STATE_WRITES, 0),  # the state filesystem fills up and stays full
+    ("EROFS", fs.ANY, 0),  # the filesystem turns read-only (kernel trees or the state directory)
 ])
 def test_an_errno_at_every_kind_of_write(small, name: str, where: str, times: int) -> None:
     tpl, work, paths, targets = small
@@ -100,8 +97,7 @@ def _kernel_writes(root: Path) -> int:
 
 
 @pytest.mark.skipif(_namespaces_ok() is not None, reason=str(_namespaces_ok()))
-@pytest.mark.parametrize("size", ["8k", pytest.param("32k", marks=PENDING), pytest.param("96k", marks=PENDING),
-                                  pytest.param("160k", marks=PENDING), "224k"])
+@pytest.mark.parametrize("size", ["8k", "32k", "96k", "160k", "224k"])
 def test_a_state_directory_on_a_tiny_tmpfs(small, size: str) -> None:
     tpl, work, _, targets = small
     root = work / f"tmpfs-{size}"
@@ -129,7 +125,6 @@ def test_a_state_directory_on_a_tiny_tmpfs(small, size: str) -> None:
 
 
 @pytest.mark.skipif(_namespaces_ok() is not None, reason=str(_namespaces_ok()))
-@PENDING
 def test_a_read_only_state_directory_is_refused_before_the_first_change(small) -> None:
     tpl, work, _, _ = small
     root = work / "tmpfs-ro"

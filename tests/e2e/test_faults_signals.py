@@ -53,11 +53,7 @@ def _rules(sig: str, writes: int) -> list[tuple[int, faults.Rule]]:
     return [(n, faults.Rule(fs.ANY, signal=sig, after=n)) for n in fs.sample(list(range(writes)))]
 
 
-PENDING = pytest.mark.xfail(strict=True, reason="pending: intent records (a kdamond killed half-built is orphaned, a "
-                             "change killed before its record is unrecorded)")
-
-
-@pytest.mark.parametrize("sig", [pytest.param("SIGKILL", marks=PENDING), "SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM", "SIGINT"])
 def test_a_signal_before_every_write_of_a_small_node_apply(small, sig: str) -> None:
     tpl, work, writes, targets = small
     assert writes >= 150  # knobs, binds, 8 blocks, 4 kdamonds of ~37 files, state files
@@ -71,7 +67,6 @@ def test_a_signal_before_every_write_of_a_small_node_apply(small, sig: str) -> N
     assert not judge(points, targets)
 
 
-@PENDING
 def test_signals_at_points_sampled_from_an_h100_apply(h100) -> None:
     tpl, work, writes, targets = h100
     rng = random.Random(20)

@@ -3,8 +3,9 @@
 The kernel accepts a ``commit`` of a bad configuration and then silently stops the kdamond, so every ``on``
 and ``commit`` is followed by reading ``state`` and ``pid``: a kdamond must be ``on`` afterwards, and after a
 commit with the same pid. Before touching a kdamond the apply re-checks what the plan saw (same pid, slot still
-free), so a kdamond that changed hands in between is left alone. Ownership is recorded before ``on`` (so a
-crash right after still knows the kdamond is nodeagent's) and again with the pid once it runs.
+free), so a kdamond that changed hands in between is left alone. Ownership is recorded before the first write,
+as "building" (so a run stopped anywhere in a build still knows the kdamond is nodeagent's: the next one finishes
+it), and again with the pid once it runs.
 """
 
 from __future__ import annotations
@@ -60,8 +61,18 @@ def _record(actx: ApplyContext, index: int, entry: dict[str, Any] | None) -> Non
     if entry is None:
         records.pop(str(index), None)
     else:
-        records[str(index)] = {**entry, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        records[str(index)] = _stamped(entry)
     _save(actx, records)
+
+
+def _stamped(entry: dict[str, Any]) -> dict[str, Any]:
+    return {**entry, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def _building(entry: dict[str, Any]) -> dict[str, Any]:
+    """The record of a kdamond nodeagent is writing: its until it runs (see plan.owned_kdamonds), whatever of
+    its configuration made it to the kernel before a stop."""
+    return {**entry, "building": True}
 
 
 def _require_nodes(host: Host, nodes: list[int], what: str) -> None:
@@ -119,9 +130,9 @@ def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
         raise KdamondError(f"{name}: kdamond {index} started since the plan was made: not touching it",
                            hint="run plan again")
     _require_nodes(host, d["dest_nodes"], name)
+    _record(actx, index, _building(_entry(d, d["expect_pid"], profile)))  # nodeagent's before its first write
     for path, value in d["writes"]:
         _write(host, f"{KDAMONDS}/{index}/{path}", value)
-    _record(actx, index, _entry(d, d["expect_pid"], profile))
     pid = _start(host, index, command, name, d["expect_pid"])
     _record(actx, index, _entry(d, pid, profile))
     verb = "committed" if command == "commit" else "started"
@@ -144,13 +155,14 @@ def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
         _stop(host, index, pid, "to rebuild")
     for kd in d["kdamonds"]:
         _require_nodes(host, kd["dest_nodes"], kd["name"])
+    # Rewriting nr_kdamonds empties every slot: the slots are recorded as nodeagent's kdamonds being built first,
+    # so a run that stops anywhere after this leaves no kdamond another run would take for a foreign one.
+    _save(actx, {str(kd["index"]): _stamped(_building(_entry(kd, None, profile))) for kd in d["kdamonds"]})
     _write(host, f"{KDAMONDS}/nr_kdamonds", str(d["count"]))
-    _save(actx, {})  # every kdamond's configuration is gone now
     started = []
     for kd in d["kdamonds"]:
         for path, value in kd["writes"]:
             _write(host, f"{KDAMONDS}/{kd['index']}/{path}", value)
-        _record(actx, kd["index"], _entry(kd, None, profile))
         pid = _start(host, kd["index"], "on", kd["name"], None)
         _record(actx, kd["index"], _entry(kd, pid, profile))
         started.append(f"{kd['name']} (kdamond {kd['index']}, pid {pid})")

@@ -56,10 +56,13 @@ def owned_kdamonds(damon: DamonFacts, ownership: dict[str, Any]) -> tuple[dict[i
             continue  # the slot is gone (reboot, or someone rewrote nr_kdamonds): nothing to own
         config = rec.get("config") or {}
         same_config = all(kd.config.get(k) == v for k, v in config.items())
+        # A kdamond nodeagent was building when its run stopped holds part of its configuration, and is nodeagent's
+        # to finish as long as nobody started it since.
+        building = bool(rec.get("building")) and not kd.running
         if kd.running and rec.get("pid") not in (None, kd.pid):
             notes.append(f"{kd.describe()} was created by nodeagent as {rec.get('name')} (pid {rec.get('pid')}) "
                          "but now runs as another process: treated as not managed by nodeagent")
-        elif not same_config and not (kd.running and rec.get("pid") == kd.pid):
+        elif not same_config and not building and not (kd.running and rec.get("pid") == kd.pid):
             notes.append(f"{kd.describe()} no longer holds the configuration nodeagent wrote for "
                          f"{rec.get('name')}: treated as not managed by nodeagent")
         else:
