@@ -39,8 +39,8 @@ def _labels_profile(ctx: Ctx, given: str | None) -> tuple[object | None, str]:
     if given is not None:
         return _load(given), given
     last = ctx.engine().state.last_applied()
-    if last.get("profile"):
-        return None, f"last applied ({last.get('profile_path') or last.get('profile')})"
+    if last.profile:
+        return None, f"last applied ({last.profile_path or last.profile})"
     path = node_profile(ctx.host, "labels")  # exit 65 with the hint when there is none
     return _load(path), PROFILE_PATH if ctx.host.is_real else path
 

@@ -31,8 +31,9 @@ def write_metrics(eng: Engine, path: str, *, loaded: LoadedProfile | None = None
             drift = None  # nothing applied yet: the file simply has no drift metrics
     if checks:  # kept, so that a later run without checks (drift) still exports the last results
         with eng.state.locked(eng.lock_timeout):
-            eng.state.save("last-checks.json", {"results": [
-                {"name": c.name, "severity": c.severity, "status": c.status} for c in checks]})
+            from .state import CheckResult, LastChecks
+
+            eng.state.write_record(LastChecks([CheckResult(c.name, c.severity, c.status) for c in checks]))
     write_textfile(path, textfile(eng, drift=drift, checks=checks))
 
 
@@ -72,7 +73,7 @@ def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | N
 
         from .layout import changed_since_applied
 
-        note = changed_since_applied(eng.state.last_applied())
+        note = changed_since_applied(eng.state.last_applied().to_json())
         return replace(report, notes=(note, *report.notes)) if note else report
 
     # --record measures under the lock it records under: an apply cannot slip in between (stale drift)
@@ -118,7 +119,7 @@ def status(ctx: Ctx, events: int) -> None:
 
     eng = ctx.engine()
     s = gather_status(eng, events=events)
-    note = changed_since_applied(eng.state.last_applied())
+    note = changed_since_applied(eng.state.last_applied().to_json())
     if note and s.get("last_apply"):
         s["last_apply"]["profile_changed"] = note
     ctx.emit(status_text(s), s)
@@ -132,10 +133,9 @@ def status(ctx: Ctx, events: int) -> None:
 @click.pass_obj
 def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: tuple[str, ...]) -> None:
     """Restore the values the node had before nodeagent changed them, then forget them."""
-    from .cli import _is_interactive
+    from .cli import _is_interactive, _TerminalProgress
     from .plan import Result
     from .render.ops_text import revert_text
-    from .revert import execute_revert
 
     interactive = _is_interactive() and ctx.fmt == "text"
 
@@ -145,8 +145,13 @@ def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: 
         click.echo(escape_controls(revert_text(Result(p, dry_run=True))))
         return click.confirm("Revert these settings?", default=False)
 
-    result = execute_revert(ctx.engine(), targets=list(targets) if targets else None, dry_run=dry_run,
-                            allow_disruptive=allow_disruptive, confirm=confirm)
+    progress = _TerminalProgress() if ctx.fmt == "text" and sys.stderr.isatty() else None
+    try:
+        result = ctx.engine().revert(targets=list(targets) if targets else None, dry_run=dry_run,
+                                     allow_disruptive=allow_disruptive, confirm=confirm, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     ctx.emit(revert_text(result), result.to_dict())
     if result.plan.blocked and not result.outcomes:
         raise PlanError("nothing was reverted (see above)", hint="check the names given to --only")

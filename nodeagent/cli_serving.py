@@ -24,7 +24,7 @@ def _loaded(ctx: Ctx, given: str | None, command: str) -> Any:
     if given is not None:
         return _load(given)
     last = ctx.engine().state.last_applied()
-    if isinstance(last.get("desired"), dict) and last.get("desired") and last.get("status") != "reverted":
+    if last.desired and not last.fully_reverted:
         from .drift import desired_profile
 
         return desired_profile(last)

@@ -22,9 +22,9 @@ from typing import Any
 
 from .errors import UsageError
 from .host import Host
+from .state import JOURNAL
 from .timestamps import rfc3339
 
-JOURNAL = "/var/lib/nodeagent/journal.jsonl"
 MAX_BYTES = 1024 * 1024
 KEEP = 3  # files: journal.jsonl, journal.jsonl.1, journal.jsonl.2
 

@@ -1,6 +1,8 @@
 """Plans and results: typed, immutable records shared by everything below the engine.
 
-A :class:`Change` says what one resource will do (``kind, target, op, before, after, reason, disruptive``);
+A :class:`Change` says what one resource will do (``kind, target, op, before, after, reason, disruptive``), and
+which devices and NUMA nodes it concerns and which other changes it depends on as explicit fields (what ``apply
+--device`` scoping and the executor's ordering read); ``data`` holds what only its own kind's apply step reads.
 a :class:`Plan` is the ordered list of them plus what cannot be done (``problems``) and what is advisory
 (``warnings``). ``plan``, ``apply --dry-run`` and ``apply`` all render or execute the very same Plan.
 """
@@ -24,6 +26,12 @@ class Change:
     before_label: str | None = None
     after_label: str | None = None
     data: tuple[tuple[str, Any], ...] = ()  # resource-specific details the apply step needs
+    devices: tuple[str, ...] = ()  # the devices the change concerns (DAX devices, CXL regions): --device scope
+    nodes: tuple[int, ...] = ()  # the NUMA nodes it concerns
+    requires: tuple[str, ...] = ()  # targets whose changes must come along when this one is scoped in
+    needs: tuple[str, ...] = ()  # targets whose changes must be made for this one to work (else it is left out)
+    before_dax: bool = False  # run before the first DAX change (a kdamond stopped before its memory is rezoned)
+    revert_of: str | None = None  # for a revert: the recorded original this change restores
 
     def detail(self, key: str, default: Any = None) -> Any:
         return dict(self.data).get(key, default)
@@ -31,6 +39,8 @@ class Change:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["data"] = dict(self.data)
+        for key in ("devices", "nodes", "requires", "needs"):
+            d[key] = list(d[key])
         return d
 
 
@@ -57,6 +67,7 @@ class Plan:
     warnings: tuple[str, ...] = ()
     unchanged: tuple[str, ...] = ()  # managed targets already as desired
     node: str = ""  # which node the plan is for: "h100-cxl (simulated h100-cxl)"
+    kinds: tuple[tuple[str, str], ...] = ()  # (target, kind) of the unchanged targets
 
     @property
     def empty(self) -> bool:
@@ -94,6 +105,9 @@ class Result:
     verify_errors: tuple[str, ...] = ()
     dry_run: bool = False
     checks: Any = None  # nodeagent.checks.CheckReport of the preflight checks, when they ran
+    # a dry run: what the executor would do with each change ("applied": it would be made; "blocked": held back,
+    # with why) — what check modes report, never re-derived from the plan by a caller
+    expected: tuple[Outcome, ...] = ()
     interrupted: int | None = None  # the signal that stopped the apply at a safe point (nodeagent.signals)
     record_errors: tuple[str, ...] = ()  # state or journal writes that failed after changes were made
 
@@ -127,6 +141,8 @@ class Result:
         d = {"status": self.status, "changed": self.changed, "dry_run": self.dry_run,
              "plan": self.plan.to_dict(), "outcomes": [o.to_dict() for o in self.outcomes],
              "verify_errors": list(self.verify_errors)}
+        if self.dry_run:
+            d["expected"] = [o.to_dict() for o in self.expected]
         if self.interrupted:
             import signal
 

@@ -1,7 +1,7 @@
 """Statistics of the DAMON schemes of kdamonds nodeagent owns — for ``status`` and the metrics textfile.
 
-:func:`collect` reads ``ownership.json``'s DAMON records (as the DAMON resource writes them: ``{"damon":
-{"kdamonds": {"<index>": {"name", "pid", "config", ...}}}}``), checks each against the node (a kdamond is
+:func:`collect` reads the DAMON records of the ownership record (:class:`nodeagent.state.Ownership`: per kdamond
+index its name, pid and the configuration nodeagent wrote), checks each against the node (a kdamond is
 nodeagent's only while it runs with the recorded pid, or holds the configuration nodeagent wrote), and reads
 the statistics of the owned ones through :mod:`nodeagent.resources.damon.stats`. With ``refresh`` it first asks
 the kernel to refresh them (``update_schemes_stats``, a write to nodeagent's own running kdamonds only): the
@@ -14,10 +14,13 @@ refreshed them and says so — never a made-up number.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import HostError
 from .host import Host
+
+if TYPE_CHECKING:
+    from .state import Ownership
 
 #: The counters of ``.../schemes/<M>/stats/``; a kernel without one (``sz_ops_filter_passed`` < 6.14) gives None.
 COUNTERS = ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "sz_ops_filter_passed", "qt_exceeds")
@@ -48,12 +51,12 @@ class OwnedStats:
     notes: list[str] = field(default_factory=list)  # records not (any more) nodeagent's, refresh problems
 
 
-def collect(host: Host, ownership: dict[str, Any], *, refresh: bool) -> OwnedStats:
+def collect(host: Host, ownership: Ownership, *, refresh: bool) -> OwnedStats:
     """The kdamonds nodeagent owns and their schemes' statistics (refreshed first when ``refresh``)."""
     from .resources.damon.stats import damon_facts, refresh_stats, scheme_rows
 
     out = OwnedStats()
-    if not (ownership.get("damon") or {}).get("kdamonds"):
+    if not ownership.kdamonds:
         return out
     if refresh:
         try:

@@ -8,16 +8,17 @@ resolves to on the node:
   blocks starts one reconcile, not 16,384) — every DAX device bound to kmem (the word itself matches nothing);
 - a CXL region, decoder or port (``region0``) — every DAX device below it in sysfs.
 
-A change is in scope when one of those names appears as a whole word in its target, its kernel path, or any
-string (or list of strings) in its ``data`` — ``memory.dax[expanders].dax1.0`` and a change whose data says
-``{"device": "dax1.0"}`` are both in the scope of ``dax1.0``; ``dax1.01`` and ``memory420`` are not in the
-scope of ``dax1.0`` and ``memory42``. A DAMON change names the DAX devices behind the nodes its kdamond
-monitors or migrates to, so a kdamond that pairs with a hot-added node is in that device's scope — unless it
-also ``needs`` a device whose own change is not in the scope (its node would not be online when it starts).
+A change is in scope when one of those names is among the devices it concerns (:attr:`Change.devices`, an
+explicit field each kind fills in) or appears as a whole word in its target — ``memory.dax[expanders].dax1.0``
+and a change with ``devices=("dax1.0",)`` are both in the scope of ``dax1.0``; ``dax1.01`` and ``memory420`` are
+not in the scope of ``dax1.0`` and ``memory42``. Nothing else of a change (its path, its kind's ``data``) is
+searched. A DAMON change lists the DAX devices behind the nodes its kdamond monitors or migrates to, so a
+kdamond that pairs with a hot-added node is in that device's scope — unless it also ``needs`` a device whose
+own change is not in the scope (its node would not be online when it starts).
 
 Node-wide settings (kernel knobs) name no device and are not in a device's scope — a hot-plug event does not
 re-apply them (``nodeagent-apply.service`` and ``apply`` do) — except the ones an in-scope change
-``requires`` (in its data): onlining a DAX device needs ``memory.auto_online_blocks`` offline first, so when
+``requires`` (:attr:`Change.requires`): onlining a DAX device needs ``memory.auto_online_blocks`` offline first, so when
 that knob drifted its change comes along. The changes left out are listed in a warning of the scoped plan.
 A scoped apply verifies within its scope: the engine re-plans the whole profile and restricts that plan the
 same way, so what is left in scope is a verify error and what is out of scope stays for a full apply.
@@ -28,7 +29,6 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import replace
-from typing import Any
 
 from .host import Host
 from .plan import Change, Plan
@@ -41,21 +41,10 @@ def _pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(name)}(?![A-Za-z0-9_-]|\.\d)")
 
 
-def _strings(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list | tuple | set | frozenset):
-        for v in value:
-            yield from _strings(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-
-
 def in_scope(change: Change, names: Collection[str]) -> bool:
-    """True when ``change`` names one of ``names`` (see the module docs)."""
-    texts = [change.target, change.path or "", *(_strings(dict(change.data)))]
-    return any(_pattern(n).search(t) for n in names for t in texts)
+    """True when ``change`` concerns one of ``names``: one of its ``devices``, or its target naming one as a whole
+    word (see the module docs)."""
+    return bool(set(change.devices) & set(names)) or any(_pattern(n).search(change.target) for n in names)
 
 
 def restrict(plan: Plan, names: Collection[str]) -> Plan:
@@ -64,14 +53,14 @@ def restrict(plan: Plan, names: Collection[str]) -> Plan:
     names = set(names)
     chosen = {i for i, c in enumerate(plan.changes) if in_scope(c, names)}
     while True:
-        required = {t for i in chosen for t in plan.changes[i].detail("requires", ())}
+        required = {t for i in chosen for t in plan.changes[i].requires}
         more = {i for i, c in enumerate(plan.changes) if c.target in required} - chosen
         if not more:
             break
         chosen |= more
     while True:  # a change that needs a change left out (a kdamond migrating to a device not onlined here) goes
         out = {c.target for i, c in enumerate(plan.changes) if i not in chosen}
-        drop = {i for i in chosen if out & set(plan.changes[i].detail("needs", ()))}
+        drop = {i for i in chosen if out & set(plan.changes[i].needs)}
         if not drop:
             break
         chosen -= drop

@@ -19,6 +19,7 @@ from .schemestats import collect
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .state import Unfixable
 
 
 def node_usage(facts: Facts) -> list[dict[str, Any]]:
@@ -34,36 +35,35 @@ def node_usage(facts: Facts) -> list[dict[str, Any]]:
 def _kdamonds(engine: Engine) -> dict[str, Any]:
     """nodeagent's kdamonds (refreshed statistics per scheme) and notes; a failure never hides the screen."""
     try:
-        owned = collect(engine.host, engine.state.load("ownership.json"), refresh=True)
+        owned = collect(engine.host, engine.state.ownership(), refresh=True)
     except NodeagentError as exc:
         return {"owned": {}, "schemes": [], "notes": [f"kdamonds could not be read: {exc.message}"]}
     return {"owned": owned.kdamonds, "schemes": [s.to_dict() for s in owned.schemes], "notes": owned.notes}
 
 
-def _since(rec: dict[str, Any] | None) -> str | None:
+def _since(rec: Unfixable | None) -> str | None:
     from .journal import iso
 
-    return iso(float(rec["first_seen"])) if rec and rec.get("first_seen") else None
+    return iso(rec.first_seen) if rec and rec.first_seen else None
 
 
 def gather_status(engine: Engine, *, events: int = 5) -> dict[str, Any]:
-    from .drift import STATE_FILE, detect, open_records, problem_key  # at call time (drift imports the engine)
+    from .drift import detect, problem_key  # at call time (drift imports the engine)
 
     st = engine.state
     last = st.last_applied()
     facts = engine.facts()
     out: dict[str, Any] = {"node": facts.hostname, "simulated": facts.simulated, "kernel": facts.kernel_release}
-    out["last_apply"] = ({k: last.get(k) for k in ("profile", "time", "status", "scope", "profile_digest")
-                          if k in last}
-                         | {"applied": sum(1 for o in last.get("outcomes", []) if o.get("status") == "applied"),
-                            "failed": sum(1 for o in last.get("outcomes", []) if o.get("status") == "failed"),
-                            "blocked": sum(1 for o in last.get("outcomes", []) if o.get("status") == "blocked"),
-                            "verify_errors": last.get("verify_errors", [])}) if last else None
+    out["last_apply"] = (last.summary()
+                         | {"applied": sum(1 for o in last.outcomes if o.get("status") == "applied"),
+                            "failed": sum(1 for o in last.outcomes if o.get("status") == "failed"),
+                            "blocked": sum(1 for o in last.outcomes if o.get("status") == "blocked"),
+                            "verify_errors": last.verify_errors}) if last else None
     drift: dict[str, Any] | None = None
-    if last.get("desired"):
+    if last.desired:
         try:
             report = detect(engine)
-            seen = open_records(st.load(STATE_FILE))[1]
+            seen = st.drift().cannot_be_done
             drift = {"converged": report.converged, "drifted": len(report.items), "by_resource": report.by_resource(),
                      "items": [i.to_dict() for i in report.items],
                      "cannot_be_done": [{**p.to_dict(), "first_seen": _since(seen.get(problem_key(p)))}
@@ -72,8 +72,7 @@ def gather_status(engine: Engine, *, events: int = 5) -> dict[str, Any]:
         except NodeagentError as exc:
             drift = {"error": exc.message}
     out["drift"] = drift
-    originals = st.load("originals.json")
-    out["changed_by_nodeagent"] = sorted(originals)
+    out["changed_by_nodeagent"] = sorted(st.originals().items)
     out["kdamonds"] = _kdamonds(engine)
     out["tiers"] = [{"tier": t, "nodes": nodes} for t, nodes in facts.tiers.items()]
     out["nodes"] = node_usage(facts)

@@ -7,9 +7,10 @@ problem (a device that vanished, a knob the kernel lost) is reported too. So eac
 moment it can be planned, with no drift code of its own. Each item gets its likely causes from the finders in
 :mod:`.causes`.
 
-``record`` (``drift --record``) keeps the open items in ``drift.json`` — which is where "first seen" comes from
-— and journals what changed since the last check: a ``drift`` event for an item first seen or seen with a new
-value, a ``resolved`` event for one that is gone. An apply closes the items it fixes.
+``record`` (``drift --record``) keeps the open items in ``drift.json`` (:class:`nodeagent.state.DriftRecord`) —
+which is where "first seen" comes from — and journals what changed since the last check: a ``drift`` event for
+an item first seen or seen with a new value, a ``resolved`` event for one that is gone. An apply closes the
+items it fixes.
 
 A plan's problems are not drift: they are what apply *cannot do* on this node (a kdamond refused while a DAMON
 module runs, a device bound to another driver). The report lists them apart, as "cannot be done"; ``drift``
@@ -17,6 +18,12 @@ exits 5 when there are any (apply would be partial, the code apply itself uses),
 ``record`` keeps them apart too: under ``cannot_be_done`` in ``drift.json`` (never among ``items``), journalled
 as ``cannot-be-done`` events (first seen, or with a new message) and as ``resolved`` events with
 ``"cannot_be_done": true`` once gone.
+
+What ``nodeagent revert`` put back is not drift either: nodeagent stopped managing it. The last-applied record
+marks each reverted target (:class:`nodeagent.state.Reverted`); a plan change for one is listed apart as
+``reverted`` (with the revert as its cause), never counted as drift, never recorded by ``drift --record``. After a
+full revert, bare ``drift`` has nothing to compare and says so (exit 0: "reverted at T by nodeagent revert;
+nothing managed"); after a partial revert the still-managed items are checked as before.
 """
 
 from __future__ import annotations
@@ -31,37 +38,19 @@ from ..errors import NodeagentError
 from ..journal import Journal, iso
 from ..plan import Change, Problem
 from ..resolved import ResolvedProfile, from_record
+from ..state import DriftEntry, DriftRecord, LastApplied, Unfixable
 
 if TYPE_CHECKING:
     from ..engine import Engine
     from ..profile import LoadedProfile
     from .causes import Cause
 
-__all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "detect_and_record", "open_records",
-           "problem_key", "record", "STATE_FILE"]
-
-STATE_FILE = "drift.json"
-#: What ``drift.json`` written before "cannot be done" was kept apart put as a problem's expected value.
-_OLD_PROBLEM = "(as the profile says)"
+__all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "detect_and_record", "problem_key",
+           "record"]
 
 
 def problem_key(p: Problem) -> str:
     return f"{p.kind}:{p.target}"
-
-
-def open_records(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``drift.json``'s open drift items and cannot-be-done items. A file from before they were kept apart has
-    its problems among the items (expected ``(as the profile says)``): they are moved to cannot-be-done."""
-    items = state.get("items", {})
-    apart = dict(state.get("cannot_be_done", {}))
-    drifted = {}
-    for key, rec in items.items():
-        if isinstance(rec, dict) and rec.get("expected") == _OLD_PROBLEM:
-            apart.setdefault(key, {**{k: v for k, v in rec.items() if k not in ("expected", "actual")},
-                                   "message": rec.get("actual")})
-        else:
-            drifted[key] = rec
-    return drifted, apart
 
 
 @dataclass(frozen=True)
@@ -107,6 +96,8 @@ class DriftReport:
     last_apply: dict[str, Any] = field(default_factory=dict)  # time, status, profile of the last apply
     notes: tuple[str, ...] = ()
     recorded: bool = False
+    reverted: tuple[DriftItem, ...] = ()  # away from the profile because `nodeagent revert` put them back
+    reverted_at: str | None = None  # a full revert: when (nothing is managed since)
 
     @property
     def converged(self) -> bool:
@@ -130,22 +121,23 @@ class DriftReport:
                 "items": [i.to_dict() for i in self.items], "problems": [p.to_dict() for p in self.problems],
                 "cannot_be_done": [p.to_dict() for p in self.problems],
                 "by_resource": self.by_resource(), "last_apply": self.last_apply, "notes": list(self.notes),
-                "recorded": self.recorded}
+                "recorded": self.recorded, "reverted": [i.to_dict() for i in self.reverted],
+                "reverted_at": self.reverted_at, "managed": self.reverted_at is None}
 
 
-def desired_profile(last: dict[str, Any]) -> LoadedProfile | ResolvedProfile:
+def desired_profile(last: LastApplied) -> LoadedProfile | ResolvedProfile:
     """The profile of the last apply: the validated profile ``last-applied.json`` keeps (``resolved``, see
     :mod:`nodeagent.resolved`), used as it is — no YAML, no validation. A record written before that existed (or
     of a version this nodeagent does not read) has only the merged document (``desired``): validated again."""
-    desired = last.get("desired")
-    if last.get("status") == "reverted":
-        raise NodeagentError(f"profile {last.get('profile')!r} was reverted on this node, so there is nothing to "
+    desired = last.desired
+    if last.fully_reverted:
+        raise NodeagentError(f"profile {last.profile!r} was reverted on this node, so there is nothing to "
                              "drift from", hint="give a profile: nodeagent drift PROFILE, or apply one")
-    if not isinstance(desired, dict) or not desired:
+    if not desired:
         raise NodeagentError("no profile has been applied on this node yet, so there is nothing to drift from",
                              hint="give a profile: nodeagent drift PROFILE, or apply one first")
     try:
-        return from_record(last.get("resolved"))
+        return from_record(last.resolved)
     except ValueError:
         pass
     import yaml
@@ -162,30 +154,42 @@ def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None
     last = engine.state.last_applied()
     notes: list[str] = []
     source = "last-applied"
+    checked = time.time() if now is None else now
+    if loaded is None and last.fully_reverted:
+        node = (engine.host.read_opt("/proc/sys/kernel/hostname") or "node").strip()
+        return DriftReport(last.profile or "", last.profile_digest or "", source, node, checked, (),
+                           last_apply=last.summary(), reverted_at=last.time or "?",
+                           notes=(f"reverted at {last.time or '?'} by nodeagent revert; nothing managed",))
     if loaded is None:
         loaded = desired_profile(last)
     else:
         source = loaded.path
-        if last.get("profile_digest") and last["profile_digest"] != loaded.digest:
-            notes.append(f"{loaded.path} differs from the profile last applied here ({last.get('profile')!r}, "
-                         f"{str(last.get('time', '?'))}): drift is measured against {loaded.path}")
+        if last.profile_digest and last.profile_digest != loaded.digest:
+            notes.append(f"{loaded.path} differs from the profile last applied here ({last.profile!r}, "
+                         f"{last.time or '?'}): drift is measured against {loaded.path}")
     facts = engine.facts()
     plan = engine.plan(loaded, facts=facts)
-    open_items = engine.state.load(STATE_FILE).get("items", {})
+    open_items = engine.state.drift().items
     items = []
+    reverted = []
     if plan.changes:  # the cause finders (sysctl.d, TuneD, udev...) are loaded only when something drifted
-        from .causes import find_causes
+        from .causes import Cause, find_causes
     for change in plan.changes:
         item = DriftItem.from_change(change)
-        seen = open_items.get(item.key, {}).get("first_seen")
-        item = replace(item, first_seen=float(seen) if seen else None)
+        mark = next((m for t, m in last.reverted.items() if m.covers(item.resource, item.target, t)), None)
+        if mark is not None:
+            reverted.append(replace(item, causes=(Cause("revert", f"put back by nodeagent revert at {mark.time}: not "
+                                                        "managed since (`nodeagent apply` manages it again)"),)))
+            continue
+        seen = open_items.get(item.key)
+        item = replace(item, first_seen=seen.first_seen if seen else None)
         items.append(replace(item, causes=find_causes(engine.host, item, last)))
     notes += list(plan.warnings)
-    if last.get("status") not in (None, "converged", "unchanged"):
-        notes.append(f"the last apply ended {last.get('status')!r}: some items may never have been in place")
-    summary = {k: last.get(k) for k in ("time", "status", "profile", "profile_digest", "scope") if k in last}
-    return DriftReport(loaded.name, loaded.digest, source, plan.node, time.time() if now is None else now,
-                       tuple(items), plan.problems, summary, tuple(notes))
+    if last.status not in (None, "converged", "unchanged", "reverted"):
+        notes.append(f"the last apply ended {last.status!r}: some items may never have been in place")
+    summary = last.summary()
+    return DriftReport(loaded.name, loaded.digest, source, plan.node, checked, tuple(items), plan.problems, summary,
+                       tuple(notes), reverted=tuple(reverted))
 
 
 def detect_and_record(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None, *,
@@ -204,17 +208,18 @@ def record(engine: Engine, report: DriftReport, *, locked: bool = False) -> Drif
     Takes the state lock (``locked``: the caller holds it — measure under the same lock: :func:`detect_and_record`);
     returns the report with each item's ``first_seen`` filled in."""
     with nullcontext() if locked else engine.state.locked(engine.lock_timeout):
-        old, old_apart = open_records(engine.state.load(STATE_FILE))
-        new: dict[str, dict[str, Any]] = {}
-        apart: dict[str, dict[str, Any]] = {}
+        before = engine.state.drift()
+        old, old_apart = before.items, before.cannot_be_done
+        new: dict[str, DriftEntry] = {}
+        apart: dict[str, Unfixable] = {}
         events: list[dict[str, Any]] = []
         items = []
         for item in report.items:
             prev = old.get(item.key)
-            first = float(prev["first_seen"]) if prev and prev.get("first_seen") else report.checked
-            new[item.key] = {"resource": item.resource, "target": item.target, "expected": item.expected_label,
-                             "actual": item.actual_label, "first_seen": first, "last_seen": report.checked}
-            if prev is None or prev.get("actual") != item.actual_label:
+            first = prev.first_seen if prev and prev.first_seen else report.checked
+            new[item.key] = DriftEntry(item.resource, item.target, item.expected_label, item.actual_label, first,
+                                       report.checked)
+            if prev is None or prev.actual != item.actual_label:
                 events.append({"event": "drift", "resource": item.resource, "target": item.target,
                                "expected": item.expected_label, "actual": item.actual_label,
                                "first_seen": iso(first), "profile": report.profile,
@@ -222,24 +227,22 @@ def record(engine: Engine, report: DriftReport, *, locked: bool = False) -> Drif
             items.append(replace(item, first_seen=first))
         for p in report.cannot_be_done:  # not drift: kept and journalled apart
             key = problem_key(p)
-            prev = old_apart.get(key)
-            first = float(prev["first_seen"]) if prev and prev.get("first_seen") else report.checked
-            apart[key] = {"resource": p.kind, "target": p.target, "message": p.message, "hint": p.hint,
-                          "first_seen": first, "last_seen": report.checked}
-            if prev is None or prev.get("message") != p.message:
+            was = old_apart.get(key)
+            first = was.first_seen if was and was.first_seen else report.checked
+            apart[key] = Unfixable(p.kind, p.target, p.message, p.hint, first, report.checked)
+            if was is None or was.message != p.message:
                 events.append({"event": "cannot-be-done", "resource": p.kind, "target": p.target,
                                "message": p.message, "hint": p.hint, "first_seen": iso(first),
                                "profile": report.profile})
-        for key, prev in old.items():
+        for key, gone in old.items():
             if key not in new:
-                events.append({"event": "resolved", "resource": prev.get("resource"), "target": prev.get("target"),
-                               "by": "outside nodeagent", "was": prev.get("actual")})
-        for key, prev in old_apart.items():
+                events.append({"event": "resolved", "resource": gone.resource, "target": gone.target,
+                               "by": "outside nodeagent", "was": gone.actual})
+        for key, left in old_apart.items():
             if key not in apart:
-                events.append({"event": "resolved", "resource": prev.get("resource"), "target": prev.get("target"),
-                               "was": prev.get("message"), "cannot_be_done": True})
-        engine.state.save(STATE_FILE, {"profile": report.profile, "profile_digest": report.profile_digest,
-                                       "checked": report.checked, "items": new, "cannot_be_done": apart})
+                events.append({"event": "resolved", "resource": left.resource, "target": left.target,
+                               "was": left.message, "cannot_be_done": True})
+        engine.state.write_record(DriftRecord(report.profile, report.profile_digest, report.checked, new, apart))
         Journal(engine.host).append(events)
     return replace(report, items=tuple(items), recorded=True)
 

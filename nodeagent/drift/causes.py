@@ -31,6 +31,8 @@ from ..facts.knobs import BY_KEY
 from ..facts.setters import computed, damon_modules, memory_udev_rules, setters_of
 from ..host import Host
 from ..kfmt import format_list
+from ..state import LastApplied
+from ..timestamps import parse as parse_time
 
 if TYPE_CHECKING:
     from . import DriftItem
@@ -47,7 +49,7 @@ class Cause:
         return asdict(self)
 
 
-Finder = Callable[[Host, "DriftItem", dict[str, Any]], list[Cause]]
+Finder = Callable[[Host, "DriftItem", LastApplied], list[Cause]]
 FINDERS: list[tuple[frozenset[str] | None, Finder]] = []
 
 
@@ -61,13 +63,13 @@ def finder(*kinds: str) -> Callable[[Finder], Finder]:
     return deco
 
 
-def find_causes(host: Host, item: DriftItem, last: dict[str, Any] | None = None) -> tuple[Cause, ...]:
+def find_causes(host: Host, item: DriftItem, last: LastApplied | None = None) -> tuple[Cause, ...]:
     out: list[Cause] = []
     for kinds, fn in FINDERS:
         if kinds is not None and item.resource not in kinds:
             continue
         try:
-            out += fn(host, item, last or {})
+            out += fn(host, item, last if last is not None else LastApplied())
         except (HostError, OSError, ValueError):
             continue
     return tuple(out)
@@ -79,7 +81,7 @@ _BOOT_NOTE = {"sysctl.d": "applied at boot by systemd-sysctl and by `sysctl --sy
 
 
 @finder("knob")
-def other_configuration(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+def other_configuration(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     """sysctl.d, sysctl.conf and TuneD settings of the knob that disagree with the profile."""
     knob = BY_KEY.get(item.target)
     if knob is None:
@@ -103,24 +105,15 @@ def other_configuration(host: Host, item: DriftItem, last: dict[str, Any]) -> li
 
 
 # -- every kind: a reboot nobody followed up ---------------------------------------------------------------
-def _ts(text: str) -> float | None:
-    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return datetime.strptime(text, fmt).timestamp()
-        except (ValueError, TypeError):
-            continue
-    return None
-
-
 @finder()
-def rebooted_since_apply(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+def rebooted_since_apply(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     stat = host.read_opt("/proc/stat") or ""
     m = re.search(r"^btime\s+(\d+)", stat, re.MULTILINE)
-    applied = _ts(str(last.get("time", "")))
+    applied = parse_time(last.time)
     if not m or applied is None or int(m.group(1)) <= applied:
         return []
     booted = datetime.fromtimestamp(int(m.group(1)), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    msg = (f"the node booted at {booted}, after the last apply ({last.get('time')}): kernel settings start "
+    msg = (f"the node booted at {booted}, after the last apply ({last.time}): kernel settings start "
            "from their boot defaults and nothing applied the profile since — is nodeagent-apply.service enabled?")
     if item.target == "memory.auto_online_blocks":
         state = cmdline_params(read_cmdline(host)).get("memhp_default_state")
@@ -157,7 +150,7 @@ def offline_blocks(host: Host, device: str) -> list[int]:
 
 
 @finder("dax")
-def dax_blocks_offline(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+def dax_blocks_offline(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     dev = _device(item)
     blocks = offline_blocks(host, dev) if dev else []
     if not blocks:
@@ -168,14 +161,14 @@ def dax_blocks_offline(host: Host, item: DriftItem, last: dict[str, Any]) -> lis
 
 
 @finder("dax", "memory")
-def udev_memory_rules(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+def udev_memory_rules(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     return [Cause("udev", f"{r.file}:{r.line}: a udev rule {r.what}: {r.text}", r.file, r.line)
             for r in memory_udev_rules(host)]
 
 
 # -- DAMON -------------------------------------------------------------------------------------------------
 @finder("damon")
-def damon_module_enabled(host: Host, item: DriftItem, last: dict[str, Any]) -> list[Cause]:
+def damon_module_enabled(host: Host, item: DriftItem, last: LastApplied) -> list[Cause]:
     return [Cause("damon-module", f"{m.name} is enabled (/sys/module/{m.module}/parameters/enabled = Y"
                   + (f", kdamond pid {m.kdamond_pid}" if m.kdamond_pid else "") + "): it runs its own DAMON "
                   "monitoring outside the sysfs interface", f"/sys/module/{m.module}/parameters/enabled")

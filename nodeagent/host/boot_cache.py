@@ -2,9 +2,10 @@
 
 A probe that runs a command (``systemd-detect-virt``, ``nvidia-smi``) costs a process start every time; a
 converged apply or a ``check`` from a timer should not pay it again and again. :func:`probe` keeps a probe's
-answer in ``/var/lib/nodeagent/probes.json`` under the root together with the boot id it was made in
-(``/proc/sys/kernel/random/boot_id``, new at every boot); an answer from another boot is never used. A root
-without a boot id caches nothing. Failures are not kept (a timed-out ``nvidia-smi`` is asked again).
+answer in ``/var/lib/nodeagent/probes.json`` (:class:`nodeagent.state.Probes`) under the root together with
+the boot id it was made in (``/proc/sys/kernel/random/boot_id``, new at every boot); an answer from another
+boot is never used. A root without a boot id caches nothing. Failures are not kept (a timed-out ``nvidia-smi``
+is asked again).
 
 Only a run that holds the state lock writes the file (``apply``: :meth:`nodeagent.state.StateStore.locked`
 sets :data:`PERSIST`); read-only commands (``check``, ``plan``, ``facts``) read it and never write to the node.
@@ -12,7 +13,6 @@ sets :data:`PERSIST`); read-only commands (``check``, ``plan``, ``facts``) read 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
@@ -21,31 +21,23 @@ if TYPE_CHECKING:
     from . import Host
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-FILE = "/var/lib/nodeagent/probes.json"
 #: True while the state lock is held: a probe that had to run may then be written down.
 PERSIST: ContextVar[bool] = ContextVar("probe_cache_persist", default=False)
 
 
-def _read(host: Host) -> dict:
-    try:
-        data = json.loads(host.read_opt(FILE) or "{}")
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def probe(host: Host, key: str, run: Callable[[], str]) -> str:
     """``run()``'s answer for ``key``, from this boot's cache when it is there. Exceptions of ``run`` pass."""
+    from ..state import Probes, StateStore  # the record lives with the others (nodeagent.state)
+
     boot = (host.read_opt(BOOT_ID) or "").strip()
     if not boot:
         return run()
-    data = _read(host)
-    probes = data.get("probes") if data.get("boot_id") == boot else None
-    if isinstance(probes, dict) and isinstance(probes.get(key), str):
+    store = StateStore(host)
+    cached = store.read(Probes)
+    probes = cached.probes if cached.boot_id == boot else {}
+    if key in probes:
         return probes[key]
     value = run()
     if PERSIST.get():
-        kept = probes if isinstance(probes, dict) else {}
-        host.fs.write_file_atomic(FILE, json.dumps({"boot_id": boot, "probes": {**kept, key: value}},
-                                                   indent=1, sort_keys=True) + "\n")
+        store.write_record(Probes(boot, {**probes, key: value}))
     return value

@@ -34,7 +34,9 @@ from ..errors import (
     UsageError,
 )
 
-#: Every path the agent may ever write. A profile cannot widen this: it names settings, never paths.
+#: Every path the agent may ever write. A profile cannot widen this: it names settings, never paths. Each resource
+#: kind declares the paths it writes (``Resource.writes``); tests/unit/test_write_allow.py holds this table to
+#: exactly those plus nodeagent's own files (state, units, udev rule, NFD feature file).
 WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p)
     for p in (
@@ -44,7 +46,6 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/sys/kernel/mm/numa/demotion_enabled",
         r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
         r"/sys/devices/system/memory/auto_online_blocks",
-        r"/sys/devices/system/memory/memory[0-9]+/(state|online)",
         r"/sys/kernel/mm/damon/admin/kdamonds/.*",
         # The placement demotion pass (resources/placement.py): one bounded proactive reclaim of a fast node that
         # kswapd gave up on — the node's own file (6.17), else the root cgroup's memory.reclaim (5.19, below).
@@ -52,7 +53,7 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/var/lib/nodeagent/.*",
         # `nodeagent units install`: only nodeagent's own unit files and udev rule, nothing else under /etc.
         r"/etc/systemd/system/nodeagent-[a-z-]+@?\.(service|timer)",
-        r"/etc/udev/rules.d/[0-9]{2}-nodeagent\.rules",
+        r"/etc/udev/rules\.d/[0-9]{2}-nodeagent\.rules",
         # `nodeagent labels --write`, apply and run: NFD's local feature file (nodeagent.k8s.labels), nothing else.
         r"/etc/kubernetes/node-feature-discovery/features\.d/nodeagent",
     )

@@ -213,7 +213,7 @@ def _gpu_bytes(host: Host) -> int | None:
 
 
 def _last_checks(engine: Engine) -> list[dict[str, Any]] | None:
-    return engine.state.load("last-checks.json").get("results")
+    return [r._asdict() for r in engine.state.last_checks().results] or None
 
 
 def gather(engine: Engine, loaded: LoadedProfile | None = None, *, facts: Facts | None = None,
@@ -225,11 +225,10 @@ def gather(engine: Engine, loaded: LoadedProfile | None = None, *, facts: Facts 
 
     facts = facts or engine.facts()
     last = engine.state.last_applied()
-    name, digest = (loaded.name, loaded.digest) if loaded is not None else (last.get("profile"),
-                                                                            last.get("profile_digest"))
+    name, digest = (loaded.name, loaded.digest) if loaded is not None else (last.profile, last.profile_digest)
     if state is None:
         state = "unknown"
-        if loaded is not None or last.get("desired") or last.get("resolved"):
+        if loaded is not None or last.desired or last.resolved:
             try:
                 report = detect(engine, loaded)
                 state = "partial" if report.cannot_be_done else "converged" if report.converged else "drifted"
@@ -273,7 +272,10 @@ def _after_apply(engine: Engine, loaded: LoadedProfile, result: Any, prefix: str
               for r in (result.checks.results if result.checks is not None else ())] or None
     if checks:  # what `labels` and `run` report until the checks run again
         with engine.state.locked(engine.lock_timeout):
-            engine.state.save("last-checks.json", {"results": checks})
+            from ..state import CheckResult, LastChecks
+
+            engine.state.write_record(LastChecks([CheckResult(c["name"], c["severity"], c["status"])
+                                                  for c in checks]))
     if not features_dir_exists(engine.host):
         return False
     state = "converged" if result.status in ("converged", "unchanged") and result.ok else None

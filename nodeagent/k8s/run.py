@@ -243,11 +243,13 @@ class Runner:
         self.write_labels(self.loaded, state=state)
 
     def _save_checks(self, report: Any) -> None:
+        from ..state import CheckResult, LastChecks
+
         if report is None:
             return
         with self.engine.state.locked(self.engine.lock_timeout):
-            self.engine.state.save("last-checks.json", {"results": [
-                {"name": c.name, "severity": c.severity, "status": c.status} for c in report.results]})
+            self.engine.state.write_record(LastChecks([CheckResult(c.name, c.severity, c.status)
+                                                       for c in report.results]))
 
     def write_labels(self, loaded: LoadedProfile | None, *, state: str | None = None) -> None:
         if self.opts.labels == "never" or (self.opts.labels == "auto"

@@ -101,7 +101,7 @@ class _Damon:
     """The DAMON tree as one collection sees it: every kdamond, nodeagent's records, the facts behind them."""
 
     kdamonds: list[_Kd]
-    ownership: dict[str, Any]
+    ownership: Any  # nodeagent.state.Ownership
     facts: Any  # nodeagent.facts.Facts holding the DAMON section
     node_ranges: dict[int, list[tuple[int, int]]]
 
@@ -170,7 +170,7 @@ class Collector:
         from ..resources.damon.stats import damon_facts
 
         facts = damon_facts(self.host)
-        ownership = self.state.load("ownership.json")
+        ownership = self.state.ownership()
         damon = from_facts(facts)
         owned, _ = owned_kdamonds(damon, ownership) if ownership else ({}, [])
         out = []
@@ -230,7 +230,8 @@ class Collector:
         cpu0 = time.process_time()
         now = time.time()
         fams: list[Family] = [one("nodeagent_info", "nodeagent version", 1, version=__version__)]
-        fams += self._apply(self.state.last_applied() or None)
+        last = self.state.last_applied()
+        fams += self._apply(last.to_json() if last else None)
         fams += self._checks(checks)
         fams += self._drift(drift, resource_kinds)
         fams += self._memory()
@@ -284,9 +285,7 @@ class Collector:
 
     def _checks(self, checks: Iterable[Any] | None) -> Iterator[Family]:
         rows = list(checks) if checks else [
-            _CheckRow(**{k: r[k] for k in ("name", "severity", "status")})
-            for r in self.state.load("last-checks.json").get("results", [])
-            if isinstance(r, dict) and {"name", "severity", "status"} <= set(r)]
+            _CheckRow(r.name, r.severity, r.status) for r in self.state.last_checks().results]
         fam = gauge("nodeagent_check_status", "Preflight check status (1 for the current one)", "check", "severity",
                     "status")
         for r in rows:

@@ -35,10 +35,21 @@ def drift_text(report: Any) -> str:  # nodeagent.drift.DriftReport
                        "time by another program or by hand)")
     for p in report.cannot_be_done:
         out.append(f"  ! cannot be done: {p.message}" + (f"\n      hint: {p.hint}" if p.hint else ""))
+    for item in report.reverted:
+        out.append(f"  - {item.target}  profile {item.expected_label}, now {item.actual_label}  [{item.resource}]"
+                   f"  reverted (not drift): {item.causes[0].message}")
+    if report.reverted_at is not None:
+        out[0] = f"Drift on {report.node}: profile {report.profile} reverted at {report.reverted_at}:"
+        out.append(f"Nothing to drift from: reverted at {report.reverted_at} by nodeagent revert; nothing managed.")
+        return "\n".join(out)
     for n in report.notes:
         out.append(f"  note: {n}")
     if report.converged:
-        out.append(f"No drift: the node matches profile {report.profile}.")
+        if report.reverted:
+            out.append(f"No drift: {len(report.reverted)} setting(s) of profile {report.profile} were put back by "
+                       "nodeagent revert (not managed since); the rest matches.")
+        else:
+            out.append(f"No drift: the node matches profile {report.profile}.")
     else:
         counts = ", ".join(f"{k}: {v}" for k, v in sorted(report.by_resource().items()))
         if report.items:

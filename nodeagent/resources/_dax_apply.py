@@ -16,6 +16,8 @@ from ..errors import ChangeSkipped, CommandError, HostError, MissingError
 from ..facts.dax import DaxDevice, block_state, read_device
 from ..host import Host
 from ..plan import Change
+from ..state import OwnedDevice, Ownership
+from ..timestamps import rfc3339
 from ..units import format_size
 from . import _daxctl
 from .base import ApplyContext
@@ -90,12 +92,9 @@ class Applier:
         changing it, and into what."""
         if self.actx.state is None:
             return
-        owned = self.actx.state.load("ownership.json")
-        owned.setdefault("dax", {})[self.name] = {"mode": dev.mode, "zone": dev.zone, "rule":
-                                                  self.change.detail("rule"),
-                                                  "time": time.strftime("%FT%TZ", time.gmtime()),
-                                                  **({"building": self.change.after_label} if building else {})}
-        self.actx.state.save("ownership.json", owned)
+        with self.actx.state.edit(Ownership) as owned:
+            owned.dax[self.name] = OwnedDevice(dev.mode, dev.zone, self.change.detail("rule"), rfc3339(),
+                                               building=self.change.after_label if building else None)
 
     def fail(self, message: str, hint: str | None = None) -> None:
         """Record that daxctl-driven work failed (later DAX changes are skipped) and raise."""

@@ -42,6 +42,7 @@ from ..facts import Facts
 from ..facts.dax import DaxDevice, DaxFacts, from_facts
 from ..host import Host
 from ..plan import Change, Problem
+from ..state import Original, Ownership, PlanState
 from ..units import format_size
 from ..vocab import ZONE_KERNEL_NAME
 from .base import ApplyContext, PlanContext, ResourcePlan, projection_of
@@ -131,12 +132,14 @@ def diff_device(rule: DaxRule, dev: DaxDevice) -> Change | Problem | None:
     data = (("rule", rule.name), ("steps", steps), ("zone", zone), ("from_mode", dev.mode),
             ("from_zones", dict(dev.zones)), ("from_online", dev.blocks_online), ("blocks", dev.blocks_total),
             ("node", dev.target_node))
-    if "to-system-ram" in steps:  # daxctl races the kernel's auto-online policy: it must be offline first
-        data += (("requires", ("memory.auto_online_blocks",)),)
+    # daxctl races the kernel's auto-online policy: it must be offline first
+    requires = ("memory.auto_online_blocks",) if "to-system-ram" in steps else ()
     return Change(KIND, dev.name, op, dev.mode if dev.mode != "system-ram" else state_label(dev),
                   rule.mode if rule.mode == "devdax" else f"system-ram/{rule.zone}", reason=reason,
                   disruptive=disruptive, path=f"/sys/bus/dax/devices/{dev.name}",
-                  before_label=state_label(dev), after_label=want_label(rule, dev), data=data)
+                  before_label=state_label(dev), after_label=want_label(rule, dev), data=data,
+                  devices=(dev.name,), nodes=(dev.target_node,) if dev.target_node is not None else (),
+                  requires=requires)
 
 
 def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
@@ -156,7 +159,7 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
             shadowed = ", ".join(d.name for d in dax.devices if matches(rule, d))
             out.warnings.append(f"memory.dax rule {rule.name!r} ({loaded.where('memory', 'dax', i)}) decides "
                                 f"nothing: earlier rules already decide {shadowed}")
-    owned = (ctx.state.get("ownership") or {}).get("dax", {})
+    owned = ctx.state.ownership.dax
     for dev in dax.devices:
         if dev.name not in chosen:
             mine = (" — nodeagent changed it before; `nodeagent revert` puts it back as it was"
@@ -226,7 +229,7 @@ def advisories(loaded: LoadedProfile, facts: Facts, dax: DaxFacts, chosen: dict[
                    "swap: kernel allocations cannot use it and anonymous memory cannot be moved there under "
                    "pressure, so the node can run out of memory with this memory free; set "
                    "kernel.demotion_enabled: true (or add swap)")
-    owned = (ctx.state.get("ownership") or {}).get("dax", {})
+    owned = ctx.state.ownership.dax
     early = [d.name for d in dax.devices if d.name in changing and d.mode == "system-ram" and d.blocks_online
              and d.name not in owned]
     if early and dax.cmdline.get("memhp_default_state") != "offline":
@@ -253,18 +256,22 @@ def advisories(loaded: LoadedProfile, facts: Facts, dax: DaxFacts, chosen: dict[
 
 def original(change: Change) -> dict[str, Any]:
     """What ``change``'s device was before it (for revert): mode, its online blocks and their zone(s)."""
-    zones = dict(change.detail("from_zones") or {})
-    return {"mode": change.detail("from_mode"), "zone": next(iter(zones)) if len(zones) == 1 else None,
-            "zones": zones, "online": change.detail("from_online"), "blocks": change.detail("blocks")}
+    return _was(change.detail("from_mode"), dict(change.detail("from_zones") or {}), change.detail("from_online"),
+                change.detail("blocks"))
 
 
-def revert_change(dev: DaxDevice, rec: dict[str, Any]) -> Change | None:
+def _was(mode: Any, zones: dict[str, int], online: Any, blocks: Any) -> dict[str, Any]:
+    return {"mode": mode, "zone": next(iter(zones)) if len(zones) == 1 else None, "zones": zones, "online": online,
+            "blocks": blocks}
+
+
+def revert_change(dev: DaxDevice, rec: Original) -> Change | None:
     """Pure: the change that puts ``dev`` back as ``rec`` (a recorded :func:`original`) says it was; None when
     it is. Raises ValueError for a state nodeagent cannot restore (a device that was disabled, or only partly
     online)."""
     from ..profile.model import DaxMatch, DaxRule  # revert only: plan and apply load no pydantic
 
-    was = rec.get("value") or {}
+    was = rec.value if isinstance(rec.value, dict) else {}
     mode, zone = was.get("mode"), was.get("zone")
     profile_zone = {v: k for k, v in ZONE_KERNEL_NAME.items()}.get(zone or "")
     if mode == "devdax":
@@ -281,7 +288,7 @@ def revert_change(dev: DaxDevice, rec: dict[str, Any]) -> Change | None:
         return None
     if isinstance(result, Problem):
         raise ValueError(result.message)
-    why = f"as it was before nodeagent changed it (recorded {rec.get('recorded', '?')})"
+    why = f"as it was before nodeagent managed it (recorded {rec.recorded or '?'})"
     if result.disruptive:
         why += f"; its {dev.blocks_online} online blocks must go offline first"
     return replace(result, op="revert", reason=why)
@@ -289,9 +296,28 @@ def revert_change(dev: DaxDevice, rec: dict[str, Any]) -> Change | None:
 
 class DaxResource:
     kind = KIND
+    writes: tuple[str, ...] = ()  # daxctl (a command) changes the devices and their memory blocks, not nodeagent
 
-    def original(self, change: Change, facts: Facts) -> tuple[str, dict[str, Any]]:
-        return change.target, {"kind": KIND, "path": change.path, "value": original(change)}
+    def original(self, change: Change, facts: Facts) -> tuple[str, Original]:
+        return change.target, Original(KIND, change.path, original(change))
+
+    def current(self, target: str, facts: Facts) -> tuple[str, Original] | None:
+        dev = from_facts(facts).device(target)
+        if dev is None:
+            return None
+        return target, Original(KIND, f"/sys/bus/dax/devices/{target}",
+                                _was(dev.mode, dict(dev.zones), dev.blocks_online, dev.blocks_total))
+
+    def revert(self, target: str, rec: Original, facts: Facts, state: PlanState) -> list[Change]:
+        dev = from_facts(facts).device(target)
+        if dev is None:
+            raise ValueError(f"{target}: the DAX device no longer exists (hot-unplugged, or its region was torn "
+                             "down)")
+        change = revert_change(dev, rec)
+        return [change] if change is not None else []
+
+    def forget(self, target: str, ownership: Ownership) -> None:
+        ownership.dax.pop(target, None)
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         return plan(loaded, facts, ctx)

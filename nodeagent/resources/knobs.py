@@ -7,12 +7,14 @@ in the plan, found before anything is written.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..facts.knobs import BY_KEY, KNOBS, Knob, version_tuple
 from ..host import Host
 from ..plan import Change, Problem
+from ..state import Original, PlanState
 from .base import ApplyContext, PlanContext, ResourcePlan
 
 if TYPE_CHECKING:
@@ -83,6 +85,8 @@ class KnobResource:
     """The knobs of the profile; ``only``/``exclude`` split them into apply phases (see :data:`LATE`)."""
 
     kind = KIND
+    #: What its apply writes (each knob's attribute): on the host layer's allow-list, see tests/unit/test_write_allow.py
+    writes: tuple[str, ...] = tuple(re.escape(k.path) for k in KNOBS)
 
     def __init__(self, only: tuple[str, ...] | None = None, exclude: tuple[str, ...] = ()) -> None:
         self.only = only
@@ -93,8 +97,30 @@ class KnobResource:
                 if (self.only is None or k in self.only) and k not in self.exclude}
         return diff(want, observe(facts), facts)
 
-    def original(self, change: Change, facts: Facts) -> tuple[str, dict[str, Any]]:
-        return change.target, {"kind": KIND, "path": change.path, "value": change.before}
+    def original(self, change: Change, facts: Facts) -> tuple[str, Original]:
+        return change.target, Original(KIND, change.path, change.before)
+
+    def current(self, target: str, facts: Facts) -> tuple[str, Original] | None:
+        knob, raw = BY_KEY.get(target), facts.knobs.get(target)
+        if knob is None or raw is None:
+            return None
+        return target, Original(KIND, knob.path, knob.parse(raw))
+
+    def revert(self, target: str, original: Original, facts: Facts, state: PlanState) -> list[Change]:
+        """Pure: the knob back to its value before nodeagent managed it (disruptive if setting it is)."""
+        knob = BY_KEY.get(target)
+        if knob is None:
+            raise ValueError(f"{target}: not a knob this version of nodeagent knows")
+        raw = facts.knobs.get(target)
+        if raw is None:
+            raise ValueError(f"{target}: {knob.path} does not exist on this kernel any more")
+        current, value = knob.parse(raw), original.value
+        if current == value:
+            return []
+        return [Change(KIND, target, "revert", current, value,
+                       reason=f"the value before nodeagent managed it (recorded {original.recorded or '?'})",
+                       path=knob.path, before_label=knob.label(current), after_label=knob.label(value),
+                       disruptive=knob.disruptive)]
 
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         knob = BY_KEY[change.target]

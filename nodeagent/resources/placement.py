@@ -148,6 +148,9 @@ def run_pass(host: Host, node: int, goal: int, timeout_us: int, path: str,
 
 class PlacementResource:
     kind = KIND
+    #: The node's reclaim file (6.17); the root cgroup's memory.reclaim (5.19) is allowed by mount (``writes_mounted``)
+    writes: tuple[str, ...] = (r"/sys/devices/system/node/node[0-9]+/reclaim",)
+    writes_mounted: tuple[tuple[str, str], ...] = ((r"(/[^/]+)+/memory\.reclaim", "cgroup2"),)
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         rp = plan_pass(loaded, facts, projection_of(loaded, facts, ctx))

@@ -42,7 +42,7 @@ def test_converge_in_serial_batches_then_second_run_is_unchanged(make_node, tmp_
         last = json.loads((root / "var/lib/nodeagent/last-applied.json").read_text())
         assert (last["profile"], last["status"]) == ("cxl-inference", "unchanged")  # the second reconcile's record
         originals = json.loads((root / "var/lib/nodeagent/originals.json").read_text())
-        assert originals["kernel.numa_balancing"]["value"] == 0
+        assert originals["originals"]["kernel.numa_balancing"]["value"] == 0
     # A second ansible-playbook run: nothing to do anywhere.
     again = playbook(inv, "converge.yml", "-e", f"profiles={PROFILES}", "-e", "expect_change=false", env=env)
     assert again.rc == 0, again.out

@@ -131,4 +131,4 @@ def test_a_drift_json_from_before_keeps_its_first_sighting(refused: Path, capsys
     na(root, capsys, "drift", "--record")
     assert journal(root)[before:] == []  # neither "resolved" nor a new sighting
     state = json.loads((root / DRIFT_JSON).read_text())
-    assert state["items"] == {} and state["cannot_be_done"][key]["first_seen"] == 1000.0
+    assert state["items"] == {} and state["cannot_be_done"][key]["first_seen"] == "1970-01-01T00:16:40Z"

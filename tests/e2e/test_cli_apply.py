@@ -71,7 +71,7 @@ def test_apply_writes_auto_online_first_and_records_state(make_node, capsys) -> 
     writes = [w["path"] for w in SimKernel(root).journal()]
     assert writes[0] == "/sys/devices/system/memory/auto_online_blocks"
     originals = json.loads((root / "var/lib/nodeagent/originals.json").read_text())
-    assert originals["kernel.numa_balancing"]["value"] == 0
+    assert originals["format"] == 2 and originals["originals"]["kernel.numa_balancing"]["value"] == 0
     last = json.loads((root / "var/lib/nodeagent/last-applied.json").read_text())
     assert last["profile"] == "cxl-inference" and last["status"] == "converged"
 

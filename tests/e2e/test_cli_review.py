@@ -62,7 +62,7 @@ def test_facts_file_format_holds_state_and_no_environment(make_node, tmp_path: P
     assert {d["path"] for d in hw["disks"]} == {"/", "/models"}
     assert doc["simulated"] == "h100-cxl" and doc["kernel_release"].startswith("6.12")
     assert doc["state"]["last_applied"]["profile"] == "cxl-inference"
-    assert doc["state"]["originals"]["kernel.numa_balancing"]["value"] == 0
+    assert doc["state"]["originals"]["originals"]["kernel.numa_balancing"]["value"] == 0
     assert doc["captured"]["nodeagent"]
     assert "s3cr3t-token" not in json.dumps(doc)
     writes = len(SimKernel(root).journal())

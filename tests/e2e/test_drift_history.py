@@ -151,16 +151,16 @@ def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> No
     code, out, _ = run(["--root", root, "revert", "--yes", "--only", "kernel.numa_balancing"], capsys)
     assert code == 0 and "✓ kernel.numa_balancing: 2 (memory-tiering) → 0 (disabled)" in out
     assert k.tree.read("/proc/sys/kernel/numa_balancing") == "0"
-    originals = json.loads((applied / "var/lib/nodeagent/originals.json").read_text())
+    originals = json.loads((applied / "var/lib/nodeagent/originals.json").read_text())["originals"]
     assert "kernel.numa_balancing" not in originals and "kernel.demotion_enabled" in originals
     code, out, _ = run(["--root", root, "revert", "--yes"], capsys)
     assert code == 0
     assert k.tree.read("/sys/kernel/mm/numa/demotion_enabled") == "false"
     assert k.tree.read("/sys/kernel/mm/transparent_hugepage/defrag") == "always defer defer+madvise [madvise] never"
     assert k.tree.read("/sys/devices/system/memory/auto_online_blocks") == "online"
-    assert json.loads((applied / "var/lib/nodeagent/originals.json").read_text()) == {}
-    code, _, err = run(["--root", root, "drift"], capsys)
-    assert code == 1 and "was reverted on this node" in err
+    assert json.loads((applied / "var/lib/nodeagent/originals.json").read_text())["originals"] == {}
+    code, out, _ = run(["--root", root, "drift"], capsys)
+    assert code == 0 and "by nodeagent revert; nothing managed" in out  # a normal state, not an error
     code, out, _ = run(["--root", root, "revert", "--yes"], capsys)
     assert code == 0 and "nodeagent recorded no original values" in out
     code, _, err = run(["--root", root, "revert", "--yes", "--only", "kernel.nope"], capsys)
@@ -172,23 +172,26 @@ def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> No
 def test_revert_refuses_disruptive_changes_without_the_flag(make_node, capsys) -> None:
     """A kind whose revert is disruptive (here: a memory block nodeagent onlined goes back offline)."""
     from nodeagent.plan import Change
-    from nodeagent.revert import KINDS, RevertKind
+    from nodeagent.resources.registry import BY_KIND
 
-    def plan_block(host, facts, target, rec):  # type: ignore[no-untyped-def]
-        state = host.read(f"/sys/devices/system/memory/{target}/state")
-        return None if state == rec["value"] else Change("block", target, "revert", state, rec["value"],
-                                                         disruptive=True)
+    class Block:  # a kind owns its revert: plan it from the recorded original, apply it with its own apply
+        kind = "block"
 
-    def apply_block(host, change, actx):  # type: ignore[no-untyped-def]
-        host.write(f"/sys/devices/system/memory/{change.target}/state", change.after)
-        return "done"
+        def revert(self, target, rec, facts, state):  # type: ignore[no-untyped-def]
+            now = (root / f"sys/devices/system/memory/{target}/state").read_text().strip()
+            return [] if now == rec.value else [Change("block", target, "revert", now, rec.value, disruptive=True,
+                                                       path=f"/sys/devices/system/memory/{target}/state")]
+
+        def apply(self, host, change, actx):  # type: ignore[no-untyped-def]
+            host.write(change.path, change.after)
+            return "done"
 
     root = make_node("qemu-3node")
     k = SimKernel(root)
     k.write("/sys/devices/system/memory/memory40/state", "offline")
     k.write("/sys/devices/system/memory/memory40/state", "online_movable")
     put(root, "/var/lib/nodeagent/originals.json", json.dumps({"memory40": {"kind": "block", "value": "offline"}}))
-    KINDS["block"] = RevertKind(plan_block, apply_block)
+    BY_KIND["block"] = Block()  # type: ignore[assignment]
     try:
         code, out, _ = run(["--root", str(root), "revert", "--yes"], capsys)
         assert code == 5 and "memory40: online → offline — blocked: disruptive" in out
@@ -196,7 +199,7 @@ def test_revert_refuses_disruptive_changes_without_the_flag(make_node, capsys) -
         code, out, _ = run(["--root", str(root), "revert", "--yes", "--allow-disruptive"], capsys)
         assert code == 0 and k.tree.read("/sys/devices/system/memory/memory40/state") == "offline"
     finally:
-        del KINDS["block"]
+        del BY_KIND["block"]
 
 
 def test_cause_of_dax_drift_is_an_offlined_block(make_node) -> None:
@@ -226,11 +229,13 @@ def test_reboot_after_the_last_apply_is_a_cause(applied: Path) -> None:
     last = json.loads((applied / "var/lib/nodeagent/last-applied.json").read_text())
     from datetime import datetime
 
+    from nodeagent.state import LastApplied
+
     applied_at = datetime.strptime(last["time"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
     put(applied, "/proc/stat", f"cpu 1 2 3\nbtime {int(applied_at) + 60}\n")
     put(applied, "/proc/cmdline", "ro memhp_default_state=online")
     item = DriftItem("knob", "memory.auto_online_blocks", "offline", "online", "offline", "online")
-    causes = find_causes(open_host(applied), item, last)
+    causes = find_causes(open_host(applied), item, LastApplied.from_json(last))
     assert causes[0].source == "reboot"
     assert "is nodeagent-apply.service enabled?" in causes[0].message
     assert "memhp_default_state=online" in causes[0].message

@@ -83,7 +83,7 @@ def test_corrupt_state_is_reported_by_plan_and_set_aside_by_apply(make_node, cap
     assert main(["--root", str(root), "apply", "--yes", PROFILE]) == 0
     aside = [p.name for p in state.iterdir() if p.name.startswith("originals.json.corrupt-")]
     assert len(aside) == 1 and (state / aside[0]).read_text() == "{not json"
-    assert json.loads((state / "originals.json").read_text())["kernel.numa_balancing"]["value"] == 0
+    assert json.loads((state / "originals.json").read_text())["originals"]["kernel.numa_balancing"]["value"] == 0
 
 
 def test_apply_as_non_root_on_the_real_root_exits_77_before_touching_anything(monkeypatch, capsys) -> None:

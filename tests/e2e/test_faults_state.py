@@ -77,11 +77,12 @@ def test_a_full_disk_mid_run_gives_back_the_reserve_and_records_everything(make_
 
 
 @pytest.mark.parametrize(("name", "bad", "lost"), [
-    ("ownership.json", {"damon": {"kdamonds": {"9": "running"}}, "dax": []}, "nodeagent's kdamond 9"),
+    ("ownership.json", {"damon": {"kdamonds": {"9": "running"}}, "dax": []},
+     "damon.kdamonds.9, dax (not an object) (the rest is kept)"),
     ("originals.json", {"kernel.numa_balancing": 1, "kernel.demotion_enabled": {"path": "/x", "value": False}},
-     "the original of kernel.numa_balancing"),
-    ("drift.json", {"items": ["numa"], "cannot_be_done": {}}, "every open drift item"),
-    ("last-applied.json", {"profile": 3, "status": "converged", "outcomes": "all"}, "its profile"),
+     "originals.kernel.numa_balancing (the rest is kept)"),
+    ("drift.json", {"items": ["numa"], "cannot_be_done": {}}, "items (not an object)"),
+    ("last-applied.json", {"profile": 3, "status": "converged", "outcomes": "all"}, "the record of the last apply"),
     ("drift.json", "[1, 2", "every record in it"),
 ])
 def test_state_of_the_wrong_shape_is_set_aside_with_what_was_lost(make_node, capsys, name: str, bad, lost: str) -> None:
@@ -115,7 +116,7 @@ def test_revert_with_originals_lost_names_them_and_still_stops_nodeagents_kdamon
     doc = json.loads(out)
     problems = [p["message"] for p in doc["plan"]["problems"]]
     lost = ("kernel.numa_balancing: the value it had before nodeagent changed it is not recorded (lost with "
-            "/var/lib/nodeagent/originals.json, which is corrupt")
+            "/var/lib/nodeagent/originals.json, which was corrupt")
     assert any(p.startswith(lost) for p in problems), problems
     assert any("damon.kdamonds: how many kdamond slots" in p for p in problems), problems
     k = SimKernel(root)

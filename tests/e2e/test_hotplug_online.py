@@ -107,7 +107,7 @@ def test_a_second_expander_on_an_online_node_joins_its_promotion_kdamond(converg
     assert result["status"] == "converged" and [(o["target"], o["status"]) for o in result["outcomes"]] == [
         ("dax3.0", "applied"), ("damon.promote-hot-to-node1", "applied")]
     change = next(c for c in result["plan"]["changes"] if c["target"] == "damon.promote-hot-to-node1")
-    assert change["data"]["command"] == "commit" and "dax3.0" in change["data"]["devices"]
+    assert change["data"]["command"] == "commit" and "dax3.0" in change["devices"]
     code, out, _ = run(["--root", str(root), "--format", "json", "plan", PROFILE], capsys)
     assert json.loads(out)["changes"] == []
 
@@ -142,7 +142,7 @@ def test_a_kdamond_that_needs_a_device_outside_the_scope_is_left_for_a_full_appl
                         "--device", "dax0.0", "--device", "dax1.0", PROFILE], capsys)
     changes = json.loads(out)["plan"]["changes"]
     damon = next(c for c in changes if c["target"] == "damon.kdamonds")
-    assert damon["data"]["devices"] == ["dax0.0", "dax1.0"]  # in the scope of both
+    assert damon["devices"] == ["dax0.0", "dax1.0"]  # in the scope of both
 
 
 def test_hot_add_to_a_node_that_is_not_possible_is_refused_by_the_simulator(make_node) -> None:

@@ -39,7 +39,7 @@ def test_apply_then_revert_puts_the_node_back(make_node, capsys) -> None:
     assert code == 0, out + err
     applied = snapshot(root)
     assert applied["running"] == [0, 1, 2, 3] and applied["dax"]["dax0.0"][0] == "system-ram"
-    originals = state(root, "originals.json")
+    originals = state(root, "originals.json")["originals"]
     assert originals["dax0.0"]["value"]["mode"] == "devdax"
     assert originals["damon.kdamonds"]["value"] == {"nr_kdamonds": 0}
     code, out, _ = run(["--root", str(root), "revert", "--dry-run"], capsys)
@@ -50,7 +50,7 @@ def test_apply_then_revert_puts_the_node_back(make_node, capsys) -> None:
     code, out, _ = run(["--root", str(root), "revert", "--yes", "--allow-disruptive"], capsys)
     assert code == 0, out
     assert snapshot(root) == before
-    assert state(root, "originals.json") == {} and "damon" not in state(root, "ownership.json")
+    assert state(root, "originals.json")["originals"] == {} and not state(root, "ownership.json")["damon"]["kdamonds"]
     assert not state(root, "ownership.json").get("dax")
     assert state(root, "last-applied.json")["status"] == "reverted"
     code, out, _ = run(["--root", str(root), "revert", "--yes", "--allow-disruptive"], capsys)
@@ -67,7 +67,7 @@ def test_without_allow_disruptive_the_dax_part_is_refused_and_the_rest_reverted(
     now = snapshot(root)
     assert now["knobs"] == before["knobs"] and now["kdamonds"] == 0 and now["running"] == []
     assert now["dax"]["dax0.0"] == ("system-ram", {"Movable": 1024}, 1024)  # still online: refused
-    assert sorted(state(root, "originals.json")) == ["dax0.0", "dax1.0"]  # what is left to revert
+    assert sorted(state(root, "originals.json")["originals"]) == ["dax0.0", "dax1.0"]  # what is left to revert
     code, out, _ = run(["--root", str(root), "revert", "--yes", "--allow-disruptive"], capsys)
     assert code == 0, out
     assert snapshot(root) == before
@@ -104,4 +104,4 @@ def test_revert_never_touches_a_foreign_kdamond(make_node, capsys) -> None:
     assert not [w for w in k.journal()[mark:] if w["path"].startswith(kd1) or w["path"].endswith("nr_kdamonds")]
     now = snapshot(root)
     assert now["running"] == [1] and now["kdamonds"] == 4 and k.tree.read(f"{kd1}/pid") == pid
-    assert "damon" not in state(root, "ownership.json")
+    assert not state(root, "ownership.json")["damon"]["kdamonds"]

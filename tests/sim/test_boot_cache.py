@@ -7,8 +7,11 @@ from pathlib import Path
 
 from nodeagent.engine import Engine
 from nodeagent.host import open_host
-from nodeagent.host.boot_cache import BOOT_ID, FILE
+from nodeagent.host.boot_cache import BOOT_ID
 from nodeagent.profile import load_profile
+from nodeagent.state import STATE_DIR, Probes
+
+FILE = f"{STATE_DIR}/{Probes.FILE}"
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "cxl-inference.yaml"

@@ -129,16 +129,17 @@ def test_a_record_of_another_version_is_refused() -> None:
 
 def test_drift_reads_the_resolved_record_and_still_reads_an_old_one(make_node, capsys) -> None:
     from nodeagent.drift import desired_profile
+    from nodeagent.state import LastApplied
     from tests.e2e.cli_helpers import run
 
     root = make_node("workstation")
     assert run(["--root", str(root), "apply", "--yes", str(PROFILES[1])], capsys)[0] == 0
     record = root / "var/lib/nodeagent/last-applied.json"
     last = json.loads(record.read_text())
-    assert isinstance(desired_profile(last), ResolvedProfile)
+    assert isinstance(desired_profile(LastApplied.from_json(last)), ResolvedProfile)
     assert last["resolved"]["digest"] == last["profile_digest"]
-    old = {k: v for k, v in last.items() if k != "resolved"}  # as nodeagent wrote it before
-    assert isinstance(desired_profile(old), LoadedProfile)
+    old = {k: v for k, v in last.items() if k not in ("resolved", "format")}  # as nodeagent wrote it before
+    assert isinstance(desired_profile(LastApplied.from_json(old)), LoadedProfile)
     record.write_text(json.dumps(old))
     code, out, err = run(["--root", str(root), "drift"], capsys)
     assert code == 0, out + err

@@ -221,7 +221,7 @@ def test_stats_are_refreshed_and_read_for_owned_kdamonds_only(make_node, tmp_pat
     host = open_host(root)
     loaded = load(tmp_path, DEMOTE.replace("PAIRING", "split"))
     assert Engine(host).apply(loaded).ok
-    own = StateStore(host).load("ownership.json")
+    own = StateStore(host).ownership()
     mark = len(k.journal())
     assert refresh_stats(host, own) == ["d: kdamond 0 statistics refreshed"]
     assert [w["value"] for w in k.journal()[mark:]] == ["update_schemes_stats"]

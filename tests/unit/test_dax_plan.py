@@ -243,18 +243,19 @@ def test_device_smaller_than_a_block_cannot_become_system_ram() -> None:
 
 def test_revert_change_puts_a_device_back_as_recorded() -> None:
     from nodeagent.resources.dax import revert_change
+    from nodeagent.state import Original
 
     online = dev(mode="system-ram", online=1024, zones={"Movable": 1024})
-    rec = {"value": {"mode": "devdax", "zone": None, "zones": {}, "online": 0, "blocks": 1024}, "recorded": "t"}
+    rec = Original("dax", None, {"mode": "devdax", "zone": None, "zones": {}, "online": 0, "blocks": 1024}, "t")
     ch = revert_change(online, rec)
     assert (ch.op, ch.detail("steps"), ch.disruptive, ch.after_label) == ("revert", ("offline", "to-devdax"), True,
                                                                           "devdax")
     assert revert_change(dev(), rec) is None  # already devdax
-    normal = {"value": {"mode": "system-ram", "zone": "Normal", "zones": {"Normal": 1024}, "online": 1024,
-                        "blocks": 1024}}
+    normal = Original("dax", None, {"mode": "system-ram", "zone": "Normal", "zones": {"Normal": 1024}, "online": 1024,
+                                    "blocks": 1024})
     ch = revert_change(online, normal)
     assert (ch.detail("steps"), ch.detail("zone"), ch.disruptive) == (("offline", "online"), "Normal", True)
-    partly = {"value": {"mode": "system-ram", "zone": "Normal", "zones": {"Normal": 10}, "online": 10,
-                        "blocks": 1024}}
+    partly = Original("dax", None, {"mode": "system-ram", "zone": "Normal", "zones": {"Normal": 10}, "online": 10,
+                                    "blocks": 1024})
     with pytest.raises(ValueError, match="restores only devdax or system-ram fully online in one zone"):
         revert_change(online, partly)

@@ -63,18 +63,21 @@ def test_parse_since() -> None:
         parse_since("yesterday")
 
 
-def _c(target: str, **data: object) -> Change:
-    return Change("dax", target, "set", 0, 1, data=tuple(data.items()))
+def _c(target: str, requires: tuple[str, ...] = ()) -> Change:
+    return Change("dax", target, "set", 0, 1, requires=requires)
 
 
 def test_in_scope_matches_whole_device_names() -> None:
     assert in_scope(_c("memory.dax[expanders].dax1.0"), {"dax1.0"})
     assert in_scope(_c("dax1.0"), {"dax1.0"})
-    assert in_scope(_c("expander-a", device="dax1.0"), {"dax1.0"})
-    assert in_scope(_c("expander-a", blocks=["memory41", "memory42"]), {"memory42"})
+    assert in_scope(Change("region", "expander-a", "create", "", "", devices=("dax1.0",)), {"dax1.0"})
+    assert in_scope(Change("region", "expander-a", "create", "", "", devices=("memory41", "memory42")), {"memory42"})
     assert not in_scope(_c("memory.dax[expanders].dax1.01"), {"dax1.0"})
     assert not in_scope(_c("dax11.0"), {"dax1.0"})
-    assert not in_scope(_c("x", blocks=["memory420"]), {"memory42"})
+    assert not in_scope(Change("region", "x", "create", "", "", devices=("memory420",)), {"memory42"})
+    # scope reads the explicit fields: a device named only in the kind's own data or path is not searched for
+    assert not in_scope(Change("region", "x", "create", "", "", path="/sys/bus/dax/devices/dax1.0",
+                               data=(("device", "dax1.0"),)), {"dax1.0"})
     knob = Change("knob", "memory.auto_online_blocks", "set", "online", "offline",
                   path="/sys/devices/system/memory/auto_online_blocks")
     assert not in_scope(knob, {"memory42", "dax0.0"})  # node-wide knobs are never in a device's scope
@@ -90,10 +93,9 @@ def test_restrict_brings_required_changes_and_drops_those_needing_what_is_left_o
     other = Change("knob", "kernel.numa_balancing", "set", 1, 2)
     add2 = _c("dax2.0", requires=("memory.auto_online_blocks",))
     add1 = _c("dax1.0", requires=("memory.auto_online_blocks",))
-    to2 = Change("damon", "damon.demote-cold-node0", "update", "", "", data=(("devices", ["dax2.0"]),
-                                                                             ("needs", ["dax2.0"])))
-    both = Change("damon", "damon.kdamonds", "reconfigure", 2, 3, data=(("devices", ["dax1.0", "dax2.0"]),
-                                                                       ("needs", ["dax1.0", "dax2.0"])))
+    to2 = Change("damon", "damon.demote-cold-node0", "update", "", "", devices=("dax2.0",), needs=("dax2.0",))
+    both = Change("damon", "damon.kdamonds", "reconfigure", 2, 3, devices=("dax1.0", "dax2.0"),
+                  needs=("dax1.0", "dax2.0"))
     plan = Plan("p", "d", (knob, other, add1, add2, to2, both))
     scoped = restrict(plan, {"dax2.0"})
     # The knob comes along because onlining dax2.0 requires it; the kdamond that also migrates to dax1.0

@@ -25,6 +25,7 @@ from ...facts.damon import KDAMONDS, DamonFacts, Kdamond, from_facts
 from ...host import Host
 from ...plan import Change, Problem
 from ...projection import NodeProjection, project
+from ...state import Original, Ownership, PlanState
 from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
@@ -117,12 +118,13 @@ def build_specs(loaded: LoadedProfile, facts: Facts,
 
 class DamonResource:
     kind = KIND
+    writes: tuple[str, ...] = (rf"{KDAMONDS}/.*",)  # every file under the kdamonds directory, nothing else
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         model = loaded.profile.damon
         proj = projection_of(loaded, facts, ctx)
         if model is None:
-            return _unmanaged(from_facts(facts), ctx.state.get("ownership") or {}, proj)
+            return _unmanaged(from_facts(facts), ctx.state.ownership, proj)
         damon = from_facts(facts)
         if not damon.sysfs:
             rp = ResourcePlan()
@@ -140,17 +142,31 @@ class DamonResource:
         if chk.problems:
             return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
                                 warnings=notes + chk.warnings)
-        rp = plan_kdamonds(specs, damon, ctx.state.get("ownership") or {}, model.coexist, ctx.allow_disruptive)
+        rp = plan_kdamonds(specs, damon, ctx.state.ownership, model.coexist, ctx.allow_disruptive)
         devices = _devices_by_spec(specs, proj)
         rp.changes = [_before_rezone(_with_profile(c, loaded.name, devices), damon, proj) for c in rp.changes]
         rp.warnings = notes + chk.warnings + rp.warnings
         return rp
 
-    def original(self, change: Change, facts: Facts) -> tuple[str, dict[str, Any]]:
+    #: The one originals target stands for all of nodeagent's kdamonds (each is in the ownership records).
+    covers_kind = frozenset({ALL})
+
+    def original(self, change: Change, facts: Facts) -> tuple[str, Original]:
         """What revert needs: how many kdamond slots there were before nodeagent's first DAMON change (the
         kdamonds themselves are in the ownership records)."""
-        return ALL, {"kind": KIND, "path": f"{KDAMONDS}/nr_kdamonds",
-                     "value": {"nr_kdamonds": from_facts(facts).nr_kdamonds}}
+        return ALL, Original(KIND, f"{KDAMONDS}/nr_kdamonds", {"nr_kdamonds": from_facts(facts).nr_kdamonds})
+
+    def current(self, target: str, facts: Facts) -> tuple[str, Original] | None:
+        return self.original(Change(KIND, target, "keep", None, None), facts) if from_facts(facts).sysfs else None
+
+    def revert(self, target: str, rec: Original, facts: Facts, state: PlanState) -> list[Change]:
+        """Stop and empty every kdamond nodeagent owns (never another's); ``nr_kdamonds`` back when every slot
+        is nodeagent's."""
+        count = rec.value.get("nr_kdamonds", 0) if isinstance(rec.value, dict) else 0
+        return revert_kdamonds(from_facts(facts), state.ownership, int(count))
+
+    def forget(self, target: str, ownership: Ownership) -> None:
+        ownership.kdamonds.clear()
 
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         return apply_change(host, change, actx, str(change.detail("profile", "")))
@@ -187,7 +203,7 @@ def _before_rezone(change: Change, damon: DamonFacts, proj: NodeProjection) -> C
     kd = damon.kdamond(int(change.detail("index", -1))) if change.op == "delete" else None
     if kd is None or not _pinned_by(kd, proj)[0]:
         return change
-    return replace(change, data=change.data + (("before_dax", True),))
+    return replace(change, before_dax=True)
 
 
 def _unmanaged(damon: DamonFacts, ownership: dict[str, Any], proj: NodeProjection) -> ResourcePlan:
@@ -221,5 +237,4 @@ def _with_profile(change: Change, profile: str, devices: dict[str, list[str]]) -
     device the scope does not online (:mod:`nodeagent.scope`)."""
     names = [str(kd["name"]) for kd in change.detail("kdamonds", ())] or [change.target.removeprefix("damon.")]
     devs = sorted({d for n in names for d in devices.get(n, ())})
-    extra = (("devices", devs), ("needs", devs)) if devs else ()
-    return replace(change, data=change.data + (("profile", profile),) + extra)
+    return replace(change, data=change.data + (("profile", profile),), devices=tuple(devs), needs=tuple(devs))

@@ -10,7 +10,6 @@ it), and again with the pid once it runs.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ...errors import HostError
@@ -18,6 +17,8 @@ from ...facts.damon import KDAMONDS, retry_busy
 from ...host import Host
 from ...kfmt import parse_list
 from ...plan import Change
+from ...state import OwnedKdamond, Ownership
+from ...timestamps import rfc3339
 from ..base import ApplyContext
 from .plan import ALL
 
@@ -40,39 +41,20 @@ def _pid(host: Host, index: int) -> int:
     return int(text) if text.lstrip("-").isdigit() else -1
 
 
-def _ownership(actx: ApplyContext) -> dict[str, Any]:
-    return actx.state.load("ownership.json") if actx.state is not None else {}
-
-
-def _save(actx: ApplyContext, records: dict[str, Any]) -> None:
+def _building_all(actx: ApplyContext, entries: dict[int, OwnedKdamond]) -> None:
+    """Rewriting ``nr_kdamonds`` empties every slot: the records become the kdamonds about to be built there."""
     if actx.state is None:
         return
-    data = actx.state.load("ownership.json")
-    data["damon"] = {"kdamonds": records}
-    actx.state.save("ownership.json", data)
+    with actx.state.edit(Ownership) as own:
+        own.kdamonds.clear()
+        own.kdamonds.update({i: e._replace(recorded=rfc3339()) for i, e in entries.items()})
 
 
-def _records(actx: ApplyContext) -> dict[str, Any]:
-    return dict((_ownership(actx).get("damon") or {}).get("kdamonds") or {})
-
-
-def _record(actx: ApplyContext, index: int, entry: dict[str, Any] | None) -> None:
-    records = _records(actx)
-    if entry is None:
-        records.pop(str(index), None)
-    else:
-        records[str(index)] = _stamped(entry)
-    _save(actx, records)
-
-
-def _stamped(entry: dict[str, Any]) -> dict[str, Any]:
-    return {**entry, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
-def _building(entry: dict[str, Any]) -> dict[str, Any]:
-    """The record of a kdamond nodeagent is writing: its until it runs (see plan.owned_kdamonds), whatever of
-    its configuration made it to the kernel before a stop."""
-    return {**entry, "building": True}
+def _record(actx: ApplyContext, index: int, entry: OwnedKdamond) -> None:
+    if actx.state is None:
+        return
+    with actx.state.edit(Ownership) as own:
+        own.kdamonds[index] = entry._replace(recorded=rfc3339())
 
 
 def _require_nodes(host: Host, nodes: list[int], what: str) -> None:
@@ -113,8 +95,10 @@ def _start(host: Host, index: int, command: str, name: str, expect_pid: int | No
     return pid
 
 
-def _entry(d: dict[str, Any], pid: int | None, profile: str) -> dict[str, Any]:
-    return {"name": d["name"], "pid": pid, "config": d["config"], "profile": profile}
+def _entry(d: dict[str, Any], pid: int | None, profile: str, *, building: bool = False) -> OwnedKdamond:
+    """``building``: nodeagent is writing it — its until it runs (plan.owned_kdamonds), whatever of its
+    configuration made it to the kernel before a stop."""
+    return OwnedKdamond(d["name"], pid, dict(d["config"]), profile, building=building)
 
 
 def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
@@ -130,7 +114,7 @@ def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
         raise KdamondError(f"{name}: kdamond {index} started since the plan was made: not touching it",
                            hint="run plan again")
     _require_nodes(host, d["dest_nodes"], name)
-    _record(actx, index, _building(_entry(d, d["expect_pid"], profile)))  # nodeagent's before its first write
+    _record(actx, index, _entry(d, d["expect_pid"], profile, building=True))  # nodeagent's before its first write
     for path, value in d["writes"]:
         _write(host, f"{KDAMONDS}/{index}/{path}", value)
     pid = _start(host, index, command, name, d["expect_pid"])
@@ -145,7 +129,7 @@ def _delete(host: Host, change: Change, actx: ApplyContext) -> str:
     if d["running"]:
         _stop(host, index, d["pid"], change.target)
     _write(host, f"{KDAMONDS}/{index}/contexts/nr_contexts", "0")
-    _record(actx, index, {"name": None, "pid": None, "config": {"contexts/nr_contexts": "0"}})
+    _record(actx, index, OwnedKdamond(None, None, {"contexts/nr_contexts": "0"}))
     return f"kdamond {index} stopped and emptied"
 
 
@@ -155,9 +139,9 @@ def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
         _stop(host, index, pid, "to rebuild")
     for kd in d["kdamonds"]:
         _require_nodes(host, kd["dest_nodes"], kd["name"])
-    # Rewriting nr_kdamonds empties every slot: the slots are recorded as nodeagent's kdamonds being built first,
-    # so a run that stops anywhere after this leaves no kdamond another run would take for a foreign one.
-    _save(actx, {str(kd["index"]): _stamped(_building(_entry(kd, None, profile))) for kd in d["kdamonds"]})
+    # Every slot's configuration goes with this write: the slots are recorded first as nodeagent's kdamonds being
+    # built, so a run stopped anywhere from here on leaves no kdamond the next run would take for a foreign one.
+    _building_all(actx, {kd["index"]: _entry(kd, None, profile, building=True) for kd in d["kdamonds"]})
     _write(host, f"{KDAMONDS}/nr_kdamonds", str(d["count"]))
     started = []
     for kd in d["kdamonds"]:

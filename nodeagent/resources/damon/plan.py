@@ -28,6 +28,7 @@ from typing import Any
 
 from ...facts.damon import DamonFacts, Kdamond
 from ...plan import Change, Problem
+from ...state import Ownership
 from ..base import ResourcePlan
 from .spec import Spec
 
@@ -46,29 +47,27 @@ class Owned:
     kdamond: Kdamond
 
 
-def owned_kdamonds(damon: DamonFacts, ownership: dict[str, Any]) -> tuple[dict[int, Owned], list[str]]:
+def owned_kdamonds(damon: DamonFacts, ownership: Ownership | dict[str, Any] | None
+                   ) -> tuple[dict[int, Owned], list[str]]:
     """Which kdamonds are nodeagent's, checked against the node (never trusted from the record alone)."""
     owned: dict[int, Owned] = {}
     notes: list[str] = []
-    for key, rec in ((ownership.get("damon") or {}).get("kdamonds") or {}).items():
-        kd = damon.kdamond(int(key))
+    for index, rec in Ownership.coerce(ownership).kdamonds.items():
+        kd = damon.kdamond(index)
         if kd is None:
             continue  # the slot is gone (reboot, or someone rewrote nr_kdamonds): nothing to own
-        config = rec.get("config") or {}
-        same_config = all(kd.config.get(k) == v for k, v in config.items())
+        same_config = all(kd.config.get(k) == v for k, v in rec.config.items())
         # A kdamond nodeagent was building when its run stopped holds part of its configuration, and is nodeagent's
         # to finish as long as nobody started it since.
-        building = bool(rec.get("building")) and not kd.running
-        if kd.running and rec.get("pid") not in (None, kd.pid):
-            notes.append(f"{kd.describe()} was created by nodeagent as {rec.get('name')} (pid {rec.get('pid')}) "
+        building = rec.building and not kd.running
+        if kd.running and rec.pid not in (None, kd.pid):
+            notes.append(f"{kd.describe()} was created by nodeagent as {rec.name} (pid {rec.pid}) "
                          "but now runs as another process: treated as not managed by nodeagent")
-        elif not same_config and not building and not (kd.running and rec.get("pid") == kd.pid):
+        elif not same_config and not building and not (kd.running and rec.pid == kd.pid):
             notes.append(f"{kd.describe()} no longer holds the configuration nodeagent wrote for "
-                         f"{rec.get('name')}: treated as not managed by nodeagent")
+                         f"{rec.name}: treated as not managed by nodeagent")
         else:
-            name = rec.get("name")
-            owned[kd.index] = Owned(kd.index, str(name) if name is not None else None,
-                                    kd.pid if kd.running else None, kd)
+            owned[kd.index] = Owned(kd.index, rec.name, kd.pid if kd.running else None, kd)
     return owned, notes
 
 
@@ -149,7 +148,7 @@ def _blocked_by_modules(damon: DamonFacts, what: str) -> Problem:
                    "kdamond from the profile", blocking=False)
 
 
-def plan_kdamonds(specs: list[Spec], damon: DamonFacts, ownership: dict[str, Any], coexist: str,
+def plan_kdamonds(specs: list[Spec], damon: DamonFacts, ownership: Ownership | dict[str, Any], coexist: str,
                   allow_disruptive: bool) -> ResourcePlan:
     rp = ResourcePlan()
     owned, notes = owned_kdamonds(damon, ownership)
@@ -257,7 +256,7 @@ def _growth(specs: list[Spec], homeless: list[Spec], damon: DamonFacts, owned: d
                   data=(("stop", stops), ("count", len(specs)), ("kdamonds", kds))), None
 
 
-def revert_kdamonds(damon: DamonFacts, ownership: dict[str, Any], nr_kdamonds: int) -> list[Change]:
+def revert_kdamonds(damon: DamonFacts, ownership: Ownership | dict[str, Any], nr_kdamonds: int) -> list[Change]:
     """Pure: stop and remove every kdamond nodeagent owns (never another's) and, when every slot is
     nodeagent's, set ``nr_kdamonds`` back to ``nr_kdamonds`` (what it was before nodeagent's first DAMON change).
     Empty when nothing of nodeagent's is left."""

@@ -6,7 +6,7 @@ from 6.17, every ``refresh_ms`` by itself. Asking is a write, so it belongs to c
 kdamonds nodeagent owns (recorded pid = running pid), never for anyone else's::
 
     from nodeagent.resources.damon.stats import refresh_stats, read_stats, scheme_rows
-    notes = refresh_stats(host, ownership)          # ownership: StateStore.load("ownership.json")
+    notes = refresh_stats(host, ownership)          # ownership: StateStore.ownership()
     stats = read_stats(gather(host), ownership)     # {"demote-cold-node0": [{"nr_tried": 18, ...}], ...}
     owned = scheme_rows(damon_facts(host), ownership)  # kdamonds, one row per scheme, notes
 """
@@ -21,6 +21,7 @@ from ...facts import Facts
 from ...facts.damon import KDAMONDS, from_facts, retry_busy
 from ...facts.damon import gather as gather_damon
 from ...host import Host
+from ...state import Ownership
 from .plan import owned_kdamonds
 
 STATS = ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds", "sz_ops_filter_passed")
@@ -43,7 +44,7 @@ def damon_facts(host: Host) -> Facts:
                  sections={"damon": gather_damon(host)})
 
 
-def refresh_stats(host: Host, ownership: dict[str, Any]) -> list[str]:
+def refresh_stats(host: Host, ownership: Ownership | dict[str, Any]) -> list[str]:
     """Ask the kernel to refresh the statistics of nodeagent's running kdamonds. Returns what was done.
 
     A kdamond with ``refresh_ms`` set refreshes itself and is not asked. Ownership is checked against the
@@ -66,14 +67,14 @@ def refresh_stats(host: Host, ownership: dict[str, Any]) -> list[str]:
     return done
 
 
-def scheme_rows(facts: Facts, ownership: dict[str, Any]) -> OwnedSchemes:
+def scheme_rows(facts: Facts, ownership: Ownership | dict[str, Any]) -> OwnedSchemes:
     """nodeagent's kdamonds and their schemes' statistics as ``facts`` show them (no write)."""
     damon = from_facts(facts)
     owned, notes = owned_kdamonds(damon, ownership)
     out = OwnedSchemes(notes=list(notes))
-    for key, rec in sorted(((ownership.get("damon") or {}).get("kdamonds") or {}).items()):
-        if rec.get("name") is not None and damon.kdamond(int(key)) is None:
-            out.notes.append(f"{rec['name']}: kdamond {key}, recorded by nodeagent, no longer exists (the node "
+    for key, rec in sorted(Ownership.coerce(ownership).kdamonds.items()):
+        if rec.name is not None and damon.kdamond(key) is None:
+            out.notes.append(f"{rec.name}: kdamond {key}, recorded by nodeagent, no longer exists (the node "
                              "rebooted, or someone rewrote nr_kdamonds): apply the profile again")
     for index, o in sorted(owned.items()):
         if o.name is None:
@@ -94,7 +95,7 @@ def scheme_rows(facts: Facts, ownership: dict[str, Any]) -> OwnedSchemes:
     return out
 
 
-def read_stats(facts: Facts, ownership: dict[str, Any]) -> dict[str, list[dict[str, int]]]:
+def read_stats(facts: Facts, ownership: Ownership | dict[str, Any]) -> dict[str, list[dict[str, int]]]:
     """``{kdamond name: [per scheme: {stat: value}]}`` for nodeagent's kdamonds, as the facts show them."""
     rows = scheme_rows(facts, ownership)
     out: dict[str, list[dict[str, int]]] = {kd["name"]: [] for kd in rows.kdamonds.values()}

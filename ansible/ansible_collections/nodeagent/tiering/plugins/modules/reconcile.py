@@ -332,12 +332,14 @@ def failure(result, check_mode, allow_disruptive, checks):
         verb = "would be" if check_mode else "was"
         return (f"nothing {verb} applied: the plan has problems this node cannot carry out: {_problems(plan)}",
                 int(ExitCode.ERROR))
-    if check_mode:
-        held = [c.target for c in plan.changes if c.disruptive and not allow_disruptive]
-        reasons = [f"{t} is disruptive and is not done without allow_disruptive" for t in held]
+    if check_mode:  # what the engine says its executor would hold back (Result.expected), not re-derived here
+        reasons = [f"{o.change.target} would be {o.status}: {o.message}" for o in result.expected
+                   if o.status != "applied"]
         reasons += [p.message for p in plan.problems]
         if reasons:
-            return "apply would be partial: " + "; ".join(reasons), int(ExitCode.PARTIAL)
+            hint = (" (set allow_disruptive: true to carry out disruptive changes)"
+                    if any(o.status == "blocked" for o in result.expected) and not allow_disruptive else "")
+            return "apply would be partial: " + "; ".join(reasons) + hint, int(ExitCode.PARTIAL)
         return None
     if result.ok:
         return None
@@ -356,7 +358,7 @@ def report(result, check_mode, allow_disruptive, want_diff):
     plan = result.plan
     data = result.to_dict()
     if check_mode:
-        written = [] if plan.blocked else [c for c in plan.changes if allow_disruptive or not c.disruptive]
+        written = [o.change for o in result.expected if o.status == "applied"]
     else:
         written = [o.change for o in result.outcomes if o.status == "applied"]
     status = data["status"]

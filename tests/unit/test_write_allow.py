@@ -1,0 +1,85 @@
+"""The write allow-list (host/fs.py) is one table: every path a resource kind declares it writes is on it, and
+nothing else is — besides nodeagent's own files. Paths are drawn from each regular expression (hypothesis), so a
+pattern that grows past what its kind writes, or a kind that writes past the table, shows here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nodeagent.host import open_host
+from nodeagent.host.fs import WRITE_ALLOW, WRITE_ALLOW_MOUNTED
+from nodeagent.k8s.labels import FEATURES_FILE
+from nodeagent.render.systemd import RULES_DIR, UNIT_DIR
+from nodeagent.resources.registry import RESOURCES
+from nodeagent.state import STATE_DIR
+
+#: What nodeagent writes that is not a resource kind's: its state directory, its own units and udev rule
+#: (`units install`), the NFD feature file (`labels --write`).
+OWN_FILES = (rf"{re.escape(STATE_DIR)}/.*", rf"{re.escape(UNIT_DIR)}/nodeagent-[a-z-]+@?\.(service|timer)",
+             rf"{re.escape(RULES_DIR)}/[0-9]{{2}}-nodeagent\.rules", re.escape(FEATURES_FILE))
+
+KIND_WRITES = sorted({p for r in RESOURCES for p in r.writes})
+DECLARED = [re.compile(p) for p in (*KIND_WRITES, *OWN_FILES)]
+#: Paths only (no control characters, no "//" games: the rooted fs refuses those before the allow-list).
+PATH_CHARS = st.characters(codec="ascii", categories=("L", "N"), include_characters="/._-@")
+
+
+def sample(pattern: str) -> st.SearchStrategy[str]:
+    return st.from_regex(pattern, fullmatch=True, alphabet=PATH_CHARS)
+
+
+def allowed(path: str) -> bool:
+    return any(p.fullmatch(path) for p in WRITE_ALLOW)
+
+
+@pytest.mark.parametrize("pattern", KIND_WRITES)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_every_path_a_kind_writes_is_on_the_list(pattern: str, data: st.DataObject) -> None:
+    path = data.draw(sample(pattern))
+    assert allowed(path), f"{path} (declared by a kind as {pattern}) is not in host/fs.py's WRITE_ALLOW"
+
+
+@pytest.mark.parametrize("pattern", [p.pattern for p in WRITE_ALLOW])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_nothing_else_is_on_the_list(pattern: str, data: st.DataObject) -> None:
+    path = data.draw(sample(pattern))
+    assert any(d.fullmatch(path) for d in DECLARED), (
+        f"WRITE_ALLOW's {pattern} allows {path}, which no resource kind declares it writes (Resource.writes) "
+        "and which is none of nodeagent's own files")
+
+
+def test_every_kind_declares_and_the_mounted_entries_are_the_kinds_too() -> None:
+    assert all(isinstance(getattr(r, "writes", None), tuple) for r in RESOURCES)
+    declared = {(p, fs) for r in RESOURCES for p, fs in getattr(r, "writes_mounted", ())}
+    assert {(p.pattern, fs) for p, fs in WRITE_ALLOW_MOUNTED} == declared
+
+
+@pytest.mark.parametrize("preset", ["h100-cxl", "qemu-3node", "workstation"])
+def test_what_apply_and_revert_write_is_what_the_kinds_declare(make_node, capsys, preset: str) -> None:
+    """Every write of a real apply, a drift repair and a full revert is declared by a kind (or is state)."""
+    from nodeagent.checks import parse_skips
+    from nodeagent.engine import Engine
+    from nodeagent.profile import load_profile
+    from nodeagent.sim import SimKernel
+
+    root: Path = make_node(preset)
+    host = open_host(root)
+    eng = Engine(host)
+    loaded = load_profile(str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml"))
+    skip = parse_skips(("all",))
+    assert eng.apply(loaded, allow_disruptive=True, skip_checks=skip).changed
+    SimKernel(root).write("/proc/sys/kernel/numa_balancing", "0")
+    assert eng.apply(loaded, allow_disruptive=True, skip_checks=skip).ok
+    assert eng.revert(allow_disruptive=True).ok
+    written = {w.path for w in host.fs.write_log}
+    assert any(p.startswith("/proc/sys/") for p in written)
+    kinds = [re.compile(p) for p in KIND_WRITES]
+    for path in written:
+        assert any(d.fullmatch(path) for d in kinds) or path.startswith(f"{STATE_DIR}/"), path
