@@ -155,6 +155,10 @@ def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: 
     ctx.emit(revert_text(result), result.to_dict())
     if result.plan.blocked and not result.outcomes:
         raise PlanError("nothing was reverted (see above)", hint="check the names given to --only")
+    if result.interrupted:  # stopped at a safe point (nodeagent.signals): 143, 130
+        from .signals import exit_code
+
+        raise click.exceptions.Exit(exit_code(result.interrupted))
     if not result.dry_run and not result.ok:
         raise click.exceptions.Exit(ExitCode.PARTIAL)
 

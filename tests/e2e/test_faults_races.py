@@ -156,3 +156,20 @@ def test_ansible_reports_changed_with_the_failure_when_the_record_fails(make_nod
     ret, failed = mod.report(result, False, False, False)
     assert ret["changed"] is True
     assert failed is not None and failed[1] == 5 and "not recorded: append to" in failed[0]
+
+
+def test_revert_stops_at_a_safe_point_on_sigterm_and_the_next_revert_finishes(make_node, capsys) -> None:
+    root = make_node("qemu-3node")
+    assert run(["--root", str(root), "apply", "--yes", "--skip-checks", "all", PROFILE], capsys)[0] == 0
+    faults.add(root, faults.Rule("/kdamonds/[0-9]+/state$", signal="SIGTERM"))  # stopping the first kdamond
+    r = subprocess.run([*NA, "--root", str(root), "revert", "--yes", "--allow-disruptive"], capture_output=True,
+                       text=True, timeout=600, check=False)
+    assert r.returncode == 128 + signal.SIGTERM, r.stdout + r.stderr
+    assert "not done: stopped by SIGTERM before this change" in r.stdout and "Result: interrupted." in r.stdout
+    events = [json.loads(line) for line in (root / fs.STATE / "journal.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "revert" and events[-1]["status"] == "interrupted"
+    faults.clear(root)
+    code, out, err = run(["--root", str(root), "revert", "--yes", "--allow-disruptive"], capsys)
+    assert code == 0, out + err
+    code, out, err = run(["--root", str(root), "revert", "--yes"], capsys)
+    assert code == 0 and "Nothing to revert" in out, out + err
