@@ -155,17 +155,18 @@ def count_writes(template: Path, work: Path) -> int:
     return len(write_paths(template, work))
 
 
-def one_per_kind(paths: list[str], pattern: str = ANY) -> list[int]:
+def one_per_kind(paths: list[str], pattern: str = ANY, *, kdamond: bool = True) -> list[int]:
     """Indices of the writes matching ``pattern``, one for each kind of write (its path with numbers as N:
-    every kdamond's files are one kind, every memory block's ``state`` another) plus every write of the first
-    kdamond built and of nodeagent's own files — where an errno can land differently."""
+    every kdamond's files are one kind, every memory block's ``state`` another) plus every write of nodeagent's
+    own files and (``kdamond``) of the first kdamond built — where an errno can land differently."""
     seen: set[str] = set()
     out = []
+    detail = ("/var/lib/nodeagent/", f"/{KDAMONDS}/0/") if kdamond else ("/var/lib/nodeagent/",)
     for i, path in enumerate(paths):
         if not re.search(pattern, path):
             continue
         kind = re.sub(r"[0-9]+", "N", path)
-        if kind not in seen or path.startswith(("/var/lib/nodeagent/", f"/{KDAMONDS}/0/")):
+        if kind not in seen or path.startswith(detail):
             seen.add(kind)
             out.append(i)
     return out

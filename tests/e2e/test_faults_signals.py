@@ -1,12 +1,14 @@
 """A signal before every write of an apply of the shipped profile, then the next apply (tests/e2e/fault_sweep.py).
 
-SIGKILL, SIGTERM and SIGINT right before each write the apply makes on a small-block node (40 memory blocks,
-every kind of write: knobs, daxctl's driver binds and block onlining, four kdamond builds, state files), one run
-each, and at 50 points sampled from an apply on h100-cxl (2 × 1024 blocks). After each: the next apply converges
-(its own verify re-plan is empty), no kdamond is left that nodeagent does not own, and the faulted apply's record
-and journal say what happened — SIGTERM/SIGINT: the result printed, exit 143/130, recorded and journaled as
-interrupted; SIGKILL: the record it left names every change it made (done, or in progress), and the next apply
-journals that the killed one never finished. `make fault-sweep` runs the same over every write of h100-cxl.
+A signal right before each write the apply makes on a small-block node (40 memory blocks, every kind of write:
+knobs, daxctl's driver binds and block onlining, four kdamond builds, state files), one run each, the signal taking
+turns (SIGKILL, SIGTERM, SIGINT), and at 50 points sampled from an apply on h100-cxl (2 × 1024 blocks). After
+each: the next apply converges (its own verify re-plan is empty), no kdamond is left that nodeagent does not own,
+and the faulted apply's record and journal say what happened — SIGTERM/SIGINT: the result printed, exit 143/130,
+recorded and journaled as interrupted; SIGKILL: the record it left names every change it made (done, or in
+progress), and the next apply journals that the killed one never finished. `make fault-sweep`
+(``NODEAGENT_FAULT_SWEEP=full``) runs every signal before every write of the small node, and a signal before
+every write of h100-cxl.
 """
 
 from __future__ import annotations
@@ -49,21 +51,28 @@ def judge(points: list[fs.Point], targets: list[str]) -> list[str]:
     return bad
 
 
-def _rules(sig: str, writes: int) -> list[tuple[int, faults.Rule]]:
-    return [(n, faults.Rule(fs.ANY, signal=sig, after=n)) for n in fs.sample(list(range(writes)))]
+SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT")
 
 
-@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM", "SIGINT"])
-def test_a_signal_before_every_write_of_a_small_node_apply(small, sig: str) -> None:
+def _rules(writes: int) -> list[tuple[int, faults.Rule]]:
+    """One run before every write, the signal taking turns (KILL, TERM, INT, KILL...); with
+    ``NODEAGENT_FAULT_SWEEP=full`` (``make fault-sweep``) every signal before every write."""
+    if SWEEP:
+        return [(n, faults.Rule(fs.ANY, signal=sig, after=n)) for n in range(writes) for sig in SIGNALS]
+    return [(n, faults.Rule(fs.ANY, signal=SIGNALS[n % 3], after=n)) for n in fs.sample(list(range(writes)))]
+
+
+def test_a_signal_before_every_write_of_a_small_node_apply(small) -> None:
     tpl, work, writes, targets = small
     assert writes >= 150  # knobs, binds, 8 blocks, 4 kdamonds of ~37 files, state files
-    rules = _rules(sig, writes)
+    rules = _rules(writes)
     points = fs.sweep(tpl, work, rules)
     assert len(points) == len(rules)
-    if len(rules) == writes:
+    if len(rules) >= writes:
         assert {p.hit for p in points} >= {"/var/lib/nodeagent/originals.json", "/sys/kernel/mm/damon/admin/"
                                            "kdamonds/nr_kdamonds", "/proc/sys/kernel/numa_balancing"}
         assert any("/memory" in (p.hit or "") and (p.hit or "").endswith("/state") for p in points)  # daxctl's
+        assert {p.rule.signal for p in points} == set(SIGNALS)
     assert not judge(points, targets)
 
 
@@ -72,8 +81,7 @@ def test_signals_at_points_sampled_from_an_h100_apply(h100) -> None:
     rng = random.Random(20)
     picks = sorted(rng.sample(range(writes), writes if SWEEP else min(50, int(os.environ.get(
         "NODEAGENT_FAULT_SAMPLE") or 50))))
-    sigs = ("SIGKILL", "SIGTERM", "SIGINT")
-    rules = [(n, faults.Rule(fs.ANY, signal=sigs[i % 3], after=n)) for i, n in enumerate(picks)]
+    rules = [(n, faults.Rule(fs.ANY, signal=SIGNALS[i % 3], after=n)) for i, n in enumerate(picks)]
     points = fs.sweep(tpl, work, rules)
     assert len(points) == len(picks)
     assert sum("/memory" in (p.hit or "") for p in points) >= len(picks) // 5  # most of an h100 apply is onlining
