@@ -15,6 +15,8 @@ emulator the tests use (:mod:`nodeagent.sim`):
 - ``boot DIR --memhp-default-state offline|online|online_movable``: re-lays the boot-time onlining of the CXL
   devices (bound to kmem, blocks offline or online in that zone);
 - ``kdamond DIR --foreign [--operations paddr] [--action stat] [--state on|off]``: another agent's kdamond;
+  ``kdamond DIR --module damon_reclaim|damon_lru_sort|damon_stat [--state on|off]``: a DAMON module enabled
+  (or disabled), its kdamond running outside DAMON sysfs;
 - ``write DIR PATH VALUE``: one write through the emulator; a refusal prints the kernel's errno (exit 1);
 - ``fault DIR --write REGEX (--errno NAME | --signal NAME) [--after N] [--times N]``: from now on, writes whose
   path matches REGEX fail with that errno, or get that signal sent to the nodeagent process right before them
@@ -198,16 +200,25 @@ def sim_boot(directory: str, state: str) -> None:
 
 @sim.command("kdamond")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=str))
-@click.option("--foreign", is_flag=True, required=True, help="Another agent's kdamond (the only kind for now).")
+@click.option("--foreign", is_flag=True, help="Another agent's kdamond, through DAMON sysfs.")
+@click.option("--module", type=click.Choice(["damon_reclaim", "damon_lru_sort", "damon_stat"]),
+              help="Instead: the kdamond of a DAMON module (--state on enables it, off disables it).")
 @click.option("--operations", default="paddr", show_default=True, type=click.Choice(["paddr", "vaddr", "fvaddr"]))
 @click.option("--action", default="stat", show_default=True, help="Its one scheme's action.")
 @click.option("--state", "run_state", default="on", show_default=True, type=click.Choice(["on", "off"]))
-def sim_kdamond(directory: str, foreign: bool, operations: str, action: str, run_state: str) -> None:
+def sim_kdamond(directory: str, foreign: bool, module: str | None, operations: str, action: str,
+                run_state: str) -> None:
     """Add a kdamond another agent owns, through the kernel's files (the kernel's rules apply: adding a
-    kdamond rewrites nr_kdamonds, which fails while any runs)."""
+    kdamond rewrites nr_kdamonds, which fails while any runs), or enable a DAMON module's (EBUSY while any
+    kdamond runs; it shows no directory under /sys/kernel/mm/damon/admin)."""
     from .sim.damon_presets import add_foreign
 
+    if foreign == (module is not None):
+        raise UsageError("give --foreign (a sysfs kdamond) or --module NAME (a DAMON module's kdamond)")
     k = _simulated(directory)
+    if module is not None:
+        _module_kdamond(k, directory, module, run_state == "on")
+        return
     data: dict[str, Any] = {"directory": directory, "foreign": True, "operations": operations, "action": action,
                             "state": run_state}
     try:
@@ -216,6 +227,18 @@ def sim_kdamond(directory: str, foreign: bool, operations: str, action: str, run
         _refused("kdamond", exc, data)
     _emit(f"kdamond {index}: foreign, {operations}, {action}, {'running' if run_state == 'on' else 'stopped'}",
           {**data, "kdamond": index})
+
+
+def _module_kdamond(k: Any, directory: str, module: str, on: bool) -> None:
+    from .sim.damon_modules import enable
+
+    data: dict[str, Any] = {"directory": directory, "module": module, "state": "on" if on else "off"}
+    try:
+        pid = enable(k, module, on)
+    except OSError as exc:
+        _refused(f"kdamond --module {module}", exc, data)
+    _emit(f"{module}: " + (f"enabled, kdamond pid {pid} (not under /sys/kernel/mm/damon/admin)" if on else "disabled"),
+          {**data, "kdamond_pid": pid})
 
 
 @sim.command("write")

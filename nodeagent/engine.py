@@ -473,8 +473,10 @@ class Engine:
         with self.state.locked(self.lock_timeout):
             self._unfinished()
             plan = self.revert_plan(targets)
-            if plan.blocked:
-                return Result(plan)
+            if plan.blocked:  # journalled like a refused apply
+                result = Result(plan)
+                Journal(self.host).append([_event("revert", result, reverted=[])])
+                return result
             if plan.changes and confirm is not None and not confirm(plan):
                 return Result(plan, dry_run=True, expected=expected(plan, allow_disruptive))
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
@@ -520,7 +522,9 @@ class Engine:
         marks = {t: Reverted(k, now, t in getattr(BY_KIND.get(k), "covers_kind", ())) for t, k in kinds.items()}
         with st.edit(DriftRecord) as drift:
             drift.items = {key: v for key, v in drift.items.items()
-                           if not any(m.covers(v.resource, v.target, t) for t, m in marks.items())}
+                           if left and not any(m.covers(v.resource, v.target, t) for t, m in marks.items())}
+            if not left:  # nothing is managed any more: nothing is left that cannot be done either
+                drift.cannot_be_done = {}
         with st.edit(Ownership) as ownership:
             for target, kind in kinds.items():
                 forget = getattr(BY_KIND.get(kind), "forget", None)

@@ -563,6 +563,12 @@ class PlanState(NamedTuple):
     originals: Originals = Originals()
     ownership: Ownership = Ownership()
 
+    def get(self, name: str, default: Any = None) -> Any:
+        """The record called ``name`` (``ownership``...): for code written against the dict this used to be
+        (``ctx.state.get("ownership") or {}`` still works: an empty record is falsy, and the DAMON and DAX
+        helpers take a record or its JSON)."""
+        return getattr(self, name, default) if name in self._fields else default
+
     def to_json(self) -> dict[str, Any]:
         return {"last_applied": self.last_applied.to_json() if self.last_applied else {},
                 "originals": self.originals.to_json() if self.originals else {},

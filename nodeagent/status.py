@@ -3,8 +3,9 @@
 It gathers, as plain data: the last apply (profile, time, result, scope), drift against it now (items by
 resource, with when each was first seen when ``drift --record`` saw it before; what cannot be done on this node
 is listed apart and never counted as drift), what nodeagent changed and can
-revert, the kdamonds nodeagent owns with their scheme statistics, the memory tiers with how full each node is,
-and the latest journal events. Its one write: asking nodeagent's own running kdamonds to refresh their
+revert, the kdamonds nodeagent owns with their scheme statistics, the DAMON users it does not own (other
+kdamonds, DAMON modules) with what they mean for a profile, the memory tiers with how full each node is, and the
+latest journal events. Its one write: asking nodeagent's own running kdamonds to refresh their
 statistics (:mod:`nodeagent.schemestats`); everything else is read.
 """
 
@@ -19,7 +20,7 @@ from .schemestats import collect
 
 if TYPE_CHECKING:
     from .engine import Engine
-    from .state import Unfixable
+    from .state import Ownership, Unfixable
 
 
 def node_usage(facts: Facts) -> list[dict[str, Any]]:
@@ -39,6 +40,20 @@ def _kdamonds(engine: Engine) -> dict[str, Any]:
     except NodeagentError as exc:
         return {"owned": {}, "schemes": [], "notes": [f"kdamonds could not be read: {exc.message}"]}
     return {"owned": owned.kdamonds, "schemes": [s.to_dict() for s in owned.schemes], "notes": owned.notes}
+
+
+def damon_users(facts: Facts, ownership: Ownership) -> list[dict[str, Any]]:
+    """The DAMON users nodeagent does not own — kdamonds (running or not) and enabled DAMON modules — each with
+    what it means for a profile (``effect``); which kdamonds are nodeagent's, its ownership records decide."""
+    from .facts.damon import from_facts, other_users
+
+    damon = from_facts(facts)
+    owned: set[int] = set()
+    if ownership.kdamonds:
+        from .resources.damon.plan import owned_kdamonds
+
+        owned = set(owned_kdamonds(damon, ownership)[0])
+    return [u.to_dict() for u in other_users(damon, owned)]
 
 
 def _since(rec: Unfixable | None) -> str | None:
@@ -74,6 +89,7 @@ def gather_status(engine: Engine, *, events: int = 5) -> dict[str, Any]:
     out["drift"] = drift
     out["changed_by_nodeagent"] = sorted(st.originals().items)
     out["kdamonds"] = _kdamonds(engine)
+    out["damon_users"] = damon_users(facts, st.ownership())
     out["tiers"] = [{"tier": t, "nodes": nodes} for t, nodes in facts.tiers.items()]
     out["nodes"] = node_usage(facts)
     journal = Journal(engine.host)

@@ -11,7 +11,8 @@
   ``/etc/daxctl.conf.d`` has a ``[reconfigure-device]`` section).
 - the kernel command line's ``memhp_default_state``: ``offline`` helps (hot-added memory waits for daxctl),
   an online value hurts (CXL memory probed at boot comes online in the kernel's zone before nodeagent runs).
-- **DAMON modules** enabled (``damon_reclaim``, ``damon_lru_sort``, ``damon_stat``): they run their own kdamond.
+- **DAMON modules** enabled (``damon_reclaim``, ``damon_lru_sort``, ``damon_stat``): each runs an exclusive kdamond, and
+  no sysfs kdamond can start while it runs (EBUSY).
 
 Every file is read by :mod:`nodeagent.facts.setters`, the reader ``nodeagent drift`` names causes with.
 
@@ -200,8 +201,10 @@ class CoexistenceCheckImpl:
         for m in modules:
             path = f"/sys/module/{m.module}/parameters/enabled"
             if m.enabled:
-                out.append(Finding("warn", f"{path} = Y: {m.name} ({m.purpose}) runs its own kdamond beside "
-                                   "nodeagent's" + (f" (pid {m.kdamond_pid})" if m.kdamond_pid else ""),
+                out.append(Finding("warn", f"{path} = Y: {m.name} ({m.purpose}) runs an exclusive kdamond"
+                                   + (f" (pid {m.kdamond_pid})" if m.kdamond_pid else "")
+                                   + ": while it runs the kernel refuses to start any sysfs kdamond (EBUSY), "
+                                   "so nodeagent's DAMON schemes cannot run",
                                    f"echo N > {path}, and remove {m.module}.enabled=Y from the kernel command line "
                                    "if it is there"))
         ev["damon_modules"] = {m.module: "Y" if m.enabled else "N" for m in modules}

@@ -188,7 +188,7 @@ def status_text(s: dict[str, Any]) -> str:
             since = f" (since {p['first_seen']})" if p.get("first_seen") else ""
             out.append(f"  ! {p['message']}{since}" + (f"\n      hint: {p['hint']}" if p.get("hint") else ""))
     changed = s.get("changed_by_nodeagent", [])
-    out.append(f"changed by nodeagent (revert restores): {', '.join(changed) if changed else 'nothing'}")
+    out.append(f"managed by nodeagent (revert restores what they were): {', '.join(changed) if changed else 'nothing'}")
     kd = s.get("kdamonds", {})
     if kd.get("owned"):
         out.append("owned kdamonds:")
@@ -204,6 +204,7 @@ def status_text(s: dict[str, Any]) -> str:
     else:
         out.append("owned kdamonds: none")
     out += [f"    {n}" for n in kd.get("notes") or []]
+    out += damon_users_lines(s.get("damon_users") or [])
     out.append("memory tiers (faster first): " + (", ".join(f"memory_tier{t['tier']}=[{','.join(map(str, t['nodes']))}]"
                                                            for t in s.get("tiers", [])) or "none"))
     for n in s.get("nodes", []):
@@ -217,6 +218,16 @@ def status_text(s: dict[str, Any]) -> str:
         out += ["  " + _event_line(e) for e in s["recent"]]
     out += [f"warning: {w}" for w in s.get("warnings", [])]
     return "\n".join(out)
+
+
+def damon_users_lines(users: list[dict[str, Any]]) -> list[str]:
+    """The DAMON users nodeagent does not own, each with what it means for a profile."""
+    if not users:
+        return ["DAMON users nodeagent does not own: none"]
+    out = [f"DAMON users nodeagent does not own: {len(users)}"]
+    for u in users:
+        out += [f"  {u['description']}", f"      {u['effect']}"]
+    return out
 
 
 def _size(n: Any) -> str:

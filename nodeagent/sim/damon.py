@@ -15,7 +15,9 @@
 - DAMON's sysfs takes its lock with a trylock: while another process holds it, writes fail with EBUSY and
   change nothing (:func:`contend` makes the next N writes do that).
 - The special-purpose modules' ``enabled`` parameters (damon_reclaim, damon_lru_sort, damon_stat) take
-  kstrtobool; enabling one while a sysfs kdamond runs is EBUSY, and while one is enabled ``on`` is EBUSY.
+  kstrtobool; enabling one while any kdamond runs is EBUSY, and while one is enabled ``on`` is EBUSY (the
+  kernel starts a module's kdamond exclusively). An enabled module runs a ``kdamond.0`` thread that has no
+  directory under ``admin/`` (:mod:`.damon_modules`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import re
 from typing import Any
 
 from . import damon_layout as lay
-from . import kthreads
+from . import damon_modules, kthreads
 from .kernel import SimKernel, ebusy, einval, kstrtobool, rule
 
 A = re.escape(lay.KDAMONDS)
@@ -320,10 +322,27 @@ def tick(k: SimKernel) -> None:
 
 @rule(r"/sys/module/damon_(reclaim|lru_sort|stat)/parameters/enabled")
 def _module(k: SimKernel, path: str, value: str) -> None:
+    """A module's kdamond starts exclusively (EBUSY while any kdamond runs) as thread ``kdamond.0``."""
     on = kstrtobool(value)
-    if on and running(k):
-        raise ebusy("sysfs kdamonds are running")
+    module = path.split("/")[3]
+    state, d = _st(k)
+    mods = d.setdefault("modules", {})
+    if on == (module in mods):
+        return  # the same value again: nothing to do, no error
+    if on:
+        damon_modules.applying(k, module)
+        if running(k) or mods:
+            raise ebusy(f"kdamonds are running ({', '.join(mods) or 'sysfs'}): an exclusive start fails")
+        pid = d["next_pid"]
+        d["next_pid"] += 1
+        mods[module] = {"pid": pid}
+        kthreads.start(k, pid, "kdamond.0")
+        damon_modules.started(k, module, pid)
+    else:
+        kthreads.stop(k, mods.pop(module)["pid"])
+        damon_modules.stopped(k, module)
     k.tree.set(path, "Y" if on else "N")
+    k.save_state(state)
 
 
 from . import damon_presets as _presets  # noqa: E402,F401  (registers the layout step and preset variants)

@@ -11,6 +11,7 @@ This table is the simulator's own (it does not import the agent's capability tab
 
 from __future__ import annotations
 
+from .damon_modules import lay_out as lay_out_modules
 from .kernel import SimKernel
 
 ADMIN = "/sys/kernel/mm/damon/admin"
@@ -139,10 +140,8 @@ CHILDREN = {"nr_kdamonds": kdamond, "nr_contexts": context, "nr_targets": target
 
 
 def lay_out(k: SimKernel) -> None:
-    """What a kernel with DAMON sysfs shows at boot: no kdamond, modules disabled."""
-    if not k.at_least(5, 18):
-        return
-    k.tree.file(f"{KDAMONDS}/nr_kdamonds", 0, W)
-    for name, since in MODULES:
-        if k.version >= since:
-            k.tree.file(f"/sys/module/{name}/parameters/enabled", "N", W)
+    """What a kernel with DAMON shows at boot: the special-purpose modules it has (5.16+), disabled, and (5.18+)
+    the sysfs interface without a kdamond."""
+    lay_out_modules(k)
+    if k.at_least(5, 18):
+        k.tree.file(f"{KDAMONDS}/nr_kdamonds", 0, W)

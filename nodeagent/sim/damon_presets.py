@@ -1,10 +1,13 @@
-"""DAMON in simulated nodes: the boot-time layout step, and nodes that start with someone else's kdamond.
+"""DAMON in simulated nodes: the boot-time layout step, and nodes that start with someone else's kdamond or
+with a DAMON module enabled.
 
 ``h100-cxl-foreign-kdamond`` is h100-cxl booted with a running kdamond nodeagent does not own, configured like
 the one the hosting environment runs on the machine these tools were written on (``damon-sysfs-tree-6.18.txt``:
 paddr, pageout of pages idle for 12 aggregation intervals, 128 MiB / 50 ms per second, anon pages excluded).
 :func:`start_foreign` does the same on any simulated node, the way another agent would: through the kernel;
 :func:`foreign_writes` lists those writes, so the real-kernel tier replays the very same ones in its guest.
+``h100-cxl-damon-stat`` is h100-cxl on 6.18 booted with DAMON_STAT enabled: a kdamond (``kdamond.0``) that
+shows nowhere under ``/sys/kernel/mm/damon/admin`` and keeps any sysfs kdamond from starting.
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ from dataclasses import replace
 
 from . import presets
 from .damon_layout import KDAMONDS, lay_out
+from .damon_modules import enable
 from .kernel import SimKernel
 
 #: Presets that boot with a foreign running kdamond, and the preset each is a variant of.
 FOREIGN = {"h100-cxl-foreign-kdamond": "h100-cxl"}
+#: Presets that boot with a DAMON module enabled (as with CONFIG_DAMON_STAT_ENABLED_DEFAULT=y): the preset each
+#: is a variant of, the module, and the kernel release (DAMON_STAT is 6.17+).
+MODULE_AT_BOOT = {"h100-cxl-damon-stat": ("h100-cxl", "damon_stat", "6.18.0-nodeagent-sim")}
 
 
 #: The physical range the foreign kdamond monitors by default (start, end): 4 GiB .. 8.375 GiB.
@@ -97,6 +104,9 @@ def _step(k: SimKernel, preset: presets.Preset) -> None:
     lay_out(k)
     if preset.name in FOREIGN:
         start_foreign(k)
+    module = MODULE_AT_BOOT.get(preset.name, ("", "", ""))[1]
+    if module and k.tree.exists(f"/sys/module/{module}/parameters/enabled"):  # not with an older --kernel
+        enable(k, module)
 
 
 def _variant(name: str, base: str) -> presets.Preset:
@@ -104,6 +114,14 @@ def _variant(name: str, base: str) -> presets.Preset:
     return replace(p, name=name, description=f"{base} with a running kdamond nodeagent does not own (pid 77)")
 
 
+def _module_variant(name: str, base: str, module: str, kernel: str) -> presets.Preset:
+    return replace(presets.get(base), name=name, kernel=kernel,
+                   description=f"{base} on kernel {kernel.split('-')[0]} with {module.upper()} enabled at boot "
+                   "(its kdamond runs outside DAMON sysfs)")
+
+
 presets.LAYERS.append(_step)
 for _name, _base in FOREIGN.items():
     presets.PRESETS[_name] = lambda n=_name, b=_base: _variant(n, b)
+for _name, (_base, _module, _kernel) in MODULE_AT_BOOT.items():
+    presets.PRESETS[_name] = lambda n=_name, b=_base, m=_module, r=_kernel: _module_variant(n, b, m, r)

@@ -54,10 +54,6 @@ def lay_out(k: SimKernel, p: Preset) -> None:
     _pci(k, p)
     _mounts(k, p)
     _bandwidth(k, p)
-    if k.at_least(5, 16):
-        t.file("/sys/module/damon_reclaim/parameters/enabled", "N", 0o644)
-    if k.at_least(6, 0):
-        t.file("/sys/module/damon_lru_sort/parameters/enabled", "N", 0o644)
     _executable(k.root, "systemd-detect-virt", _detect_virt_script(p))
     # nvidia-smi (and the NVML answers) come from sim/nvidia.py, a later layer.
 

@@ -120,7 +120,7 @@ def test_status_is_the_first_screen(applied: Path, capsys) -> None:
     assert "last apply: profile cxl-inference at" in out and "converged (4 applied, 0 failed, 0 blocked)" in out
     assert "drift: 1 (knob: 1)" in out and "~ kernel.numa_balancing: expected 2 (memory-tiering), actual 1" in out
     assert "since " in out
-    assert "changed by nodeagent (revert restores): kernel.demotion_enabled" in out
+    assert "managed by nodeagent (revert restores what they were): kernel.demotion_enabled" in out
     assert "owned kdamonds: none" in out
     assert "memory tiers (faster first): memory_tier4=[0]" in out
     assert "node0  tier   4" in out and "of    256GiB used" in out
@@ -170,17 +170,20 @@ def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> No
 
 
 def test_revert_refuses_disruptive_changes_without_the_flag(make_node, capsys) -> None:
-    """A kind whose revert is disruptive (here: a memory block nodeagent onlined goes back offline)."""
+    """A kind whose revert is disruptive (a stand-in kind owning zone_reclaim_mode), through the one executor."""
     from nodeagent.plan import Change
     from nodeagent.resources.registry import BY_KIND
 
-    class Block:  # a kind owns its revert: plan it from the recorded original, apply it with its own apply
-        kind = "block"
+    path = "/proc/sys/vm/zone_reclaim_mode"
+
+    class Zone:  # a kind owns its revert: plan it from the recorded original, apply it with its own apply
+        kind = "zone"
+        writes = (path,)
 
         def revert(self, target, rec, facts, state):  # type: ignore[no-untyped-def]
-            now = (root / f"sys/devices/system/memory/{target}/state").read_text().strip()
-            return [] if now == rec.value else [Change("block", target, "revert", now, rec.value, disruptive=True,
-                                                       path=f"/sys/devices/system/memory/{target}/state")]
+            now = (root / path.lstrip("/")).read_text().strip()
+            return [] if now == rec.value else [Change("zone", target, "revert", now, rec.value, disruptive=True,
+                                                       path=path)]
 
         def apply(self, host, change, actx):  # type: ignore[no-untyped-def]
             host.write(change.path, change.after)
@@ -188,18 +191,17 @@ def test_revert_refuses_disruptive_changes_without_the_flag(make_node, capsys) -
 
     root = make_node("qemu-3node")
     k = SimKernel(root)
-    k.write("/sys/devices/system/memory/memory40/state", "offline")
-    k.write("/sys/devices/system/memory/memory40/state", "online_movable")
-    put(root, "/var/lib/nodeagent/originals.json", json.dumps({"memory40": {"kind": "block", "value": "offline"}}))
-    BY_KIND["block"] = Block()  # type: ignore[assignment]
+    k.write(path, "1")
+    put(root, "/var/lib/nodeagent/originals.json", json.dumps({"reclaim": {"kind": "zone", "value": "0"}}))
+    BY_KIND["zone"] = Zone()  # type: ignore[assignment]
     try:
         code, out, _ = run(["--root", str(root), "revert", "--yes"], capsys)
-        assert code == 5 and "memory40: online → offline — blocked: disruptive" in out
-        assert k.tree.read("/sys/devices/system/memory/memory40/state") == "online"
+        assert code == 5 and "reclaim: 1 → 0 — blocked: disruptive" in out
+        assert k.tree.read(path) == "1"
         code, out, _ = run(["--root", str(root), "revert", "--yes", "--allow-disruptive"], capsys)
-        assert code == 0 and k.tree.read("/sys/devices/system/memory/memory40/state") == "offline"
+        assert code == 0 and k.tree.read(path) == "0"
     finally:
-        del BY_KIND["block"]
+        del BY_KIND["zone"]
 
 
 def test_cause_of_dax_drift_is_an_offlined_block(make_node) -> None:

@@ -104,9 +104,15 @@ def test_offlining_a_block_with_unmovable_pages_is_ebusy(make_node) -> None:
     state["unmovable_blocks"] = [block]
     k.save_state(state)
     assert oserr(k, f"/sys/devices/system/memory/memory{block}/state", "offline") == errno.EBUSY
+    # nodeagent itself never writes a memory block (daxctl does): its host layer refuses the path, and maps the
+    # kernel's EBUSY where daxctl's answer or a kdamond's write carries it
     host = open_host(root)
-    with pytest.raises(BusyError):
+    with pytest.raises(NotAllowedError):
         host.write(f"/sys/devices/system/memory/memory{block}/state", "offline")
+    from nodeagent.host.fs import map_oserror
+
+    assert isinstance(map_oserror(OSError(errno.EBUSY, "busy"), "/sys/kernel/mm/damon/admin/kdamonds/0/state",
+                                  "write"), BusyError)
 
 
 def test_host_maps_errno_and_guards_paths(make_node) -> None:
@@ -120,7 +126,7 @@ def test_host_maps_errno_and_guards_paths(make_node) -> None:
     with pytest.raises(NotAllowedError):
         host.write("/sys/devices/system/node/node0/meminfo", "x")
     with pytest.raises(MissingError):
-        host.write("/sys/devices/system/memory/memory999/state", "online")
+        host.write("/sys/kernel/mm/damon/admin/kdamonds/99/state", "on")
     # A symlink that leads out of the root is never followed for a write.
     (root / "proc/sys/vm/zone_reclaim_mode").unlink()
     (root / "proc/sys/vm/zone_reclaim_mode").symlink_to("/etc/hostname")

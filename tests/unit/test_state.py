@@ -171,3 +171,27 @@ def test_every_record_reads_back_as_written(tmp_path_factory: pytest.TempPathFac
 def test_one_timestamp_format_and_the_old_spellings_parse(t: float) -> None:
     text = rfc3339(t)
     assert parse(text) == t == parse(text.replace("Z", "+0000")) == parse(text.replace("Z", "+00:00")) == parse(t)
+
+
+def test_a_kind_without_revert_shows_a_non_blocking_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind built against the plain protocol (plan, apply, original) still works: revert lists what it
+    recorded as a problem that does not block the rest."""
+    from nodeagent.engine import make_revert_plan
+    from nodeagent.facts import Facts
+    from nodeagent.resources import registry
+    from nodeagent.state import PlanState
+
+    class Region:
+        kind = "region"
+        writes = ()
+
+    monkeypatch.setitem(registry.BY_KIND, "region", Region())
+    facts = Facts("n", "6.12.0", {"kernel.zone_reclaim_mode": "1"}, None, [0], [], {})
+    knob = Original("knob", "/proc/sys/vm/zone_reclaim_mode", 0)
+    state = PlanState(originals=Originals({"region0": Original("region", None, {"size": 1}),
+                                           "kernel.zone_reclaim_mode": knob}))
+    plan = make_revert_plan(state, facts)
+    assert not plan.blocked
+    (problem,) = plan.problems
+    assert problem.target == "region0" and "reverting region is not supported" in problem.message
+    assert [c.target for c in plan.changes] == ["kernel.zone_reclaim_mode"]

@@ -23,7 +23,7 @@ from nodeagent.state import STATE_DIR
 OWN_FILES = (rf"{re.escape(STATE_DIR)}/.*", rf"{re.escape(UNIT_DIR)}/nodeagent-[a-z-]+@?\.(service|timer)",
              rf"{re.escape(RULES_DIR)}/[0-9]{{2}}-nodeagent\.rules", re.escape(FEATURES_FILE))
 
-KIND_WRITES = sorted({p for r in RESOURCES for p in r.writes})
+KIND_WRITES = sorted({p for r in RESOURCES for p in getattr(r, "writes", ())})
 DECLARED = [re.compile(p) for p in (*KIND_WRITES, *OWN_FILES)]
 #: Paths only (no control characters, no "//" games: the rooted fs refuses those before the allow-list).
 PATH_CHARS = st.characters(codec="ascii", categories=("L", "N"), include_characters="/._-@")
@@ -56,7 +56,8 @@ def test_nothing_else_is_on_the_list(pattern: str, data: st.DataObject) -> None:
 
 
 def test_every_kind_declares_and_the_mounted_entries_are_the_kinds_too() -> None:
-    assert all(isinstance(getattr(r, "writes", None), tuple) for r in RESOURCES)
+    undeclared = [r.kind for r in RESOURCES if not isinstance(getattr(r, "writes", None), tuple)]
+    assert not undeclared, f"resource kinds without Resource.writes (the paths their apply writes): {undeclared}"
     declared = {(p, fs) for r in RESOURCES for p, fs in getattr(r, "writes_mounted", ())}
     assert {(p.pattern, fs) for p, fs in WRITE_ALLOW_MOUNTED} == declared
 

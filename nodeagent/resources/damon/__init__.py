@@ -29,7 +29,7 @@ from ...state import Original, Ownership, PlanState
 from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
-from .plan import ALL, KIND, owned_kdamonds, plan_kdamonds, revert_kdamonds
+from .plan import ALL, KIND, other_users, owned_kdamonds, plan_kdamonds, revert_kdamonds
 from .spec import Checker, Spec, kdamond_spec
 
 if TYPE_CHECKING:
@@ -124,7 +124,9 @@ class DamonResource:
         model = loaded.profile.damon
         proj = projection_of(loaded, facts, ctx)
         if model is None:
-            return _unmanaged(from_facts(facts), ctx.state.ownership, proj)
+            unmanaged = _unmanaged(from_facts(facts), ctx.state.ownership, proj)
+            unmanaged.warnings += other_users([], from_facts(facts), ctx.state.ownership, unmanaged)
+            return unmanaged
         damon = from_facts(facts)
         if not damon.sysfs:
             rp = ResourcePlan()
@@ -143,6 +145,7 @@ class DamonResource:
             return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
                                 warnings=notes + chk.warnings)
         rp = plan_kdamonds(specs, damon, ctx.state.ownership, model.coexist, ctx.allow_disruptive)
+        rp.warnings += other_users(specs, damon, ctx.state.ownership, rp)
         devices = _devices_by_spec(specs, proj)
         rp.changes = [_before_rezone(_with_profile(c, loaded.name, devices), damon, proj) for c in rp.changes]
         rp.warnings = notes + chk.warnings + rp.warnings

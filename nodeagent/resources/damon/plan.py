@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...facts.damon import DamonFacts, Kdamond
+from ...facts.damon import other_users as users_of
 from ...plan import Change, Problem
 from ...state import Ownership
 from ..base import ResourcePlan
@@ -254,6 +255,48 @@ def _growth(specs: list[Spec], homeless: list[Spec], damon: DamonFacts, owned: d
                   before_label=f"{damon.nr_kdamonds} kdamond(s) ({before})",
                   after_label=f"{len(specs)} kdamond(s): {', '.join(s.name for s in specs)}",
                   data=(("stop", stops), ("count", len(specs)), ("kdamonds", kds))), None
+
+
+def other_users(specs: list[Spec], damon: DamonFacts, ownership: Ownership | dict[str, Any] | None,
+                rp: ResourcePlan) -> list[str]:
+    """One warning per DAMON user nodeagent does not own (:func:`nodeagent.facts.damon.other_users`), saying what
+    it means for this plan ``rp`` of ``specs``: whether a new kdamond slot would stop it (taken over, or refused
+    without ``coexist: take-over``), which nodes it shares with the profile's kdamonds, and for a module that
+    its exclusive kdamond keeps the profile's from starting."""
+    owned, _ = owned_kdamonds(damon, ownership)
+    grows = any(c.target == ALL and c.op == "reconfigure" and c.after for c in rp.changes)
+    refused = any(p.target == ALL and p.message.startswith("damon: cannot add") for p in rp.problems)
+    blocked = [p.target for p in rp.problems if p.message.startswith("damon: cannot start")]
+    mine = {s.name: (set(s.sources) | set(s.dest_nodes), [v for k, v in s.writes if k.endswith("/action")])
+            for s in specs}
+    out = []
+    for u in users_of(damon, owned):
+        if u.kind == "module":
+            then = (f"{', '.join(blocked)} cannot start while it runs" if blocked else
+                    "this plan starts no kdamond" if specs else "the profile has no kdamond")
+            out.append(f"damon: {u.describe()} is not nodeagent's: {u.effect} — {then}")
+            continue
+        if grows:
+            then = ("damon.coexist: take-over: this plan stops it and discards its configuration to make room "
+                    "(disruptive)")
+        elif refused:
+            then = ("the profile needs a new kdamond slot, which would stop it: the kernel refuses nr_kdamonds while "
+                    "any kdamond runs (EBUSY), and rewriting it wipes every kdamond's configuration; refused "
+                    "without damon.coexist: take-over")
+        elif specs:
+            then = ("the profile's kdamonds have slots of their own (no nr_kdamonds rewrite): "
+                    + ("it keeps running beside them, untouched" if u.running else "it is left untouched"))
+        else:
+            then = "the profile builds no kdamond on this node: it is left untouched"
+        shared = {n for nodes, _ in mine.values() for n in nodes} & set(u.nodes) if u.running else set()
+        beside = [f"damon.{name} ({', '.join(acts) or 'monitoring'})" for name, (nodes, acts) in mine.items()
+                  if nodes & shared]
+        if beside and not grows and not refused:
+            then += (f"; it monitors {', '.join(f'node{n}' for n in sorted(shared))}, where {', '.join(beside)} "
+                     f"work{'s' if len(beside) == 1 else ''} too: each kdamond spends CPU sampling that memory, and "
+                     "their schemes act on it independently")
+        out.append(f"damon: {u.describe()} is not nodeagent's — {then}")
+    return out
 
 
 def revert_kdamonds(damon: DamonFacts, ownership: Ownership | dict[str, Any], nr_kdamonds: int) -> list[Change]:
