@@ -38,9 +38,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..host import SIM_FAULTS
 from .kernel import MARKER
 
-FILE = "faults.json"
+FILE = SIM_FAULTS
 LOCK = "faults.lock"
 TRACE = "faults.trace"
 #: Who receives a signal fault: "self" (the writing process), or "parent" (set by the fake daxctl, whose writes
