@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from . import signals
-from .errors import ChangeSkipped, HostError, NeedsRootError
+from .errors import ChangeSkipped, HostError, NeedsRootError, NotRecorded
 from .facts import Facts, gather
 from .host import Host
 from .journal import Journal
@@ -353,6 +353,9 @@ class Engine:
                 note(Outcome(change, "applied", msg))
             except ChangeSkipped as exc:
                 note(Outcome(change, "skipped", exc.render()))
+            except NotRecorded as exc:  # made, but not on record as done: said so, and nothing more is changed
+                note(Outcome(change, "applied", exc.message))
+                stop = cannot_record(exc.cause)
             except HostError as exc:
                 note(Outcome(change, "failed", exc.render()))
             if run is not None:

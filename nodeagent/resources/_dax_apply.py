@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ..errors import ChangeSkipped, CommandError, HostError, MissingError
+from ..errors import ChangeSkipped, CommandError, HostError, MissingError, NotRecorded
 from ..facts.dax import DaxDevice, block_state, read_device
 from ..host import Host
 from ..plan import Change
@@ -73,12 +73,16 @@ class Applier:
             getattr(self, "step_" + step.replace("-", "_"))()
         dev = self.device()
         self.verify(dev)
-        self.own(dev)
         took = f" in {time.monotonic() - start:.1f}s"
         where = f" on node {dev.target_node}" if dev.target_node is not None else ""
         text = (f"{self.name}: {state_label(dev)}{where}, {format_size(dev.size)}{took}" if dev.mode == "system-ram"
                 else f"{self.name}: {dev.mode}{took}")
-        return text + ("; " + "; ".join(self.notes) if self.notes else "")
+        text += ("; " + "; ".join(self.notes)) if self.notes else ""
+        try:
+            self.own(dev)
+        except HostError as exc:  # the device is as planned; its record says "building", which the next run ends
+            raise NotRecorded(text, exc) from None
+        return text
 
     def verify(self, dev: DaxDevice) -> None:
         want_mode = "devdax" if "to-devdax" in self.change.detail("steps", ()) else "system-ram"

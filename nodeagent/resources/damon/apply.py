@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import HostError
+from ...errors import HostError, NotRecorded
 from ...facts.damon import KDAMONDS, retry_busy
 from ...host import Host
 from ...kfmt import parse_list
@@ -55,6 +55,15 @@ def _record(actx: ApplyContext, index: int, entry: OwnedKdamond) -> None:
         return
     with actx.state.edit(Ownership) as own:
         own.kdamonds[index] = entry._replace(recorded=rfc3339())
+
+
+def _closing(actx: ApplyContext, index: int, entry: OwnedKdamond, done: str) -> str:
+    """The record that closes a change whose writes all took effect (``done``: what they did)."""
+    try:
+        _record(actx, index, entry)
+    except HostError as exc:
+        raise NotRecorded(done, exc) from None
+    return done
 
 
 def _require_nodes(host: Host, nodes: list[int], what: str) -> None:
@@ -118,9 +127,9 @@ def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
     for path, value in d["writes"]:
         _write(host, f"{KDAMONDS}/{index}/{path}", value)
     pid = _start(host, index, command, name, d["expect_pid"])
-    _record(actx, index, _entry(d, pid, profile))
     verb = "committed" if command == "commit" else "started"
-    return f"kdamond {index} {verb} ({len(d['writes'])} file(s) written), pid {pid}"
+    done = f"kdamond {index} {verb} ({len(d['writes'])} file(s) written), pid {pid}"
+    return _closing(actx, index, _entry(d, pid, profile), done)
 
 
 def _delete(host: Host, change: Change, actx: ApplyContext) -> str:
@@ -129,8 +138,8 @@ def _delete(host: Host, change: Change, actx: ApplyContext) -> str:
     if d["running"]:
         _stop(host, index, d["pid"], change.target)
     _write(host, f"{KDAMONDS}/{index}/contexts/nr_contexts", "0")
-    _record(actx, index, OwnedKdamond(None, None, {"contexts/nr_contexts": "0"}))
-    return f"kdamond {index} stopped and emptied"
+    return _closing(actx, index, OwnedKdamond(None, None, {"contexts/nr_contexts": "0"}),
+                    f"kdamond {index} stopped and emptied")
 
 
 def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
@@ -143,14 +152,21 @@ def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
     # built, so a run stopped anywhere from here on leaves no kdamond the next run would take for a foreign one.
     _building_all(actx, {kd["index"]: _entry(kd, None, profile, building=True) for kd in d["kdamonds"]})
     _write(host, f"{KDAMONDS}/nr_kdamonds", str(d["count"]))
-    started = []
+    started: list[str] = []
+    unrecorded: HostError | None = None
     for kd in d["kdamonds"]:
         for path, value in kd["writes"]:
             _write(host, f"{KDAMONDS}/{kd['index']}/{path}", value)
         pid = _start(host, kd["index"], "on", kd["name"], None)
-        _record(actx, kd["index"], _entry(kd, pid, profile))
         started.append(f"{kd['name']} (kdamond {kd['index']}, pid {pid})")
-    return f"nr_kdamonds {d['count']}" + (f"; started {', '.join(started)}" if started else "")
+        try:
+            _record(actx, kd["index"], _entry(kd, pid, profile))
+        except HostError as exc:  # every kdamond left is on record as nodeagent's, being built: finish building
+            unrecorded = unrecorded or exc
+    done = f"nr_kdamonds {d['count']}" + (f"; started {', '.join(started)}" if started else "")
+    if unrecorded is not None:  # the change is made; the records say "building", which the next run ends
+        raise NotRecorded(done, unrecorded)
+    return done
 
 
 def apply_change(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
