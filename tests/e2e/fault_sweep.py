@@ -172,6 +172,26 @@ def one_per_kind(paths: list[str], pattern: str = ANY, *, kdamond: bool = True) 
     return out
 
 
+def trim(paths: list[str], picks: list[int], *, every_state_write: bool = True, kdamond_step: int = 3) -> list[int]:
+    """``make test``'s share of ``picks`` (the exhaustive sweep takes them all): every ``kdamond_step``-th kdamond
+    file kind (a kdamond's files all take the same write path; ``nr_kdamonds`` and ``state`` always), and — with
+    ``every_state_write`` off, where another test fails every state write — the first write of each of
+    nodeagent's own files. Every other kind of write stays."""
+    out, files, kd = [], set(), 0
+    for i in picks:
+        path = paths[i]
+        if path.startswith("/" + KDAMONDS + "/") and not path.endswith(("/nr_kdamonds", "/state")):
+            kd += 1
+            if (kd - 1) % kdamond_step:
+                continue
+        elif path.startswith("/var/lib/nodeagent/") and not every_state_write:
+            if path in files:
+                continue
+            files.add(path)
+        out.append(i)
+    return out
+
+
 @dataclass
 class Point:
     """One run of a sweep (see the module)."""
