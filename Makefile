@@ -74,3 +74,12 @@ POINTS ?= mid,wide,few,burst,slow
 CONFIGS ?= baseline,tpp,damo-mem-tier,nodeagent
 bench-placement-kv: $(STAMP)
 	$(BIN)/python bench/placement/run.py --workload kv --points $(POINTS) --configs $(CONFIGS)
+
+# The exhaustive fault sweep (tests/e2e/test_faults_*.py; `make test` runs one signal before every write of a
+# small-block node, 50 sampled h100-cxl points, an errno at every kind of write): every signal (KILL, TERM, INT)
+# before every write of the small node, a signal before every write of an h100-cxl apply, every errno at every
+# write; each followed by the next apply. Hours on 2 cores.
+.PHONY: fault-sweep
+fault-sweep: $(STAMP)
+	NODEAGENT_FAULT_SWEEP=full $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_faults_signals.py \
+		tests/e2e/test_faults_errors.py

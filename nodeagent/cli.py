@@ -362,7 +362,7 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
     PROFILE: default /etc/nodeagent/profile.yaml (under --root)."""
     from .checks import parse_skips
     from .render.checks import report_text
-    from .render.text import outcomes_text, plan_text
+    from .render.text import plan_text
 
     loaded = _load(_profile(ctx, profile))
     skips = parse_skips(skip_checks)
@@ -400,6 +400,35 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
     finally:
         if progress is not None:
             progress.close()
+    from . import signals
+
+    with signals.deferred():  # the result is printed and the records after it written, whatever signal comes now
+        _after_apply(ctx, eng, loaded, result, text, dry_run, metrics_textfile)
+    if not result.interrupted and signals.pending() and not result.dry_run:
+        from dataclasses import replace
+
+        result = replace(result, interrupted=signals.pending())
+    if result.checks_failed:
+        raise _checks_failed(result.checks, applying=not dry_run)
+    if result.plan.blocked and not result.outcomes:
+        raise PlanError("nothing was applied: the plan has problems this node cannot carry out (listed above)",
+                        hint="fix the profile or the node, then apply again")
+    if result.interrupted:  # stopped at a safe point: 128 + the signal, as a shell reports it (143, 130)
+        from .signals import exit_code, name
+
+        ctx.failure = (f"apply interrupted by {name(result.interrupted)} at a safe point", "apply again to finish")
+        raise click.exceptions.Exit(exit_code(result.interrupted))
+    if not result.dry_run and not result.ok:
+        ctx.failure = (f"apply {result.status}: some changes were not made" if not result.record_errors else
+                       f"apply {result.status}: the changes made could not all be recorded", "see the outcomes")
+        raise click.exceptions.Exit(ExitCode.PARTIAL)
+
+
+def _after_apply(ctx: Ctx, eng: Engine, loaded: LoadedProfile, result: Any, text: bool, dry_run: bool,
+                 metrics_textfile: str | None) -> None:
+    """apply's result on stdout, then the metrics textfile and NFD's feature file."""
+    from .render.text import outcomes_text
+
     if text:
         outcome = outcomes_text(result, dry_run=dry_run)
         if outcome:
@@ -415,14 +444,6 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
         note = __import__("nodeagent.k8s.labels").k8s.labels.after_apply(eng, loaded, result)
         if note:
             click.echo(escape_controls(f"nodeagent: {note}"), err=True)
-    if result.checks_failed:
-        raise _checks_failed(result.checks, applying=not dry_run)
-    if result.plan.blocked and not result.outcomes:
-        raise PlanError("nothing was applied: the plan has problems this node cannot carry out (listed above)",
-                        hint="fix the profile or the node, then apply again")
-    if not result.dry_run and not result.ok:
-        ctx.failure = (f"apply {result.status}: some changes were not made", "see the outcomes")
-        raise click.exceptions.Exit(ExitCode.PARTIAL)
 
 
 class _TerminalProgress:
@@ -479,8 +500,11 @@ def main(argv: list[str] | None = None) -> int:
         ctx.fmt = global_value(cli, args, "--format", "text")
     except Exception:  # noqa: BLE001 (a malformed command line: click reports it below)
         pass
+    from .signals import handled
+
     try:
-        rv = cli.main(args=args, prog_name="nodeagent", standalone_mode=False, obj=ctx)
+        with handled():  # SIGTERM/SIGINT: stop at the next safe point (nodeagent.signals)
+            rv = cli.main(args=args, prog_name="nodeagent", standalone_mode=False, obj=ctx)
         code = rv if isinstance(rv, int) else 0  # click returns ctx.exit()'s code when not standalone
     except click.exceptions.Exit as exc:
         code = int(exc.exit_code)

@@ -60,22 +60,24 @@ def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | N
     """Compare the node with the last applied profile (or PROFILE). Exit 0: converged, 3: drift, 5: part of the
     profile cannot be done on this node."""
     from .cli import _load
-    from .drift import detect
-    from .drift import record as record_drift
+    from .drift import detect, detect_and_record
     from .render.ops_text import drift_text
 
     loaded = _load(profile) if profile else None
     eng = ctx.engine()
-    report = detect(eng, loaded)
-    if loaded is None:
+
+    def noted(report: Any) -> Any:
+        if loaded is not None:
+            return report
         from dataclasses import replace
 
         from .layout import changed_since_applied
 
         note = changed_since_applied(eng.state.last_applied().to_json())
-        report = replace(report, notes=(note, *report.notes)) if note else report
-    if record:
-        report = record_drift(eng, report)
+        return replace(report, notes=(note, *report.notes)) if note else report
+
+    # --record measures under the lock it records under: an apply cannot slip in between (stale drift)
+    report = detect_and_record(eng, loaded, amend=noted) if record else noted(detect(eng, loaded))
     if metrics_textfile:
         write_metrics(eng, metrics_textfile, loaded=loaded, drift=report)
     ctx.emit(drift_text(report), report.to_dict())
@@ -153,6 +155,10 @@ def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: 
     ctx.emit(revert_text(result), result.to_dict())
     if result.plan.blocked and not result.outcomes:
         raise PlanError("nothing was reverted (see above)", hint="check the names given to --only")
+    if result.interrupted:  # stopped at a safe point (nodeagent.signals): 143, 130
+        from .signals import exit_code
+
+        raise click.exceptions.Exit(exit_code(result.interrupted))
     if not result.dry_run and not result.ok:
         raise click.exceptions.Exit(ExitCode.PARTIAL)
 

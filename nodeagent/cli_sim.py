@@ -5,9 +5,10 @@ Every verb but ``create``, ``reset`` and ``presets`` acts on a directory that mu
 ``/sys``. The verbs change the simulated node the way the kernel (or another agent) would, through the same
 emulator the tests use (:mod:`nodeagent.sim`):
 
-- ``create DIR --preset NAME [--devices N --device-size SIZE --block-size SIZE]``: a preset, optionally with
-  N generated CXL expanders of SIZE and another memory block size (the expanders hang off the sockets in turn;
-  NUMA distances are left to the emulator's defaults, so the CXL nodes are equidistant from every DRAM node);
+- ``create DIR --preset NAME [--devices N --device-size SIZE --block-size SIZE --dram-size SIZE]``: a preset,
+  optionally with N generated CXL expanders of SIZE, another memory block size and less DRAM per node (the
+  expanders hang off the sockets in turn; NUMA distances are left to the emulator's defaults, so the CXL nodes
+  are equidistant from every DRAM node);
 - ``hot-add DIR --dax NAME --size SIZE --node N [--host-node N] --mode devdax|kmem [--blocks online|offline]``:
   an expander appears (uevents go to ``nodeagent watch``); ``kmem`` binds it to kmem at once, its blocks as
   ``--blocks`` says or, without it, as ``auto_online_blocks`` says;
@@ -16,7 +17,10 @@ emulator the tests use (:mod:`nodeagent.sim`):
 - ``kdamond DIR --foreign [--operations paddr] [--action stat] [--state on|off]``: another agent's kdamond;
   ``kdamond DIR --module damon_reclaim|damon_lru_sort|damon_stat [--state on|off]``: a DAMON module enabled
   (or disabled), its kdamond running outside DAMON sysfs;
-- ``write DIR PATH VALUE``: one write through the emulator; a refusal prints the kernel's errno (exit 1).
+- ``write DIR PATH VALUE``: one write through the emulator; a refusal prints the kernel's errno (exit 1);
+- ``fault DIR --write REGEX (--errno NAME | --signal NAME) [--after N] [--times N]``: from now on, writes whose
+  path matches REGEX fail with that errno, or get that signal sent to the nodeagent process right before them
+  (:mod:`nodeagent.sim.faults`); ``fault DIR --clear`` removes every fault, ``fault DIR`` lists them.
 
 Output follows the CLI's contract (:meth:`nodeagent.cli.Ctx.emit`): a line of text, or with ``--format json``
 exactly one JSON document on stdout — the verb's own keys, and ``error`` beside them when it then failed.
@@ -96,8 +100,9 @@ def _simulated(directory: str):  # type: ignore[no-untyped-def]
 @click.option("--devices", type=click.IntRange(0, 64), help="Replace the preset's DAX devices by N CXL expanders.")
 @click.option("--device-size", metavar="SIZE", help="Size of each generated expander (default 64GiB).")
 @click.option("--block-size", metavar="SIZE", help="Memory block size (a power of two, ≥ 128MiB).")
+@click.option("--dram-size", metavar="SIZE", help="DRAM per node (whole blocks; what the node uses shrinks to fit).")
 def sim_create(directory: str, preset: str, kernel: str | None, devices: int | None, device_size: str | None,
-               block_size: str | None) -> None:
+               block_size: str | None, dram_size: str | None) -> None:
     """Lay out a simulated node of PRESET in DIRECTORY (empty or absent)."""
     from .sim import build, get
     from .sim.hotplug import generated
@@ -106,10 +111,11 @@ def sim_create(directory: str, preset: str, kernel: str | None, devices: int | N
         p = get(preset)
     except KeyError as exc:
         raise UsageError(f"--preset: {exc.args[0]}") from None
-    size, bs = _size("--device-size", device_size), _size("--block-size", block_size)
-    if devices is not None or size is not None or bs is not None:
+    size, bs, dram = _size("--device-size", device_size), _size("--block-size", block_size), _size("--dram-size",
+                                                                                                  dram_size)
+    if devices is not None or size is not None or bs is not None or dram is not None:
         try:
-            p = generated(p, devices, size, bs)
+            p = generated(p, devices, size, bs, dram)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     try:
@@ -118,7 +124,7 @@ def sim_create(directory: str, preset: str, kernel: str | None, devices: int | N
         raise UsageError(f"{exc}", hint="give an empty or new directory") from None
     _emit(f"simulated {preset} node at {directory}",
           {"directory": directory, "preset": preset, "kernel": kernel, "devices": devices, "device_size": size,
-           "block_size": bs})
+           "block_size": bs, "dram_size": dram})
 
 
 @sim.command("reset")
@@ -250,6 +256,47 @@ def sim_write(directory: str, path: str, value: str) -> None:
     except OSError as exc:
         _refused(f"write {path}", exc, {**data, "written": False})
     _emit(f"{path} = {value}", {**data, "written": True})
+
+
+@sim.command("fault")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--write", "pattern", metavar="REGEX",
+              help="Writes whose path (/sys/..., /var/lib/nodeagent/...) this regular expression is found in.")
+@click.option("--errno", "errno_name", metavar="NAME", help="Fail those writes with this errno (EBUSY, ENOSPC...).")
+@click.option("--signal", "signal_name", metavar="NAME",
+              help="Send this signal (TERM, INT, KILL...) to the nodeagent process right before those writes.")
+@click.option("--after", type=click.IntRange(0), default=0, show_default=True,
+              help="Let this many matching writes through first.")
+@click.option("--times", type=click.IntRange(0), default=1, show_default=True,
+              help="Fire this many times (0: at every matching write from then on).")
+@click.option("--clear", is_flag=True, help="Remove every fault of this node.")
+def sim_fault(directory: str, pattern: str | None, errno_name: str | None, signal_name: str | None, after: int,
+              times: int, clear: bool) -> None:
+    """Inject a fault into the simulated node in DIRECTORY, seen by every process on it (counters included)."""
+    from .sim import faults
+
+    _simulated(directory)
+    data: dict[str, Any] = {"directory": directory}
+    if clear:
+        if pattern or errno_name or signal_name:
+            raise UsageError("--clear goes alone: it removes every fault")
+        n = faults.clear(directory)
+        _emit(f"cleared {n} fault(s)", {**data, "cleared": n, "rules": []})
+        return
+    if pattern is None:
+        if errno_name or signal_name:
+            raise UsageError("--errno/--signal need --write REGEX: which writes to fault")
+        current = faults.load(directory)
+        _emit("\n".join(r.describe() for r in current.rules) or "no faults", {**data, **current.to_dict()})
+        return
+    if (errno_name is None) == (signal_name is None):
+        raise UsageError("give one of --errno NAME and --signal NAME")
+    try:
+        now = faults.add(directory, faults.Rule(pattern, errno_name, signal_name, after, times))
+    except ValueError as exc:
+        raise UsageError(f"{exc}") from None
+    rule = now.rules[-1]
+    _emit(f"fault {len(now.rules)}: {rule.describe()}", {**data, **now.to_dict()})
 
 
 def _uevent_counts(events: list[Any]) -> list[dict[str, Any]]:

@@ -23,8 +23,9 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from . import signals
 from ._dataclass import dataclass
-from .errors import ChangeSkipped, HostError, NeedsRootError
+from .errors import ChangeSkipped, HostError, NeedsRootError, NotRecorded
 from .facts import Facts, gather
 from .host import Host
 from .journal import Journal
@@ -34,12 +35,14 @@ from .resources.base import ApplyContext, PlanContext
 from .resources.registry import BY_KIND, RESOURCES
 from .scope import expand, restrict
 from .state import (
+    STATE_DIR,
     DriftRecord,
     LastApplied,
     Original,
     Originals,
     Ownership,
     PlanState,
+    Progress,
     Reverted,
     StateStore,
     resolved_record,
@@ -151,6 +154,7 @@ class Engine:
                                                      for k in kinds)))
 
     def context(self, allow_disruptive: bool = False) -> PlanContext:
+        self.state.drift()  # read (validated) before planning too: a bad drift.json is said with the plan
         return PlanContext(allow_disruptive=allow_disruptive, state=self.state.plan_state())
 
     def plan(self, loaded: LoadedProfile, *, allow_disruptive: bool = False, facts: Facts | None = None,
@@ -160,6 +164,10 @@ class Engine:
         plan = make_plan(loaded, facts or self.facts(loaded), self.context(allow_disruptive))
         if scope is not None:
             plan = restrict(plan, expand(self.host, scope))
+        if not self.state.writable:  # (an apply journals it: Engine._unfinished)
+            left = self.state.unfinished()
+            if left:
+                self.state._warn(f"{left.summary()} — unless it is still running; the next apply finishes it")
         if self.state.warnings:
             plan = replace(plan, warnings=(*plan.warnings, *self.state.warnings))
         return plan
@@ -195,6 +203,7 @@ class Engine:
             return Result(plan, dry_run=True, checks=report, expected=expected(plan, allow_disruptive))
         self.require_root()
         with self.state.locked(self.lock_timeout):
+            self._unfinished()
             facts = self.facts(loaded)
             report = self.checks(loaded, facts, skip_checks)
             plan = self.plan(loaded, allow_disruptive=allow_disruptive, facts=facts, scope=scope)
@@ -212,12 +221,22 @@ class Engine:
             if confirm is not None and not confirm(plan):
                 return Result(plan, dry_run=True, checks=report, expected=expected(plan, allow_disruptive))
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
-            outcomes = self._execute(loaded, plan, actx, facts, scope)
-            verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive, scope)
-            result = Result(plan, tuple(outcomes), tuple(verify_errors), checks=report)
-            self._record(loaded, plan, outcomes, result.status, verify_errors, scope=scope)
-            self._history(loaded, result, scope)
-            return result
+            # From the first write to the last record a signal stops nothing half-way (nodeagent.signals): the
+            # executor stops before its next change, and the result says where.
+            with signals.deferred():
+                record_errors: list[str] = []
+                run = self._begin(loaded, plan, facts, scope)  # refuses here, before any change, if it cannot record
+                outcomes = self._run(plan, actx, run, record_errors)
+                verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive, scope)
+                result = Result(plan, tuple(outcomes), tuple(verify_errors), checks=report,
+                                interrupted=signals.pending())
+                # Changes were made: a record that cannot be written is said in the result (exit 5), never an
+                # error that hides what was done.
+                self._close(run, record_errors, [
+                    lambda: self._record(loaded, plan, outcomes, result.status, verify_errors, scope=scope),
+                    lambda: self._history(loaded, result, scope)])
+                return replace(result, record_errors=tuple(dict.fromkeys(record_errors)),
+                               interrupted=signals.pending())
 
     def require_root(self) -> None:
         import os
@@ -226,35 +245,140 @@ class Engine:
             raise NeedsRootError("apply changes kernel settings and needs root", hint="run it with sudo")
 
     # -- the steps ------------------------------------------------------------------------------------
-    def _execute(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext, facts: Facts,
-                 scope: Collection[str] | None = None) -> list[Outcome]:
-        self.state.remember_originals(originals_of(plan, facts, self.state.last_applied()))
-        return self._run(plan, actx, lambda outcomes: self._record(loaded, plan, outcomes, "in-progress",
-                                                                   scope=scope))
+    def _unfinished(self) -> None:
+        """An earlier run that never finished (killed, or unable to write its result) left its progress record:
+        journal what it did (an event with status ``incomplete``), so the history says it, then let this run
+        finish the job or clean up, as its plan says."""
+        left = self.state.unfinished()
+        if not left:
+            return
+        self.state._warn(f"{left.summary()}; this run finishes what it left")
+        Journal(self.host).append([{"event": left.what or "apply", "status": "incomplete", "profile": left.profile,
+                                    "profile_digest": left.profile_digest, "started": left.started, "pid": left.pid,
+                                    "changes": left.done, "in_flight": left.in_flight, "message": left.summary()}])
+        self.state.end_run()
 
-    def _run(self, plan: Plan, actx: ApplyContext, after_each: Callable[[list[Outcome]], None] | None = None
-             ) -> list[Outcome]:
+    def _begin(self, loaded: LoadedProfile | None, plan: Plan, facts: Facts | None,
+               scope: Collection[str] | None = None) -> Progress:
+        """Before the first change: the node's trees and the state directory writable, room held for every record
+        this run writes, the originals recorded (apply), the run's progress record begun. Any failure here
+        raises: nothing was changed."""
+        # A read-only /sys, /proc or state directory fails here with one message, before the first write.
+        self.host.fs.require_writable(sorted({c.path or "/sys" for c in plan.changes} | {STATE_DIR}))
+        what = "apply" if loaded is not None else "revert"
+        run = Progress(what, pid=__import__("os").getpid(), started=rfc3339(),
+                       profile=loaded.name if loaded is not None else None,
+                       profile_digest=loaded.digest if loaded is not None else None,
+                       planned=[{"kind": c.kind, "target": c.target, "op": c.op} for c in plan.changes])
+        originals = originals_of(plan, facts, self.state.last_applied()) if loaded is not None and facts else {}
+        final = [Outcome(c, "applied", "x" * 240).to_dict() for c in plan.changes]
+        records: list[object] = [Progress(what, done=final, planned=run.planned), self.state.ownership(),
+                                 {"event": final}, Originals({**self.state.originals().items, **originals})]
+        if loaded is not None:
+            records.append(self._last_applied(loaded, plan, [], "converged", scope=scope).to_json() | {
+                "outcomes": final})
+        need: int | None = None
+        try:
+            need = self.state.reserve(records)
+            if originals:
+                self.state.remember_originals(originals)
+            self.state.write_record(run)
+            if loaded is not None:
+                self._record(loaded, plan, [], "in-progress", scope=scope)
+        except HostError as exc:
+            self.state.release()
+            try:
+                self.state.end_run()
+            except HostError:
+                pass
+            size = f" (it needs about {need // 1024} KiB{self._free()})" if need else self._free(", ")
+            raise type(exc)(f"cannot {what}: the state directory {STATE_DIR} cannot record what this {what} does"
+                            f"{size}: {exc.message}; nothing was changed", path=STATE_DIR,
+                            hint=f"free space in {STATE_DIR} (or remount it read-write), then run again") from None
+        return run
+
+    def _free(self, lead: str = ", ") -> str:
+        try:
+            st = self.host.fs.statvfs(STATE_DIR)
+        except OSError:
+            return ""
+        return f"{lead}{st.f_bavail * st.f_frsize // 1024} KiB are free"
+
+    def _close(self, run: Progress, record_errors: list[str], steps: list[Callable[[], None]]) -> None:
+        """The run's last records (its result, its journal event); then, when they are on disk, the progress
+        record and the room held go. A failure is kept in ``record_errors`` (the result says it: exit 5)."""
+        for step in steps:
+            try:
+                step()
+            except HostError as exc:
+                record_errors.append(exc.message)
+            except Exception as exc:  # noqa: BLE001 (a bug must not hide what was done either)
+                record_errors.append(f"internal error while recording ({type(exc).__name__}: {exc}); this is a "
+                                     "bug in nodeagent, rerun with NODEAGENT_DEBUG=1 and report it")
+        if not record_errors:
+            try:
+                self.state.end_run()
+            except HostError as exc:
+                record_errors.append(exc.message)
+        self.state.release()
+
+    def _run(self, plan: Plan, actx: ApplyContext, run: Progress | None = None,
+             record_errors: list[str] | None = None) -> list[Outcome]:
         """The executor (apply and revert): every change of ``plan`` in order through its kind's ``apply``. A
         disruptive change without ``allow_disruptive`` is ``blocked``; a change its kind skips (a DAX change after
         an earlier DAX failure) is ``skipped``; a host error is ``failed`` and the run goes on with the next
-        change. ``after_each(outcomes so far)`` records progress."""
-        # A read-only /sys (or /proc) fails here with one message, before the first write, not half-way.
-        self.host.fs.require_writable(sorted({c.path or "/sys" for c in plan.changes}))
+        change. With ``run``, each change's intent is on disk before its first write and its outcome after
+        (intent before action): a change whose intent cannot be written is not made, and after an outcome that
+        cannot be written no further change is. A signal (:mod:`nodeagent.signals`) stops it before the next
+        change."""
         outcomes: list[Outcome] = []
+        stop: str | None = None  # why the changes left are not done (a signal, a record that cannot be written)
+
+        def cannot_record(exc: HostError) -> str:
+            if record_errors is not None:
+                record_errors.append(exc.message)
+            return f"the state directory could not record it ({exc.message})"
+
+        def note(outcome: Outcome) -> None:
+            outcomes.append(outcome)
+            if run is not None:
+                run.done.append(outcome.to_dict())
+
         for change in plan.changes:
+            if stop is None and signals.pending():
+                stop = f"stopped by {signals.name(signals.pending() or 0)} before this change"
+            if stop is not None:
+                note(Outcome(change, "skipped", f"not done: {stop}"))
+                continue
             held = gate(change, actx.allow_disruptive)
             if held is not None:
-                outcomes.append(Outcome(change, "blocked", held))
+                note(Outcome(change, "blocked", held))
                 continue
+            if run is not None:
+                run.in_flight = {"kind": change.kind, "target": change.target, "op": change.op, "since": rfc3339()}
+                try:
+                    self.state.write_record(run)
+                except HostError as exc:  # no change is made that the record on disk cannot follow
+                    run.in_flight = None
+                    stop = cannot_record(exc)
+                    note(Outcome(change, "skipped", f"not done: {stop}"))
+                    continue
             try:
                 msg = BY_KIND[change.kind].apply(self.host, change, actx)
-                outcomes.append(Outcome(change, "applied", msg))
+                note(Outcome(change, "applied", msg))
             except ChangeSkipped as exc:
-                outcomes.append(Outcome(change, "skipped", exc.render()))
+                note(Outcome(change, "skipped", exc.render()))
+            except NotRecorded as exc:  # made, but not on record as done: said so, and nothing more is changed
+                note(Outcome(change, "applied", exc.message))
+                stop = cannot_record(exc.cause)
             except HostError as exc:
-                outcomes.append(Outcome(change, "failed", exc.render()))
-            if after_each is not None:
-                after_each(outcomes)
+                note(Outcome(change, "failed", exc.render()))
+            if run is not None:
+                run.in_flight = None
+                try:
+                    self.state.write_record(run)
+                except HostError as exc:  # the change is made, its intent on disk: stop before the next one
+                    stop = cannot_record(exc)
         return outcomes
 
     def _verify(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], allow_disruptive: bool,
@@ -284,6 +408,10 @@ class Engine:
 
     def _record(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], status: str,
                 verify_errors: list[str] | None = None, scope: Collection[str] | None = None) -> None:
+        self.state.record_apply(self._last_applied(loaded, plan, outcomes, status, verify_errors, scope))
+
+    def _last_applied(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], status: str,
+                      verify_errors: list[str] | None = None, scope: Collection[str] | None = None) -> LastApplied:
         managed = {f"{c.kind}:{c.target}" for c in plan.changes} | {f"{k}:{t}" for t, k in plan.kinds}
         reverted: dict[str, Reverted] = {}
         if scope is not None:  # a scoped apply manages its scope again; what it left out stays as it was
@@ -291,7 +419,7 @@ class Engine:
             managed |= set(last.managed)
             reverted = {t: r for t, r in last.reverted.items()
                         if not any(r.covers(m.partition(":")[0], m.partition(":")[2], t) for m in managed)}
-        self.state.record_apply(LastApplied(
+        return (LastApplied(
             loaded.name, profile_path=loaded.path, profile_digest=loaded.digest, desired=loaded.data,
             resolved=resolved_record(loaded), status=status, outcomes=[o.to_dict() for o in outcomes],
             verify_errors=list(verify_errors or []), problems=[p.to_dict() for p in plan.problems],
@@ -314,10 +442,42 @@ class Engine:
     # -- revert -----------------------------------------------------------------------------------------
     def revert_plan(self, targets: Collection[str] | None = None, facts: Facts | None = None) -> Plan:
         """What revert would change (read-only)."""
-        plan = make_revert_plan(self.state.plan_state(), facts or self.revert_facts(), targets)
+        facts = facts or self.revert_facts()
+        plan = make_revert_plan(self.state.plan_state(), facts, targets)
+        if targets is None:
+            plan = self._lost_originals(plan, facts)
         if self.state.warnings:
             plan = replace(plan, warnings=(*plan.warnings, *self.state.warnings))
         return plan
+
+    def _lost_originals(self, plan: Plan, facts: Facts) -> Plan:
+        """When ``originals.json`` was set aside (corrupt, or of the wrong shape), the settings the last apply
+        changed whose original went with it are named (left as they are), and nodeagent's own kdamonds, which
+        ownership records, are still stopped (the number of slots before nodeagent is then unknown: kept)."""
+        from .facts.damon import from_facts
+        from .resources.damon.plan import ALL
+
+        why = self.state.set_aside.get(Originals.FILE)
+        if why is None:
+            return plan
+        state = self.state.plan_state()
+        originals = state.originals.items
+        applied = {o.get("target"): o.get("kind") for o in state.last_applied.outcomes
+                   if o.get("status") == "applied"}
+        problems = [Problem(str(kind or "knob"), str(t), f"{t}: the value it had before nodeagent changed it is not "
+                            f"recorded (lost with {why}): revert leaves it as it is", hint="set it back by hand",
+                            blocking=False)
+                    for t, kind in applied.items() if t and t not in originals and kind != "damon"]
+        changes: list[Change] = []
+        damon = BY_KIND.get("damon")
+        if ALL not in originals and state.ownership.kdamonds and hasattr(damon, "revert"):
+            rec = Original("damon", None, {"nr_kdamonds": from_facts(facts).nr_kdamonds})
+            changes = [replace(c, revert_of=ALL) for c in damon.revert(ALL, rec, facts, state)]  # type: ignore[union-attr]
+            if changes:
+                problems.append(Problem("damon", ALL, f"{ALL}: how many kdamond slots there were before nodeagent "
+                                        f"is not recorded (lost with {why}): nodeagent's own kdamonds are stopped, "
+                                        "the slots kept", blocking=False))
+        return replace(plan, changes=(*changes, *plan.changes), problems=(*plan.problems, *problems))
 
     def revert(self, *, targets: Collection[str] | None = None, dry_run: bool = False,
                allow_disruptive: bool = False, confirm: Callable[[Plan], bool] | None = None,
@@ -329,6 +489,7 @@ class Engine:
             return Result(plan, dry_run=True, expected=expected(plan, allow_disruptive))
         self.require_root()
         with self.state.locked(self.lock_timeout):
+            self._unfinished()
             plan = self.revert_plan(targets)
             if plan.blocked:  # journalled like a refused apply
                 result = Result(plan)
@@ -337,20 +498,32 @@ class Engine:
             if plan.changes and confirm is not None and not confirm(plan):
                 return Result(plan, dry_run=True, expected=expected(plan, allow_disruptive))
             actx = ApplyContext(allow_disruptive=allow_disruptive, state=self.state, progress=progress)
-            outcomes = self._run(plan, actx) if plan.changes else []
-            touched = sorted({c.revert_of or c.target for c in plan.changes})
-            after = make_revert_plan(self.state.plan_state(), self.revert_facts(), touched) if touched else None
-            still = {c.target: c for c in after.changes} if after else {}
-            applied = {o.change.target for o in outcomes if o.status == "applied"}
-            errors = [f"{t}: wrote {c.before_label or c.before} back, but the node now reads "
-                      f"{c.after_label or c.after}" for t, c in still.items() if t in applied]
-            left = {c.revert_of or t for t, c in still.items()}
-            left |= {o.change.revert_of or o.change.target for o in outcomes if o.status != "applied"}
-            done = set(plan.unchanged) | ({o.change.revert_of or o.change.target for o in outcomes} - left)
-            result = Result(plan, tuple(outcomes), tuple(errors))
-            self._forget(done)
-            Journal(self.host).append([_event("revert", result, reverted=sorted(done))])
-            return result
+            with signals.deferred():
+                return self._revert(plan, actx)
+
+    def _revert(self, plan: Plan, actx: ApplyContext) -> Result:
+        """The revert once planned (under the lock, signals deferred): the same executor and records as apply."""
+        record_errors: list[str] = []
+        run = self._begin(None, plan, None) if plan.changes else None
+        outcomes = self._run(plan, actx, run, record_errors) if plan.changes else []
+        touched = sorted({c.revert_of or c.target for c in plan.changes})
+        after = make_revert_plan(self.state.plan_state(), self.revert_facts(), touched) if touched else None
+        still = {c.target: c for c in after.changes} if after else {}
+        applied = {o.change.target for o in outcomes if o.status == "applied"}
+        errors = [f"{t}: wrote {c.before_label or c.before} back, but the node now reads "
+                  f"{c.after_label or c.after}" for t, c in still.items() if t in applied]
+        left = {c.revert_of or t for t, c in still.items()}
+        left |= {o.change.revert_of or o.change.target for o in outcomes if o.status != "applied"}
+        done = set(plan.unchanged) | ({o.change.revert_of or o.change.target for o in outcomes} - left)
+        result = Result(plan, tuple(outcomes), tuple(errors), interrupted=signals.pending())
+        steps = [lambda: self._forget(done),
+                 lambda: Journal(self.host).append([_event("revert", result, reverted=sorted(done))])]
+        if run is not None:
+            self._close(run, record_errors, steps)
+        else:
+            for step in steps:
+                step()
+        return replace(result, record_errors=tuple(dict.fromkeys(record_errors)), interrupted=signals.pending())
 
     def _forget(self, done: set[str]) -> None:
         """Drop the originals, open drift items and ownership records of the reverted targets, and mark them

@@ -78,6 +78,10 @@ class PermissionDeniedError(HostError):
     """EACCES/EPERM: not allowed (not root, read-only attribute, or a refused state transition)."""
 
 
+class NoSpaceError(HostError):
+    """ENOSPC/EDQUOT: the filesystem (or the user's quota on it) is full."""
+
+
 class NotAllowedError(HostError):
     """A write outside the agent's allow-list, or a path that escapes the root. Never a user setting."""
 
@@ -107,3 +111,16 @@ class PartialApplyError(NodeagentError):
 class ChangeSkipped(NodeagentError):
     """A change a resource chose not to attempt (e.g. an earlier step of the same kind failed): the engine
     records it as ``skipped`` and goes on."""
+
+
+class NotRecorded(HostError):
+    """A change was made on the node, but the record that closes it (ownership: the kdamond runs, the device is
+    online) could not be written; the one written before its first write ("building") is on disk, so the next
+    run finishes it. A kind raises it after its last write took effect: the executor records the change as
+    ``applied`` — what it did, and that its record is missing — and makes no further change (exit 5)."""
+
+    def __init__(self, done: str, cause: HostError) -> None:
+        super().__init__(f"{done}; but its record could not be written: {cause.message}", path=cause.path,
+                         hint=cause.hint)
+        self.done = done
+        self.cause = cause

@@ -110,6 +110,8 @@ class Result:
     # a dry run: what the executor would do with each change ("applied": it would be made; "blocked": held back,
     # with why) — what check modes report, never re-derived from the plan by a caller
     expected: tuple[Outcome, ...] = ()
+    interrupted: int | None = None  # the signal that stopped the apply at a safe point (nodeagent.signals)
+    record_errors: tuple[str, ...] = ()  # state or journal writes that failed after changes were made
 
     @property
     def checks_failed(self) -> bool:
@@ -118,6 +120,7 @@ class Result:
     @property
     def ok(self) -> bool:
         return (not self.verify_errors and not self.plan.problems and not self.checks_failed
+                and not self.interrupted and not self.record_errors
                 and all(o.status == "applied" for o in self.outcomes))
 
     @property
@@ -130,6 +133,8 @@ class Result:
             return "checks-failed"
         if self.dry_run:
             return "dry-run"
+        if self.interrupted:
+            return "interrupted"
         if self.ok:
             return "converged" if self.changed or not self.outcomes else "unchanged"
         return "partial" if self.changed else "failed"
@@ -140,6 +145,12 @@ class Result:
              "verify_errors": list(self.verify_errors)}
         if self.dry_run:
             d["expected"] = [o.to_dict() for o in self.expected]
+        if self.interrupted:
+            import signal
+
+            d["interrupted"] = signal.Signals(self.interrupted).name
+        if self.record_errors:
+            d["record_errors"] = list(self.record_errors)
         if self.checks is not None:
             d["checks"] = self.checks.to_dict()
         return d

@@ -14,22 +14,25 @@ writes those files. Every other module asks it for a typed record and hands it a
 - ``last-checks.json`` (:class:`LastChecks`): the last preflight check results (for the metrics and labels);
 - ``probes.json`` (:class:`Probes`): answers of commands only a reboot changes, for this boot
   (:mod:`nodeagent.host.boot_cache`);
-- ``journal.jsonl``: the history journal (:mod:`nodeagent.journal`, at :data:`JOURNAL`).
+- ``journal.jsonl``: the history journal (:mod:`nodeagent.journal`, at :data:`JOURNAL`);
+- ``progress.json`` (:class:`Progress`) and ``.reserve``: while an apply runs, what it is doing (each change
+  before its first write, each outcome after) and room held for its records (:meth:`StateStore.reserve`).
 
 Every file carries its ``format`` (:data:`FORMAT`) and every time in it is RFC 3339 UTC
 (:mod:`nodeagent.timestamps`). A record is validated when it is read (:meth:`StateStore.read`): a file of the
 previous format (no ``format`` key) is migrated on read and written in the new one by the next write; a file
 that is not JSON, of the wrong shape, or of a newer format is reported in :attr:`StateStore.warnings` (naming the
 file and the field) and read as empty — set aside as ``<name>.corrupt-<time>`` when a writing command holds the
-lock, never a crash and never silently reset. Every write goes through :meth:`StateStore.write_record`
-(atomic: temp file, fsync, rename).
+lock, with what was lost in it, never a crash and never silently reset. Every write goes through
+:meth:`StateStore.write_record` (atomic: temp file, fsync, rename, fsync of the directory; on ENOSPC the room an
+apply holds is given back and the write tried again).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 from .timestamps import parse as parse_time
@@ -173,15 +176,18 @@ class Unfixable(NamedTuple):
 
 
 class OwnedDevice(NamedTuple):
-    """A DAX device nodeagent configured: what it made it, by which rule, when."""
+    """A DAX device nodeagent configured: what it made it, by which rule, when. ``building``: what nodeagent was
+    making it (recorded before daxctl's first write, with the device as it was then; gone once it is done)."""
 
     mode: str | None
     zone: str | None
     rule: str | None
     time: str | None
+    building: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "zone": self.zone, "rule": self.rule, "time": self.time}
+        d = {"mode": self.mode, "zone": self.zone, "rule": self.rule, "time": self.time}
+        return {**d, "building": self.building} if self.building else d
 
 
 class OwnedKdamond(NamedTuple):
@@ -193,10 +199,12 @@ class OwnedKdamond(NamedTuple):
     config: dict[str, str]
     profile: str | None = None
     recorded: str | None = None
+    building: bool = False  # recorded before its first write: nodeagent's to finish until it runs
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "pid": self.pid, "config": self.config, "profile": self.profile,
-                "recorded": self.recorded}
+        d = {"name": self.name, "pid": self.pid, "config": self.config, "profile": self.profile,
+             "recorded": self.recorded}
+        return {**d, "building": True} if self.building else d
 
 
 class OwnedRegion(NamedTuple):
@@ -406,7 +414,8 @@ class Ownership(Record):
             w = f"dax.{name}"
             rec = _obj(rec, w)
             dax[name] = OwnedDevice(_str(rec.get("mode"), f"{w}.mode"), _str(rec.get("zone"), f"{w}.zone"),
-                                    _str(rec.get("rule"), f"{w}.rule"), _stamp(rec.get("time"), f"{w}.time"))
+                                    _str(rec.get("rule"), f"{w}.rule"), _stamp(rec.get("time"), f"{w}.time"),
+                                    _str(rec.get("building"), f"{w}.building"))
         kds = {}
         damon = _obj(data.get("damon"), "damon", {})
         for key, rec in _obj(damon.get("kdamonds"), "damon.kdamonds", {}).items():
@@ -418,7 +427,7 @@ class Ownership(Record):
             kds[int(key)] = OwnedKdamond(_str(rec.get("name"), f"{w}.name"), _int(rec.get("pid"), f"{w}.pid"),
                                          {str(k): str(v) for k, v in config.items()},
                                          _str(rec.get("profile"), f"{w}.profile"),
-                                         _stamp(rec.get("recorded"), f"{w}.recorded"))
+                                         _stamp(rec.get("recorded"), f"{w}.recorded"), bool(rec.get("building")))
         regions = {str(k): OwnedRegion.from_json(rec, f"cxl_region.{k}")
                    for k, rec in _obj(data.get("cxl_region"), "cxl_region", {}).items()}
         return cls(dax, kds, regions)
@@ -540,6 +549,55 @@ class Probes(Record):
                    {str(k): v for k, v in probes.items() if isinstance(v, str)})
 
 
+class Progress(Record):
+    """The running apply's record of what it does (intent before action): the changes planned, each outcome so
+    far, and the change it is making (``in_flight``, written before that change's first write). Removed when the
+    run has recorded its result; one left behind is a run that never finished (:meth:`StateStore.unfinished`)."""
+
+    __slots__ = ("what", "pid", "started", "profile", "profile_digest", "planned", "done", "in_flight")
+    FILE = "progress.json"
+
+    def __init__(self, what: str | None = None, *, pid: int | None = None, started: str | None = None,
+                 profile: str | None = None, profile_digest: str | None = None,
+                 planned: list[dict[str, Any]] | None = None, done: list[dict[str, Any]] | None = None,
+                 in_flight: dict[str, Any] | None = None) -> None:
+        self.what = what
+        self.pid = pid
+        self.started = started
+        self.profile = profile
+        self.profile_digest = profile_digest
+        self.planned = planned or []
+        self.done = done or []
+        self.in_flight = in_flight
+
+    def __bool__(self) -> bool:
+        return self.what is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "what": self.what, "pid": self.pid, "started": self.started,
+                "profile": self.profile, "profile_digest": self.profile_digest, "planned": self.planned,
+                "done": self.done, "in_flight": self.in_flight}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Progress:
+        _version(data, cls.FILE)
+        flight = data.get("in_flight")
+        return cls(_str(data.get("what"), "what") or "apply", pid=_int(data.get("pid"), "pid"),
+                   started=_stamp(data.get("started"), "started"), profile=_str(data.get("profile"), "profile"),
+                   profile_digest=_str(data.get("profile_digest"), "profile_digest"),
+                   planned=[_obj(c, f"planned[{i}]") for i, c in enumerate(_list(data.get("planned"), "planned"))],
+                   done=[_obj(o, f"done[{i}]") for i, o in enumerate(_list(data.get("done"), "done"))],
+                   in_flight=_obj(flight, "in_flight") if flight is not None else None)
+
+    def summary(self) -> str:
+        applied = [str(o.get("target")) for o in self.done if o.get("status") == "applied"]
+        f = self.in_flight
+        where = (f"while making {f.get('target')} ({f.get('op')}, since {f.get('since')})" if f
+                 else "between two changes, or before writing its result")
+        return (f"the {self.what} started {self.started or '?'} by pid {self.pid or '?'} did not finish: it stopped "
+                f"{where}; {len(applied)} change(s) had been made" + (f" ({', '.join(applied)})" if applied else ""))
+
+
 class PlanState(NamedTuple):
     """The records planning reads (what nodeagent owns; the last apply; the originals)."""
 
@@ -573,7 +631,11 @@ class PlanState(NamedTuple):
         return cls(**parts)
 
 
-RECORDS: tuple[type[Record], ...] = (LastApplied, Originals, Ownership, DriftRecord, LastChecks, Probes)
+RECORDS: tuple[type[Record], ...] = (LastApplied, Originals, Ownership, DriftRecord, LastChecks, Probes, Progress)
+#: Where a run holds room for its records (:meth:`StateStore.reserve`).
+RESERVE = ".reserve"
+#: Beyond the records' own size: the journal's event, ownership records of what gets built, filesystem overhead.
+SLACK = 64 * 1024
 
 
 # -- the store -----------------------------------------------------------------------------------------------
@@ -582,15 +644,23 @@ class StateStore:
         self.host = host
         self.warnings: list[str] = []
         self.writable = False  # set while a writing command holds the lock: only then is a bad file moved
+        self.set_aside: dict[str, str] = {}  # file → what became of it, this run (revert names lost originals)
 
     def path(self, name: str) -> str:
         return f"{STATE_DIR}/{name}"
 
     @contextmanager
     def locked(self, timeout: float = 60.0) -> Iterator[None]:
+        from .errors import HostError
         from .host.boot_cache import PERSIST
 
-        with self.host.fs.lock(self.path("lock"), timeout):
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(self.host.fs.lock(self.path("lock"), timeout))
+            except HostError as exc:  # the state directory cannot even hold the lock: nothing has been done
+                raise type(exc)(f"cannot take the state lock: {exc.message}; nothing was written", path=STATE_DIR,
+                                hint=exc.hint or f"make {STATE_DIR} writable (a read-only filesystem? a full disk?), "
+                                "then run again") from None
             self.writable = True
             token = PERSIST.set(True)  # probes run while the lock is held are kept for this boot
             try:
@@ -611,14 +681,61 @@ class StateStore:
             if not isinstance(data, dict):
                 raise ShapeError(f"expected a JSON object, got {_type(data)}")
             return kind.from_json(data)
-        except ValueError as exc:  # json.JSONDecodeError and ShapeError
+        except ShapeError as exc:  # records of the wrong shape: the good ones are kept, the bad ones set aside
+            kept, lost = _salvage(kind, data) if isinstance(data, dict) else (None, [])
+            self._bad(kind.FILE, raw, str(exc), kept, lost)
+            return kept if kept is not None else kind()
+        except ValueError as exc:  # json.JSONDecodeError
             self._bad(kind.FILE, raw, str(exc))
             return kind()
 
     def write_record(self, record: Record) -> None:
-        """Write ``record`` to its file: atomically (temp file, fsync, rename), in the current format."""
-        self.host.fs.write_file_atomic(self.path(record.FILE),
-                                       json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
+        """Write ``record`` to its file: atomically (temp file, fsync, rename, fsync of the directory), in the
+        current format. On a full filesystem the room a run holds for its records (:meth:`reserve`) is given
+        back and the write tried once more."""
+        from .errors import NoSpaceError
+
+        text = json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n"
+        try:
+            self.host.fs.write_file_atomic(self.path(record.FILE), text)
+        except NoSpaceError:
+            if not self.release():
+                raise
+            self.host.fs.write_file_atomic(self.path(record.FILE), text)
+
+    # -- crash safety: room for the records, runs that did not finish ------------------------------------------
+    def reserve(self, records: list[Any]) -> int:
+        """Hold room (``posix_fallocate``, in :data:`RESERVE`) for writing ``records`` — each replaced atomically,
+        old and new side by side — before a run's first change: a state directory that is full or read-only
+        refuses then (:class:`HostError`), nothing changed. Returns the bytes held."""
+        from .errors import HostError
+
+        need = sum(2 * len(json.dumps(r.to_json() if isinstance(r, Record) else r, indent=2, sort_keys=True,
+                                      default=str)) for r in records) + SLACK
+        try:
+            self.host.fs.reserve(self.path(RESERVE), need)
+        except HostError:
+            self.release()
+            raise
+        return need
+
+    def release(self) -> bool:
+        """Give back the room :meth:`reserve` held (False: none was held, or it could not be removed)."""
+        from .errors import HostError
+
+        try:
+            return self.host.fs.remove(self.path(RESERVE))
+        except HostError:
+            return False
+
+    def unfinished(self) -> Progress:
+        """The progress record a run left without finishing (killed, or unable to write its result); empty when
+        every run finished."""
+        return self.read(Progress)
+
+    def end_run(self) -> None:
+        """The run recorded its result: its progress record goes."""
+        self.host.fs.remove(self.path(Progress.FILE))
 
     @contextmanager
     def edit(self, kind: type[R]) -> Iterator[R]:
@@ -629,15 +746,31 @@ class StateStore:
         if record.to_json() != before:
             self.write_record(record)
 
-    def _bad(self, name: str, raw: str, why: str) -> None:
+    def _bad(self, name: str, raw: str, why: str, kept: Record | None = None, bad: list[str] | None = None) -> None:
+        """Set a bad file aside (when a writing command holds the lock) and say what was lost with it: the bad
+        records, when the rest could be ``kept`` (and is written back), else everything it held."""
+        from .errors import HostError
+
+        lost = f"{', '.join(bad)} (the rest is kept)" if kept is not None and bad else _held(name, raw)
+        self.set_aside[name] = f"{self.path(name)}, which is corrupt ({why})"
         if not self.writable:
-            self._warn(f"state file {self.path(name)} is corrupt ({why}); ignored here, set aside by the "
-                       "next apply")
+            self._warn(f"state file {self.path(name)} is corrupt ({why}); ignored here ({lost} with it), set aside "
+                       "by the next apply")
             return
         aside = f"{name}.corrupt-{rfc3339().replace(':', '')}"
-        self.host.fs.write_file_atomic(self.path(aside), raw)
-        self.host.fs.write_file_atomic(self.path(name), "{}\n")
-        self._warn(f"state file {self.path(name)} was corrupt ({why}); set aside as {self.path(aside)}")
+        try:
+            self.host.fs.write_file_atomic(self.path(aside), raw)
+            if kept is not None:
+                self.write_record(kept)
+            else:
+                self.host.fs.write_file_atomic(self.path(name), "{}\n")
+        except HostError as exc:
+            self._warn(f"state file {self.path(name)} is corrupt ({why}); ignored ({lost} with it), and it could "
+                       f"not be set aside: {exc.message}")
+            return
+        self.set_aside[name] = f"{self.path(name)}, which was corrupt ({why}; set aside as {self.path(aside)})"
+        self._warn(f"state file {self.path(name)} was corrupt ({why}); set aside as {self.path(aside)}; lost: "
+                   f"{lost}")
 
     def _warn(self, msg: str) -> None:
         if msg not in self.warnings:
@@ -680,6 +813,95 @@ class StateStore:
     def load_all(self) -> dict[str, dict[str, Any]]:
         """:meth:`plan_state` as JSON (a facts document's ``state``)."""
         return self.plan_state().to_json()
+
+
+#: Where a file keeps its records by key (each checked on its own by :func:`_salvage`); ``()``: the top level.
+_RECORD_MAPS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "originals.json": (("originals",),), "ownership.json": (("damon", "kdamonds"), ("dax",)),
+    "drift.json": (("items",), ("cannot_be_done",)),
+}
+
+
+def _salvage(kind: type[R], data: dict[str, Any]) -> tuple[R | None, list[str]]:
+    """The records of ``data`` that have the right shape, and the names of those that do not (``damon.kdamonds.9``);
+    ``(None, [])`` when the file is wrong beyond its records."""
+    paths = _RECORD_MAPS.get(kind.FILE)
+    if not paths:
+        return None, []
+    if kind.FILE == "originals.json" and "originals" not in data:  # format 1: the targets at the top level
+        data = {"format": FORMAT, "originals": {k: v for k, v in data.items() if k != "format"}}
+    base = json.loads(json.dumps(data))
+    for path in paths:
+        _put(base, path, {})
+    try:
+        kind.from_json(base)
+    except ShapeError:
+        return None, []
+    lost: list[str] = []
+    for path in paths:
+        mapping = _get(data, path)
+        if mapping is None:
+            continue
+        if not isinstance(mapping, dict):
+            lost.append(f"{'.'.join(path)} (not an object)")
+            continue
+        for key, rec in mapping.items():
+            _get(base, path)[key] = rec
+            try:
+                kind.from_json(base)
+            except ShapeError:
+                del _get(base, path)[key]
+                lost.append(".".join((*path, str(key))))
+    return kind.from_json(base), lost
+
+
+def _get(data: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for p in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(p)  # type: ignore[assignment]
+    return data
+
+
+def _put(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for p in path[:-1]:
+        if not isinstance(data.get(p), dict):
+            data[p] = {}
+        data = data[p]
+    data[path[-1]] = value
+
+
+#: What each file holds, in words, for the warning that says what was lost with it.
+_HOLDS = {"originals.json": "the original value of", "ownership.json": "nodeagent's record of",
+          "drift.json": "the open drift item", "last-applied.json": "the record of the last apply",
+          "last-checks.json": "the last checks' results", "probes.json": "this boot's probe answers",
+          "progress.json": "the record of an unfinished run"}
+
+
+def _held(name: str, raw: str) -> str:
+    """What a bad file held, as far as it can be read: its records by name where it parses at all."""
+    what = _HOLDS.get(name, "its records")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return f"every record in it ({what}...)"
+    if not isinstance(data, dict):
+        return f"every record in it ({what}...)"
+    if name == "originals.json":
+        keys = list((data.get("originals") if isinstance(data.get("originals"), dict) else data).keys())
+        keys = [k for k in keys if k != "format"]
+    elif name == "ownership.json":
+        damon = data.get("damon") if isinstance(data.get("damon"), dict) else {}
+        kds = damon.get("kdamonds") if isinstance(damon.get("kdamonds"), dict) else {}
+        dax = data.get("dax") if isinstance(data.get("dax"), dict) else {}
+        keys = [f"kdamond {k}" for k in kds] + [str(d) for d in dax]
+    elif name == "drift.json":
+        items = data.get("items") if isinstance(data.get("items"), dict) else {}
+        keys = list(items)
+    else:
+        return what
+    shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+    return f"{what} {shown}" if keys else f"{what} nothing"
 
 
 def resolved_record(loaded: Any) -> dict[str, Any]:

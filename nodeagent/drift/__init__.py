@@ -29,6 +29,8 @@ nothing managed"); after a partial revert the still-managed items are checked as
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +46,8 @@ if TYPE_CHECKING:
     from ..profile import LoadedProfile
     from .causes import Cause
 
-__all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "problem_key", "record"]
+__all__ = ["Cause", "DriftItem", "DriftReport", "desired_profile", "detect", "detect_and_record", "problem_key",
+           "record"]
 
 
 def problem_key(p: Problem) -> str:
@@ -192,11 +195,22 @@ def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None
                        tuple(notes), reverted=tuple(reverted))
 
 
-def record(engine: Engine, report: DriftReport) -> DriftReport:
+def detect_and_record(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None, *,
+                      amend: Callable[[DriftReport], DriftReport] | None = None) -> DriftReport:
+    """``drift --record``: measure and record under one hold of the state lock, so that no apply runs in between
+    (drift measured before an apply and recorded after it would be stale). ``amend`` adds to the report before
+    it is recorded."""
+    with engine.state.locked(engine.lock_timeout):
+        report = detect(engine, loaded)
+        return record(engine, amend(report) if amend is not None else report, locked=True)
+
+
+def record(engine: Engine, report: DriftReport, *, locked: bool = False) -> DriftReport:
     """Keep the open items in ``drift.json`` and journal what changed since the last recorded check.
 
-    Takes the state lock; returns the report with each item's ``first_seen`` filled in."""
-    with engine.state.locked(engine.lock_timeout):
+    Takes the state lock (``locked``: the caller holds it — measure under the same lock: :func:`detect_and_record`);
+    returns the report with each item's ``first_seen`` filled in."""
+    with nullcontext() if locked else engine.state.locked(engine.lock_timeout):
         before = engine.state.drift()
         old, old_apart = before.items, before.cannot_be_done
         new: dict[str, DriftEntry] = {}

@@ -24,6 +24,9 @@ __all__ = ["Host", "open_host", "CommandResult", "CopyRun", "StatVfs", "WriteRec
 
 #: A simulated root has this directory (``meta.json``, its lock and its write journal).
 SIM_MARKER = ".nodeagent-sim"
+#: The simulated node's injected faults (:mod:`nodeagent.sim.faults`), under ``SIM_MARKER``: without this file no
+#: write has a fault to check, and the simulator is not loaded for it.
+SIM_FAULTS = "faults.json"
 
 
 @dataclass
@@ -76,6 +79,13 @@ class _SimWriter:
         if self._kernel is None:
             self._kernel = importlib.import_module("nodeagent.sim.kernel").SimKernel(self.root)
         self._kernel.write(path, value)
+
+    def before_file(self, path: str) -> None:
+        """Before nodeagent replaces, appends to or renames one of its own files on the simulated node: the
+        simulator's injected faults (``nodeagent sim fault``) apply to those writes too. Without a fault file
+        this is one ``stat``: taking the state lock (``drift --record``) does not load the simulator."""
+        if (self.root / SIM_MARKER / SIM_FAULTS).exists():
+            importlib.import_module("nodeagent.sim.faults").check(self.root, path)
 
 
 def open_host(root: str | os.PathLike[str] = "/") -> Host:

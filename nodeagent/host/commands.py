@@ -4,6 +4,10 @@ Every command runs with ``LANG=C``, stdin from ``/dev/null`` and its output on p
 which a minimal container, a chroot or a unit with ``PrivateDevices=yes`` cannot open. A command that cannot
 start raises a :class:`CommandError` naming the binary, the errno and the fix.
 
+Every child runs in a process group of its own (a terminal's Ctrl-C reaches nodeagent, which decides: see
+:mod:`nodeagent.signals`), is listed in :data:`RUNNING` while it runs, and is sent SIGTERM by the kernel if
+nodeagent dies first (``PR_SET_PDEATHSIG``): no daxctl outlives the nodeagent that started it, or its lock.
+
 On the real root (``/``) a binary is resolved on the host's PATH. On a simulated root it is resolved inside the
 simulated tree (the simulator installs fake, faithful executables there), and on any other root nothing is
 run: a binary of this host would describe this host, not the node under the root.
@@ -14,7 +18,9 @@ from __future__ import annotations
 import errno
 import os
 import re
+import signal
 import time
+from collections.abc import Callable
 from dataclasses import field
 from pathlib import Path
 
@@ -23,6 +29,30 @@ from ..errors import CommandError
 
 #: Where binaries are looked up inside a simulated root, like a stock PATH.
 ROOTED_PATH = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin")
+
+
+#: Children running now (pid → argv): each leads its own process group, so ``killpg(pid)`` reaches it and its own.
+RUNNING: dict[int, tuple[str, ...]] = {}
+_PR_SET_PDEATHSIG = 1
+
+
+def _death_signal() -> Callable[[], None] | None:
+    """What a child runs before exec: ask for SIGTERM when its parent dies, and exit at once if that has
+    already happened (between the fork and the request). Loaded in the parent: nothing is looked up in the child."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def setup() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return setup
 
 
 #: What to do when a command cannot start, by errno.
@@ -52,6 +82,22 @@ def cannot_start(exe: str, err: int | None, text: str = "") -> CommandError:
     why = f"{os.strerror(err)} (errno {errno.errorcode.get(err, err)})" if err else (text or "unknown error")
     fix = _START_FIX.get(err or 0, "check that {exe} runs by hand on the node, then run again")
     return CommandError(f"cannot start {exe}: {why}", path=exe, hint=fix.format(name=name, exe=exe))
+
+
+def _stop_group(pid: int) -> None:
+    """SIGTERM, then SIGKILL, to the process group of a child being abandoned; reaped before returning."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        for _ in range(100):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    return
+            except ChildProcessError:
+                return
+            time.sleep(0.02)
 
 
 @dataclass(frozen=True)
@@ -107,15 +153,27 @@ class CommandRunner:
         try:
             # Pipes, never a pseudo-terminal: a tool's output must not depend on one (daxctl's JSON, nvidia-smi's
             # CSV), and a node may have none to give (a container, a chroot, an initramfs, PrivateDevices=yes).
-            proc = sh.Command(exe)(*argv[1:], _env=full_env, _timeout=timeout, _ok_code=list(range(256)),
-                                   _return_cmd=True, _in=None, _tty_in=False, _tty_out=False)
+            # Killed by a signal (negative codes) is an answer too, reported as the shell does (128 + signal).
+            proc = sh.Command(exe)(*argv[1:], _env=full_env, _timeout=timeout, _ok_code=list(range(-64, 256)),
+                                   _return_cmd=True, _in=None, _tty_in=False, _tty_out=False, _bg=True,
+                                   _bg_exc=False, _new_group=True, _preexec_fn=_death_signal())
+            pid = proc.pid
+            RUNNING[pid] = tuple([exe, *argv[1:]])
+            try:
+                proc.wait()
+            except BaseException:  # a timeout, or a signal that stops nodeagent here: the child goes too
+                _stop_group(pid)
+                raise
+            finally:
+                RUNNING.pop(pid, None)
         except sh.TimeoutException:
             raise CommandError(f"{name} did not finish within {timeout:.0f}s", path=exe) from None
         except sh.ForkException as exc:  # the child could not exec: sh hands back its traceback as text
             raise cannot_start(exe, _child_errno(str(exc))) from None
         except OSError as exc:  # the parent could not set the child up (pipes, fork)
             raise cannot_start(exe, exc.errno, str(exc)) from None
-        result = CommandResult(tuple([exe, *argv[1:]]), proc.exit_code,
+        code = proc.exit_code
+        result = CommandResult(tuple([exe, *argv[1:]]), code if code >= 0 else 128 - code,
                                proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"),
                                time.monotonic() - start)
         self.log.append(result)

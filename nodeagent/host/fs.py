@@ -27,6 +27,7 @@ from ..errors import (
     HostError,
     LockTimeoutError,
     MissingError,
+    NoSpaceError,
     NotAllowedError,
     PermissionDeniedError,
     RejectedError,
@@ -99,6 +100,8 @@ _ERRNO_ERRORS: dict[int, type[HostError]] = {
     errno.EPERM: PermissionDeniedError,
     errno.EROFS: PermissionDeniedError,
     errno.ELOOP: NotAllowedError,  # O_NOFOLLOW met a symlink where nodeagent keeps a file of its own
+    errno.ENOSPC: NoSpaceError,
+    errno.EDQUOT: NoSpaceError,
 }
 
 
@@ -166,6 +169,8 @@ class Writer(Protocol):
     """Where attribute writes go: the real kernel, or a simulated one."""
 
     def write(self, path: str, value: str) -> None: ...
+
+    # Optional: ``before_file(path)``, called before nodeagent writes one of its own files (see _before_file).
 
 
 @dataclass(frozen=True)
@@ -549,6 +554,13 @@ class RootedFS:
         finally:
             os.close(w.dir_fd)
 
+    def _before_file(self, path: str) -> None:
+        """The writer's look at a file write before it happens (the simulator's fault injection); OSError from
+        it is the write's own."""
+        hook = getattr(self._writer, "before_file", None)
+        if hook is not None:
+            hook(path)
+
     def write(self, path: str, value: str) -> None:
         """Write one kernel attribute. Raises a :class:`HostError` subclass named after the errno."""
         self._require_allowed(path, "write")
@@ -638,6 +650,7 @@ class RootedFS:
         self._require_allowed(path, "write")
         try:
             with self._parent(path, "write", create=True) as (dfd, name):
+                self._before_file(path)
                 replace_at(dfd, name, data, mode)
         except OSError as exc:
             raise map_oserror(exc, path, "write") from None
@@ -649,6 +662,7 @@ class RootedFS:
         self._require_allowed(path, "write")
         try:
             with self._parent(path, "write", create=True) as (dfd, name):
+                self._before_file(path)
                 fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
                              | os.O_CLOEXEC, 0o644, dir_fd=dfd)
             try:
@@ -664,6 +678,53 @@ class RootedFS:
             raise map_oserror(exc, path, "append to") from None
         self.write_log.append(WriteRecord(path, f"<+{len(data)} bytes>", True))
 
+    def reserve(self, path: str, nbytes: int) -> None:
+        """Make ``path`` a regular file of ``nbytes`` bytes actually allocated (``posix_fallocate``): space held
+        for nodeagent's own records, given back by :meth:`remove` when they need it. ENOSPC (or EROFS) here,
+        before any change, is the answer to "can this run record what it does?"."""
+        self._require_allowed(path, "write")
+        try:
+            with self._parent(path, "write", create=True) as (dfd, name):
+                self._before_file(path)
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600,
+                             dir_fd=dfd)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise NotAllowedError(f"refusing to write {path}: {file_kind(st.st_mode)}, not a regular file",
+                                          path=path, hint=f"remove {path}; nodeagent creates it")
+                if st.st_size < nbytes:
+                    try:
+                        os.posix_fallocate(fd, 0, nbytes)
+                    except OSError as exc:
+                        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                            raise
+                        view = memoryview(bytes(nbytes))  # a filesystem without fallocate: write the zeros
+                        os.lseek(fd, 0, os.SEEK_SET)
+                        while view:
+                            view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise map_oserror(exc, path, "reserve space in") from None
+        self.write_log.append(WriteRecord(path, f"<{nbytes} bytes reserved>", True))
+
+    def remove(self, path: str) -> bool:
+        """Remove nodeagent's own file ``path`` (absent: False). The entry itself, never what a symlink there
+        points to."""
+        self._require_allowed(path, "remove")
+        try:
+            with self._parent(path, "remove", create=False) as (dfd, name):
+                self._before_file(path)
+                os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise map_oserror(exc, path, "remove") from None
+        self.write_log.append(WriteRecord(path, "<removed>", True))
+        return True
+
     def rename(self, src: str, dst: str) -> None:
         """Rename a regular file within the allow-list (journal rotation); both directories resolved inside
         the root, neither entry followed."""
@@ -672,6 +733,7 @@ class RootedFS:
         try:
             with self._parent(src, "rename", create=False) as (sfd, sname), \
                     self._parent(dst, "rename", create=False) as (dfd, dname):
+                self._before_file(dst)
                 os.replace(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
         except OSError as exc:
             raise map_oserror(exc, src, "rename") from None

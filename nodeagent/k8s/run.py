@@ -228,11 +228,11 @@ class Runner:
 
     def tick(self) -> None:
         """The interval: drift against what was applied (journaled), a resync when drifted (--apply), labels."""
-        from ..drift import detect, record
+        from ..drift import detect_and_record
 
         state = None
         try:
-            report = record(self.engine, detect(self.engine, self.loaded))
+            report = detect_and_record(self.engine, self.loaded)
             state = "partial" if report.cannot_be_done else "converged" if report.converged else "drifted"
             self.log(f"drift: {state}" + (f" ({len(report.items)} item(s))" if report.items else ""))
         except NodeagentError as exc:

@@ -256,5 +256,6 @@ def revert_text(result: Result) -> str:
                    + ("" if o.status == "applied" else f" — {o.status}: {o.message}"))
     out += [f"  ! {p.message}" for p in plan.problems]
     out += [f"  ✗ verify: {e}" for e in result.verify_errors]
+    out += [f"  ✗ record: {e}" for e in result.record_errors]
     out.append(f"Result: {result.status}.")
     return "\n".join(out)

@@ -67,6 +67,15 @@ def result_text(result: Result) -> str:
         out.append(f"  ! {p.message}")
     for e in result.verify_errors:
         out.append(f"  ✗ verify: {e}")
+    for e in result.record_errors:
+        out.append(f"  ✗ record: {e}")
+    if result.interrupted:
+        import signal
+
+        left = sum(o.status == "skipped" and o.message.startswith("not done: stopped") for o in result.outcomes)
+        out.append(f"Result: interrupted by {signal.Signals(result.interrupted).name} at a safe point "
+                   f"({left} change(s) not done); apply again to finish.")
+        return "\n".join(out)
     out.append(f"Result: {result.status}.")
     return "\n".join(out)
 

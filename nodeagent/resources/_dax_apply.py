@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ..errors import ChangeSkipped, CommandError, HostError, MissingError
+from ..errors import ChangeSkipped, CommandError, HostError, MissingError, NotRecorded
 from ..facts.dax import DaxDevice, block_state, read_device
 from ..host import Host
 from ..plan import Change
@@ -68,16 +68,21 @@ class Applier:
                             f"{state_label(dev)} (another agent is acting on it); nothing was done to it",
                             path=c.path, hint="run `nodeagent plan` again")
         _daxctl.resolve(self.host)
+        self.own(dev, building=True)  # nodeagent's before daxctl's first write: a stop half-way is on record
         for step in c.detail("steps", ()):
             getattr(self, "step_" + step.replace("-", "_"))()
         dev = self.device()
         self.verify(dev)
-        self.own(dev)
         took = f" in {time.monotonic() - start:.1f}s"
         where = f" on node {dev.target_node}" if dev.target_node is not None else ""
         text = (f"{self.name}: {state_label(dev)}{where}, {format_size(dev.size)}{took}" if dev.mode == "system-ram"
                 else f"{self.name}: {dev.mode}{took}")
-        return text + ("; " + "; ".join(self.notes) if self.notes else "")
+        text += ("; " + "; ".join(self.notes)) if self.notes else ""
+        try:
+            self.own(dev)
+        except HostError as exc:  # the device is as planned; its record says "building", which the next run ends
+            raise NotRecorded(text, exc) from None
+        return text
 
     def verify(self, dev: DaxDevice) -> None:
         want_mode = "devdax" if "to-devdax" in self.change.detail("steps", ()) else "system-ram"
@@ -86,11 +91,14 @@ class Applier:
             self.fail(f"after {'; '.join(self.done) or 'daxctl'}, {self.name} is {state_label(dev)}, not "
                       f"{self.change.after_label}")
 
-    def own(self, dev: DaxDevice) -> None:
+    def own(self, dev: DaxDevice, building: bool = False) -> None:
+        """Record the device as nodeagent's: as it is now, or (``building``) as it was when nodeagent started
+        changing it, and into what."""
         if self.actx.state is None:
             return
         with self.actx.state.edit(Ownership) as owned:
-            owned.dax[self.name] = OwnedDevice(dev.mode, dev.zone, self.change.detail("rule"), rfc3339())
+            owned.dax[self.name] = OwnedDevice(dev.mode, dev.zone, self.change.detail("rule"), rfc3339(),
+                                               building=self.change.after_label if building else None)
 
     def fail(self, message: str, hint: str | None = None) -> None:
         """Record that daxctl-driven work failed (later DAX changes are skipped) and raise."""

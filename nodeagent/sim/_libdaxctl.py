@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 from pathlib import Path
 
 from .kernel import SimKernel
@@ -91,12 +92,16 @@ class Daxctl:
 
     # -- writing through the emulated kernel ------------------------------------------------------------
     def write(self, path: str, value: str) -> int:
-        """0, or the negative errno of the write (as ``sysfs_write_attr`` returns)."""
+        """0, or the negative errno of the write (as ``sysfs_write_attr`` returns). SIGTERM waits until the
+        write is over: a kernel's attribute write is whole whenever daxctl dies (see :func:`.fake_daxctl.main`)."""
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
             self.k.write(path, value)
             return 0
         except OSError as exc:
             return -(exc.errno or errno.EIO)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def lib_err(self, fn: str, text: str) -> None:
         self.err.append(f"libdaxctl: {fn}: {text}")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -149,6 +150,13 @@ def run(root: Path, argv: list[str]) -> tuple[int, str, str]:
 
 def main(argv: list[str], root: str | os.PathLike[str]) -> int:
     """Entry point of the launcher the simulator installs; ``root`` is the simulated node it lives in."""
+    from . import faults
+
+    faults.TARGET = "parent"  # a signal fault at one of our writes is meant for the nodeagent that runs us
+    # Killed (SIGTERM: the nodeagent that ran us died, or stopped us) between two writes, as the real one dies:
+    # what the emulated kernel derives from the writes made so far is brought up to date on the way out (the
+    # batch's flush), since a kernel's own state never lags behind a process that died.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     start = time.monotonic()
     rc, out, err = run(Path(root), argv)
     sys.stdout.write(out)

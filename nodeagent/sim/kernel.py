@@ -178,6 +178,7 @@ class SimKernel:
         """Write ``value`` to kernel attribute ``path`` as ``echo value > path`` would."""
         with self.locked():
             try:
+                _faults.check(self.root, path)  # `nodeagent sim fault`: an errno, or a signal right before the write
                 self._write_locked(path, value)
             except OSError as exc:
                 self._journal(path, value, errno.errorcode.get(exc.errno or 0, "error"))
@@ -288,5 +289,6 @@ def _auto_online(k: SimKernel, path: str, value: str) -> None:
 from . import cxl as _cxl  # noqa: E402,F401  (registers the CXL bus's region ABI)
 from . import damon as _damon  # noqa: E402,F401  (registers the DAMON sysfs rules and layout step)
 from . import dax as _dax  # noqa: E402,F401  (registers the DAX bus driver rules)
+from . import faults as _faults  # noqa: E402  (injected faults, checked before every write)
 from . import memory as _memory  # noqa: E402,F401  (registers the memory-block rules)
 from . import reclaim as _reclaim  # noqa: E402,F401  (zoneinfo, proactive reclaim, the placement presets)

@@ -29,6 +29,7 @@ def verbs(node: Path) -> dict[str, list[list[str]]]:
         "boot": [["boot", d, "--memhp-default-state", "offline"]],
         "kdamond": [["kdamond", d, "--foreign", "--state", "off"]],
         "write": [["write", d, AUTO_ONLINE, "offline"]],
+        "fault": [["fault", d, "--write", "nr_kdamonds", "--errno", "EBUSY"], ["fault", d], ["fault", d, "--clear"]],
         "reset": [["reset", "small"]],
     }
 

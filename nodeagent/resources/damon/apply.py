@@ -3,15 +3,16 @@
 The kernel accepts a ``commit`` of a bad configuration and then silently stops the kdamond, so every ``on``
 and ``commit`` is followed by reading ``state`` and ``pid``: a kdamond must be ``on`` afterwards, and after a
 commit with the same pid. Before touching a kdamond the apply re-checks what the plan saw (same pid, slot still
-free), so a kdamond that changed hands in between is left alone. Ownership is recorded before ``on`` (so a
-crash right after still knows the kdamond is nodeagent's) and again with the pid once it runs.
+free), so a kdamond that changed hands in between is left alone. Ownership is recorded before the first write,
+as "building" (so a run stopped anywhere in a build still knows the kdamond is nodeagent's: the next one finishes
+it), and again with the pid once it runs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...errors import HostError
+from ...errors import HostError, NotRecorded
 from ...facts.damon import KDAMONDS, retry_busy
 from ...host import Host
 from ...kfmt import parse_list
@@ -40,12 +41,13 @@ def _pid(host: Host, index: int) -> int:
     return int(text) if text.lstrip("-").isdigit() else -1
 
 
-def _forget_all(actx: ApplyContext) -> None:
-    """Every kdamond's configuration is gone (``nr_kdamonds`` was rewritten): so are the records."""
+def _building_all(actx: ApplyContext, entries: dict[int, OwnedKdamond]) -> None:
+    """Rewriting ``nr_kdamonds`` empties every slot: the records become the kdamonds about to be built there."""
     if actx.state is None:
         return
     with actx.state.edit(Ownership) as own:
         own.kdamonds.clear()
+        own.kdamonds.update({i: e._replace(recorded=rfc3339()) for i, e in entries.items()})
 
 
 def _record(actx: ApplyContext, index: int, entry: OwnedKdamond) -> None:
@@ -53,6 +55,15 @@ def _record(actx: ApplyContext, index: int, entry: OwnedKdamond) -> None:
         return
     with actx.state.edit(Ownership) as own:
         own.kdamonds[index] = entry._replace(recorded=rfc3339())
+
+
+def _closing(actx: ApplyContext, index: int, entry: OwnedKdamond, done: str) -> str:
+    """The record that closes a change whose writes all took effect (``done``: what they did)."""
+    try:
+        _record(actx, index, entry)
+    except HostError as exc:
+        raise NotRecorded(done, exc) from None
+    return done
 
 
 def _require_nodes(host: Host, nodes: list[int], what: str) -> None:
@@ -93,8 +104,10 @@ def _start(host: Host, index: int, command: str, name: str, expect_pid: int | No
     return pid
 
 
-def _entry(d: dict[str, Any], pid: int | None, profile: str) -> OwnedKdamond:
-    return OwnedKdamond(d["name"], pid, dict(d["config"]), profile)
+def _entry(d: dict[str, Any], pid: int | None, profile: str, *, building: bool = False) -> OwnedKdamond:
+    """``building``: nodeagent is writing it — its until it runs (plan.owned_kdamonds), whatever of its
+    configuration made it to the kernel before a stop."""
+    return OwnedKdamond(d["name"], pid, dict(d["config"]), profile, building=building)
 
 
 def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
@@ -110,13 +123,13 @@ def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
         raise KdamondError(f"{name}: kdamond {index} started since the plan was made: not touching it",
                            hint="run plan again")
     _require_nodes(host, d["dest_nodes"], name)
+    _record(actx, index, _entry(d, d["expect_pid"], profile, building=True))  # nodeagent's before its first write
     for path, value in d["writes"]:
         _write(host, f"{KDAMONDS}/{index}/{path}", value)
-    _record(actx, index, _entry(d, d["expect_pid"], profile))
     pid = _start(host, index, command, name, d["expect_pid"])
-    _record(actx, index, _entry(d, pid, profile))
     verb = "committed" if command == "commit" else "started"
-    return f"kdamond {index} {verb} ({len(d['writes'])} file(s) written), pid {pid}"
+    done = f"kdamond {index} {verb} ({len(d['writes'])} file(s) written), pid {pid}"
+    return _closing(actx, index, _entry(d, pid, profile), done)
 
 
 def _delete(host: Host, change: Change, actx: ApplyContext) -> str:
@@ -125,8 +138,8 @@ def _delete(host: Host, change: Change, actx: ApplyContext) -> str:
     if d["running"]:
         _stop(host, index, d["pid"], change.target)
     _write(host, f"{KDAMONDS}/{index}/contexts/nr_contexts", "0")
-    _record(actx, index, OwnedKdamond(None, None, {"contexts/nr_contexts": "0"}))
-    return f"kdamond {index} stopped and emptied"
+    return _closing(actx, index, OwnedKdamond(None, None, {"contexts/nr_contexts": "0"}),
+                    f"kdamond {index} stopped and emptied")
 
 
 def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
@@ -135,17 +148,25 @@ def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
         _stop(host, index, pid, "to rebuild")
     for kd in d["kdamonds"]:
         _require_nodes(host, kd["dest_nodes"], kd["name"])
+    # Every slot's configuration goes with this write: the slots are recorded first as nodeagent's kdamonds being
+    # built, so a run stopped anywhere from here on leaves no kdamond the next run would take for a foreign one.
+    _building_all(actx, {kd["index"]: _entry(kd, None, profile, building=True) for kd in d["kdamonds"]})
     _write(host, f"{KDAMONDS}/nr_kdamonds", str(d["count"]))
-    _forget_all(actx)  # every kdamond's configuration is gone now
-    started = []
+    started: list[str] = []
+    unrecorded: HostError | None = None
     for kd in d["kdamonds"]:
         for path, value in kd["writes"]:
             _write(host, f"{KDAMONDS}/{kd['index']}/{path}", value)
-        _record(actx, kd["index"], _entry(kd, None, profile))
         pid = _start(host, kd["index"], "on", kd["name"], None)
-        _record(actx, kd["index"], _entry(kd, pid, profile))
         started.append(f"{kd['name']} (kdamond {kd['index']}, pid {pid})")
-    return f"nr_kdamonds {d['count']}" + (f"; started {', '.join(started)}" if started else "")
+        try:
+            _record(actx, kd["index"], _entry(kd, pid, profile))
+        except HostError as exc:  # every kdamond left is on record as nodeagent's, being built: finish building
+            unrecorded = unrecorded or exc
+    done = f"nr_kdamonds {d['count']}" + (f"; started {', '.join(started)}" if started else "")
+    if unrecorded is not None:  # the change is made; the records say "building", which the next run ends
+        raise NotRecorded(done, unrecorded)
+    return done
 
 
 def apply_change(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:

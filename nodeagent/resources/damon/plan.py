@@ -59,10 +59,13 @@ def owned_kdamonds(damon: DamonFacts, ownership: Ownership | dict[str, Any] | No
         if kd is None:
             continue  # the slot is gone (reboot, or someone rewrote nr_kdamonds): nothing to own
         same_config = all(kd.config.get(k) == v for k, v in rec.config.items())
+        # A kdamond nodeagent was building when its run stopped holds part of its configuration, and is nodeagent's
+        # to finish as long as nobody started it since.
+        building = rec.building and not kd.running
         if kd.running and rec.pid not in (None, kd.pid):
             notes.append(f"{kd.describe()} was created by nodeagent as {rec.name} (pid {rec.pid}) "
                          "but now runs as another process: treated as not managed by nodeagent")
-        elif not same_config and not (kd.running and rec.pid == kd.pid):
+        elif not same_config and not building and not (kd.running and rec.pid == kd.pid):
             notes.append(f"{kd.describe()} no longer holds the configuration nodeagent wrote for "
                          f"{rec.name}: treated as not managed by nodeagent")
         else:

@@ -346,6 +346,7 @@ def failure(result, check_mode, allow_disruptive, checks):
     reasons = [f"{o.change.target}: {o.status} ({o.message})" for o in result.outcomes if o.status != "applied"]
     reasons += [p.message for p in plan.problems]
     reasons += [f"verify: {e}" for e in result.verify_errors]
+    reasons += [f"not recorded: {e}" for e in getattr(result, "record_errors", ())]  # changed stays true
     msg = "apply partially done: " + "; ".join(reasons)
     if any(o.status == "blocked" for o in result.outcomes):
         msg += " (set allow_disruptive: true to carry out disruptive changes)"
