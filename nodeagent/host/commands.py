@@ -33,6 +33,10 @@ ROOTED_PATH = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin",
 
 #: Children running now (pid → argv): each leads its own process group, so ``killpg(pid)`` reaches it and its own.
 RUNNING: dict[int, tuple[str, ...]] = {}
+#: The state lock's descriptors while nodeagent holds it (``HostFS.lock``). Every child inherits them, so the
+#: lock is held until the last child of a run has exited: a next run cannot plan while a daxctl of a killed one
+#: is still finishing its write (SIGTERM from ``PR_SET_PDEATHSIG`` lets it end the write it is in).
+HELD_LOCKS: set[int] = set()
 _PR_SET_PDEATHSIG = 1
 
 
@@ -46,11 +50,14 @@ def _death_signal() -> Callable[[], None] | None:
     except (OSError, AttributeError):
         return None
     parent = os.getpid()
+    locks = tuple(HELD_LOCKS)
 
     def setup() -> None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
+        for fd in locks:  # opened O_CLOEXEC: inheritable in this child only
+            os.set_inheritable(fd, True)
 
     return setup
 
@@ -156,7 +163,8 @@ class CommandRunner:
             # Killed by a signal (negative codes) is an answer too, reported as the shell does (128 + signal).
             proc = sh.Command(exe)(*argv[1:], _env=full_env, _timeout=timeout, _ok_code=list(range(-64, 256)),
                                    _return_cmd=True, _in=None, _tty_in=False, _tty_out=False, _bg=True,
-                                   _bg_exc=False, _new_group=True, _preexec_fn=_death_signal())
+                                   _bg_exc=False, _new_group=True, _preexec_fn=_death_signal(),
+                                   **({"_pass_fds": set(HELD_LOCKS)} if HELD_LOCKS else {}))
             pid = proc.pid
             RUNNING[pid] = tuple([exe, *argv[1:]])
             try:

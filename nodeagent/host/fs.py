@@ -641,7 +641,13 @@ class RootedFS:
                     time.sleep(0.05)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            yield
+            from .commands import HELD_LOCKS  # children inherit the lock: it ends with the last of them
+
+            HELD_LOCKS.add(fd)
+            try:
+                yield
+            finally:
+                HELD_LOCKS.discard(fd)
         finally:
             os.close(fd)
 
