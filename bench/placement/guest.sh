@@ -178,6 +178,11 @@ if [ -d $K ]; then
         "sz_applied=$(cat $s/stats/sz_applied) nr_applied=$(cat $s/stats/nr_applied)" \
         "sz_tried=$(cat $s/stats/sz_tried) qt_exceeds=$(cat $s/stats/qt_exceeds)"
     done
+    # the kdamond's CPU time (user + system ticks of its kernel thread) since it started: under TCG DAMON
+    # competes with the workload for the two vCPUs
+    pid=$(cat $d/pid 2>/dev/null)
+    [ -n "$pid" ] && [ "$pid" != -1 ] && [ -r /proc/$pid/stat ] &&
+      say "KDCPU kdamond=$(basename $d) ticks=$(awk '{print $14 + $15}' /proc/$pid/stat) hz=$(getconf CLK_TCK)"
   done
 fi
 dmesg | grep -iE 'oom|killed process' | head -n 5 | sed 's/^/  dmesg| /'

@@ -84,6 +84,9 @@ class KvRun:
     workload_rc: int | None = None
     touched_at: float | None = None
     passes: int | None = None
+    max_pass_s: float | None = None
+    slow_passes: int | None = None
+    kdamond_cpu_s: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
 
@@ -143,6 +146,10 @@ def parse(stdout: str) -> KvRun:
             run.dstat.append(kv)
         elif word == "END":
             run.passes = int(kv["passes"]) if "passes" in kv else None
+            run.max_pass_s = float(kv["max_pass_s"]) if "max_pass_s" in kv else None
+            run.slow_passes = int(kv["slow_passes"]) if "slow_passes" in kv else None
+        elif word == "KDCPU":
+            run.kdamond_cpu_s[kv["kdamond"]] = round(int(kv["ticks"]) / int(kv.get("hz", 100)), 2)
         elif word == "ERROR":
             run.errors.append(rest)
     return run
@@ -201,6 +208,8 @@ def figures(run: KvRun, duration: float) -> dict[str, Any]:
         "appended_mib": None, "migrated_mib": None,
         "query_s_max": _round(max((s.query_s for s in run.samples), default=None), 3),
         "apply_seconds": run.apply_seconds, "hot_passes": run.passes,
+        "max_pass_s": run.max_pass_s, "slow_passes": run.slow_passes,
+        "kdamond_cpu_s": run.kdamond_cpu_s or None,
     }
     if run.phase_written is not None:
         back = next((s for s in run.samples if s.t >= run.phase_written and s.hot_share >= 90.0), None)
@@ -247,7 +256,7 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 WORSE = {"hot_median": "low", "hot_p10": "low", "hot_lowest": "low", "recover_s": "high", "write_s": "high",
          "churn": "high", "stranded": "high", "stranded_win": "high", "pingpong_mib": "high",
          "pingpong_ratio": "high", "est_ratio": "high", "est_mib": "high", "apply_seconds": "high",
-         "hot_lowest_after_phase": "low", "query_s_max": "high"}
+         "hot_lowest_after_phase": "low", "query_s_max": "high", "max_pass_s": "high"}
 
 
 def worst(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -41,7 +41,8 @@ def output(lines: list[str], rc: int = 0, start: str = "before", written: float 
         "PL:DSTAT mono=159.00 kd=0 scheme=0 action=migrate_cold sz_applied=104857600",
         "PL:DSTAT mono=159.00 kd=1 scheme=0 action=migrate_hot sz_applied=52428800",
         "PL:PHASE begin t=30.00", f"PL:PHASE written t={written} write_s={written - 30:.2f}",
-        *lines, "PL:END passes=10 tlb_flushes=3", f"PL:WORKLOAD-RC {rc}"])
+        *lines, "PL:END passes=10 tlb_flushes=3 max_pass_s=0.42 slow_passes=0", f"PL:WORKLOAD-RC {rc}",
+        "PL:KDCPU kdamond=0 ticks=250 hz=100"])
 
 
 def test_a_run_reduces_to_the_moving_window_figures() -> None:
@@ -70,6 +71,7 @@ def test_a_run_reduces_to_the_moving_window_figures() -> None:
     # counters: P = 2560 pages + 50 MiB of migrate_hot, D = 512 pages + 100 MiB of migrate_cold
     assert (f["promoted_mib"], f["demoted_mib"]) == (60.0, 102.0)
     assert f["est_ratio"] == 1.0 and f["est_mib"] == 60.0
+    assert (f["max_pass_s"], f["slow_passes"], f["kdamond_cpu_s"]) == (0.42, 0, {"0": 2.5})
 
 
 def test_a_run_that_never_recovers_or_died_is_the_worst() -> None:
@@ -124,6 +126,9 @@ def test_the_workload_appends_moves_its_window_and_changes_phase(tmp_path: Path)
     assert 2 <= len(run.lives) <= 3 and all(sum(x.live) >= 4 * 256 for x in run.lives)
     assert run.samples[-1].ctr["appended"] > 2 * 3 * 256  # the burst's 2 x 3 MiB prompts, and decode
     assert "PL:SEQ end" in proc.stdout and run.passes and run.passes > 0
+    assert run.max_pass_s is not None and 0 < run.max_pass_s < 3 and run.slow_passes is not None
+    # the phase change comes at DURATION/2 by the clock, not at the end of a pass of the hot loop
+    assert run.phase_begin is not None and 1.5 <= run.phase_begin < 1.5 + 0.5
     assert kvfigures.parse("PL:KV garbage").samples == []
     with pytest.raises(subprocess.CalledProcessError):
         subprocess.run([str(exe), "seqs=0"], check=True, capture_output=True)
