@@ -458,7 +458,15 @@ int main(int argc, char **argv) {
     }
     const char *reach_env = getenv("PL_TLB_REACH");
     size_t reach = reach_env ? strtoul(reach_env, NULL, 10) : 1536;
-    char *scratch = xmap(SCRATCH_PAGES * PAGE);
+    /* The TLB-flush scratch area is shared anonymous memory: a private one lands next to a sequence's mapping and
+       merges with it, and every mprotect() then splits and re-merges that VMA under the anon_vma lock the
+       kdamonds' rmap walks hold for reading — with mmap_lock held for writing meanwhile, every thread of the
+       process (decode, prefill, both samplers) stood still for seconds (passes of 4-14 s under TCG). */
+    char *scratch = mmap(NULL, SCRATCH_PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (scratch == MAP_FAILED) {
+        perror("mmap");
+        exit(2);
+    }
     for (size_t i = 0; i < SCRATCH_PAGES; i++)
         scratch[i * PAGE] = 1;
     printf("PL:TLB reach=%zu\n", reach);
