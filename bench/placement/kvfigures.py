@@ -317,3 +317,25 @@ def table(results: dict[tuple[str, str, str], dict[str, Any]], points: list[str]
                 lines.append(f"| {point} | {start} | {config}{flag} | {figs.get('runs', 1)} | " + " | ".join(cells)
                              + " |")
     return "\n".join(lines)
+
+
+def per_run_table(runs: list[dict[str, Any]], points: list[str], starts: list[str], configs: list[str]) -> str:
+    """A Markdown table: one row per run, in sweep order — what the worst-of table is made of, with the two things
+    the emulator distorts (the hot loop's longest pass, the kdamonds' CPU) and the guest's wall time."""
+    lines = ["| point | start | configuration | run | median / p10 / lowest % | recover s (written s) | churn | "
+             "stranded % | ping-pong MiB (estimator) | longest pass s | kdamond CPU s | wall s |",
+             "|" + "---|" * 12]
+    order = {(p, s, c): i for i, (p, s, c) in enumerate((p, s, c) for p in points for s in starts for c in configs)}
+    for r in sorted(runs, key=lambda r: (order.get((r["point"], r["start"], r["config"]), 1 << 30), r["run"])):
+        cpu = r.get("kdamond_cpu_s") or {}
+        cells = [
+            " / ".join(_cell(r.get(k), k) for k in ("hot_median", "hot_p10", "hot_lowest")),
+            f"{_cell(r.get('recover_s'), 'recover_s')} ({_cell(r.get('write_s'), 'write_s')})",
+            _cell(r.get("churn"), "churn"), _cell(r.get("stranded"), "stranded"),
+            f"{_cell(r.get('pingpong_mib'), 'pingpong_mib')} ({_cell(r.get('est_ratio'), 'est_ratio')})",
+            _cell(r.get("max_pass_s"), "max_pass_s"),
+            " + ".join(f"{v:g}" for _, v in sorted(cpu.items())) if cpu else "—",
+            _cell(r.get("wall_seconds"), "wall_seconds")]
+        flag = "" if r.get("ok", True) else " (incomplete)"
+        lines.append(f"| {r['point']} | {r['start']} | {r['config']}{flag} | {r['run']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

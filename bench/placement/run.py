@@ -166,6 +166,7 @@ def write_kv_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, An
         text.append(f"nodeagent, {where}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
                                                         for label, ok in items))
     print("\n" + "\n".join(text), flush=True)
+    text += ["", "Per run:", "", kvfigures.per_run_table(per_run, points, starts, configs)]
     (out / "table.md").write_text("\n".join(text) + "\n")
     meta = {**meta, "runs": per_run,
             "results": [{"point": p, "start": s, "config": c, **f} for (p, s, c), f in results.items()],

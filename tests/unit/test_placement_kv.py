@@ -108,6 +108,10 @@ def test_a_saved_kv_run_is_recomputed_without_a_guest(tmp_path: Path) -> None:
     assert "| mid | after | nodeagent | 2 | 99 |" in table
     assert "nodeagent, mid/after: hot window on DRAM >= 98 % (median): met" in table
     assert ">= 85 % (lowest sample): met" in table and "churn <= 1.5: met" in table
+    # and every run on a line of its own, in sweep order, with the hot loop's longest pass and the kdamonds' CPU
+    assert "| mid | after | nodeagent | 1 | 99 / 92.7 / 90 | " in table
+    assert "| mid | after | nodeagent | 2 | 99 / 89.9 / 86 | " in table
+    assert table.index("| nodeagent | 1 | 99 /") < table.index("| nodeagent | 2 | 99 /") and "| 0.42 | 2.5 |" in table
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
