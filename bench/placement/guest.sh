@@ -113,11 +113,44 @@ run_workload() {  # extra args: GO READY BASE
     WL=$!
     damon_stats &
     DS=$!
+    thread_states &
+    TS=$!
     return
   fi
   sh -c "echo \$\$ > $CG/cgroup.procs && exec $PL_WORKLOAD $PL_COLD_MIB $PL_HOT_MIB $PL_DURATION $PL_INTERVAL $*" \
     >/tmp/wl.out 2>/tmp/wl.err &
   WL=$!
+}
+
+thread_states() {  # every second, with shell builtins only (a process spawned under TCG costs a vCPU tens of ms):
+  # the hot loop's thread (the main one) — its state, CPU time run and waited on a runqueue (schedstat, ns) —;
+  # every 4 s the CPU ticks (user + system) of the threads that compete with it: the workload's, the kdamonds',
+  # kswapd's and kcompactd's
+  n=0
+  kthreads=""
+  for d in /proc/[0-9]*; do
+    read -r c < $d/comm 2>/dev/null || continue
+    case $c in kswapd*|kcompactd*) kthreads="$kthreads $d" ;; esac
+  done
+  while [ -d /proc/$WL ]; do
+    read -r up _ < /proc/uptime
+    read -r a b c rest < /proc/$WL/stat 2>/dev/null || break
+    read -r run wait slices < /proc/$WL/schedstat 2>/dev/null
+    echo "PL:TSTATE mono=$up state=$c run_ns=$run wait_ns=$wait"
+    n=$((n + 1))
+    if [ $((n % 4)) = 0 ]; then
+      ticks=""
+      for t in /proc/$WL/task/* $kthreads $K/[0-9]*; do
+        case $t in $K/*) read -r pid < $t/pid 2>/dev/null || continue; t=/proc/$pid ;; esac
+        read -r c < $t/comm 2>/dev/null || continue
+        read -r line < $t/stat 2>/dev/null || continue
+        set -- ${line#*) }
+        ticks="$ticks ${t##*/}:$c=$((${12} + ${13}))"
+      done
+      echo "PL:TCPU mono=$up$ticks"
+    fi
+    sleep 1
+  done >/tmp/tstate.out
 }
 
 damon_stats() {  # every 2 s while the workload runs: each running scheme's bytes applied (counters)
@@ -164,6 +197,7 @@ fi
 wait $WL
 rc=$?
 [ -n "${DS:-}" ] && wait $DS && cat /tmp/dstat.out
+[ -n "${TS:-}" ] && wait $TS && cat /tmp/tstate.out
 cat /tmp/wl.out
 sed 's/^/  workload-stderr| /' /tmp/wl.err
 say "WORKLOAD-RC $rc"
