@@ -7,7 +7,9 @@
 # PL_INTERVAL, PL_COLD_MIB, PL_HOT_MIB, PL_SETTLE (seconds the full node runs before an "after" apply),
 # PL_WORKLOAD (binary), PL_PYTHON + PL_REPO + PL_PROFILE (nodeagent). With PL_KV_ARGS the workload is the
 # moving-window one (kvwindow.c, those are its arguments) and a background loop reports DAMON's per-scheme
-# counters (PL:DSTAT, for the counter-based ping-pong estimator beside the page-level figure).
+# counters (PL:DSTAT, for the counter-based ping-pong estimator beside the page-level figure), a second one the
+# hot loop's thread state and run/wait times (PL:TSTATE) and its competitors' CPU ticks (PL:TCPU), and at the end
+# each kdamond's CPU time (PL:KDCPU).
 set -u
 NODE=/sys/devices/system/node
 MEM=/sys/devices/system/memory
