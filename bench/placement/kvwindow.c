@@ -458,10 +458,10 @@ int main(int argc, char **argv) {
     }
     const char *reach_env = getenv("PL_TLB_REACH");
     size_t reach = reach_env ? strtoul(reach_env, NULL, 10) : 1536;
-    /* The TLB-flush scratch area is shared anonymous memory: a private one lands next to a sequence's mapping and
-       merges with it, and every mprotect() then splits and re-merges that VMA under the anon_vma lock the
-       kdamonds' rmap walks hold for reading — with mmap_lock held for writing meanwhile, every thread of the
-       process (decode, prefill, both samplers) stood still for seconds (passes of 4-14 s under TCG). */
+    /* The TLB-flush scratch area is shared anonymous memory: a private one can merge with the private mapping next
+       to it, and every mprotect() (about 1,000 a second) then splits and re-merges that VMA under mmap_lock.
+       With it shared, the longest pass at the wide point went from 5-12 s to 0.74 s in one run (bench/placement
+       README: stalls of seconds remain in other runs, their cause not found). */
     char *scratch = mmap(NULL, SCRATCH_PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (scratch == MAP_FAILED) {
         perror("mmap");
@@ -549,7 +549,7 @@ int main(int argc, char **argv) {
            makes hot pages look cold (reported, not judged: the emulator's speed, not the configuration's) */
         double end_pass = now(), took = end_pass - pass_start;
         pass_start = end_pass;
-        if (t0 >= 0) {
+        if (t0 >= 0 && !stop) { /* not the pass the end of the run cut short */
             max_pass = took > max_pass ? took : max_pass;
             if (took > 1.0) {
                 slow_passes++;
