@@ -130,7 +130,7 @@ def test_the_workload_appends_moves_its_window_and_changes_phase(tmp_path: Path)
     assert 2 <= len(run.lives) <= 3 and all(sum(x.live) >= 4 * 256 for x in run.lives)
     assert run.samples[-1].ctr["appended"] > 2 * 3 * 256  # the burst's 2 x 3 MiB prompts, and decode
     assert "PL:SEQ end" in proc.stdout and run.passes and run.passes > 0
-    assert run.max_pass_s is not None and 0 < run.max_pass_s < 3 and run.slow_passes is not None
+    assert run.max_pass_s is not None and 0 <= run.max_pass_s < 3 and run.slow_passes is not None
     # the phase change comes at DURATION/2 by the clock, not at the end of a pass of the hot loop
     assert run.phase_begin is not None and 1.5 <= run.phase_begin < 1.5 + 0.5
     assert kvfigures.parse("PL:KV garbage").samples == []
