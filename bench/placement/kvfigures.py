@@ -334,7 +334,7 @@ def per_run_table(runs: list[dict[str, Any]], points: list[str], starts: list[st
             _cell(r.get("churn"), "churn"), _cell(r.get("stranded"), "stranded"),
             f"{_cell(r.get('pingpong_mib'), 'pingpong_mib')} ({_cell(r.get('est_ratio'), 'est_ratio')})",
             _cell(r.get("max_pass_s"), "max_pass_s"),
-            " + ".join(f"{v:g}" for _, v in sorted(cpu.items())) if cpu else "—",
+            " + ".join(f"{v:g}" for _, v in sorted(cpu.items(), key=lambda kv: int(kv[0]))) if cpu else "—",
             _cell(r.get("wall_seconds"), "wall_seconds")]
         flag = "" if r.get("ok", True) else " (incomplete)"
         lines.append(f"| {r['point']} | {r['start']} | {r['config']}{flag} | {r['run']} | " + " | ".join(cells) + " |")
