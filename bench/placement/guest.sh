@@ -102,7 +102,8 @@ apply_config() {
       say "APPLY-RC $rc" ;;
     *) die "unknown PL_CONFIG $PL_CONFIG" ;;
   esac
-  if [ -n "${PL_HOOK:-}" ]; then  # exploration only: a shell snippet run right after the configuration
+  if [ -n "${PL_HOOK:-}" ]; then  # exploration only: a shell snippet run right after the configuration (what
+    # it writes to /tmp/hook.out is printed at the end)
     say "HOOK $PL_HOOK"
     sh -c "$PL_HOOK" 2>&1 | sed 's/^/  hook| /'
   fi
@@ -125,7 +126,8 @@ run_workload() {  # extra args: GO READY BASE
 }
 
 thread_states() {  # every second, with shell builtins only (a process spawned under TCG costs a vCPU tens of ms):
-  # the hot loop's thread (the main one) — its state, CPU time run and waited on a runqueue (schedstat, ns) —;
+  # the hot loop's thread (the main one) — its state, CPU time run and waited on a runqueue (schedstat, ns), time
+  # blocked (ms), minor faults, user and system ticks, and its kernel stack while blocked —;
   # every 4 s the CPU ticks (user + system) of the threads that compete with it: the workload's, the kdamonds',
   # kswapd's and kcompactd's
   n=0
@@ -134,11 +136,24 @@ thread_states() {  # every second, with shell builtins only (a process spawned u
     read -r c < $d/comm 2>/dev/null || continue
     case $c in kswapd*|kcompactd*) kthreads="$kthreads $d" ;; esac
   done
+  # sum_block_runtime (time asleep uninterruptibly: a fault waiting for a page under migration, a lock) needs
+  # schedstats: on in this guest only, for the run
+  echo 1 > /proc/sys/kernel/sched_schedstats 2>/dev/null
   while [ -d /proc/$WL ]; do
     read -r up _ < /proc/uptime
-    read -r a b c rest < /proc/$WL/stat 2>/dev/null || break
+    read -r line < /proc/$WL/task/$WL/stat 2>/dev/null || break
+    set -- ${line#*) }
+    st=$1 minflt=$8 utime=${12} stime=${13}
     read -r run wait slices < /proc/$WL/schedstat 2>/dev/null
-    echo "PL:TSTATE mono=$up state=$c run_ns=$run wait_ns=$wait"
+    block=""
+    while read -r k _ v _; do
+      case $k in *sum_block_runtime) block=$v; break ;; esac
+    done < /proc/$WL/sched 2>/dev/null
+    stack=""
+    if [ "$st" = D ]; then
+      while read -r _ f; do stack="$stack${f%%+*},"; done < /proc/$WL/stack 2>/dev/null
+    fi
+    echo "PL:TSTATE mono=$up state=$st run_ns=$run wait_ns=$wait block_ms=$block minflt=$minflt utime=$utime stime=$stime${stack:+ stack=$stack}"
     n=$((n + 1))
     if [ $((n % 4)) = 0 ]; then
       ticks=""
@@ -155,13 +170,20 @@ thread_states() {  # every second, with shell builtins only (a process spawned u
   done >/tmp/tstate.out
 }
 
-damon_stats() {  # every 2 s while the workload runs: each running scheme's bytes applied (counters)
+damon_stats() {  # every 2 s while the workload runs: each running scheme's bytes applied (counters), with shell
+  # builtins only, as thread_states (it used to spawn ~18 processes every 2 s, a fifth of a vCPU under TCG)
   while kill -0 $WL 2>/dev/null; do
     for d in $K/[0-9]*; do
-      [ -e "$d/state" ] && [ "$(cat $d/state)" = on ] || continue
+      st=""
+      read -r st < $d/state 2>/dev/null
+      [ "$st" = on ] || continue
       echo update_schemes_stats > $d/state 2>/dev/null
       for s in $d/contexts/0/schemes/[0-9]*; do
-        [ -d "$s" ] && echo "PL:DSTAT mono=$(uptime_s) kd=$(basename $d) scheme=$(basename $s) action=$(cat $s/action) sz_applied=$(cat $s/stats/sz_applied)"
+        [ -d "$s" ] || continue
+        read -r up _ < /proc/uptime
+        read -r action < $s/action
+        read -r sz < $s/stats/sz_applied
+        echo "PL:DSTAT mono=$up kd=${d##*/} scheme=${s##*/} action=$action sz_applied=$sz"
       done
     done
     sleep 2
@@ -222,4 +244,6 @@ if [ -d $K ]; then
   done
 fi
 dmesg | grep -iE 'oom|killed process' | head -n 5 | sed 's/^/  dmesg| /'
+# exploration: what a hook left behind for the record
+[ -s /tmp/hook.out ] && sed 's/^/  hook| /' /tmp/hook.out
 exit 0

@@ -28,6 +28,7 @@ A configuration's result (``worst``) is, figure by figure, the worst over its ru
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +88,10 @@ class KvRun:
     max_pass_s: float | None = None
     slow_passes: int | None = None
     kdamond_cpu_s: dict[str, float] = field(default_factory=dict)
+    #: the hot loop's thread, once a second: time blocked (uninterruptible sleep, ms, cumulative), and the
+    #: innermost function of its kernel stack each time it was seen blocked
+    blocked_ms: list[float] = field(default_factory=list)
+    blocked_in: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
 
@@ -98,12 +103,26 @@ def _kv(text: str) -> dict[str, str]:
     return dict(x.split("=", 1) for x in text.split() if "=" in x)
 
 
+def _lines(stdout: str) -> list[str]:
+    """The output's lines, a line another thread's line landed in split in two (outputs written before kvwindow.c
+    locked stdout around its multi-part lines: ``... n0PL:SEQ start ...``)."""
+    out = []
+    for line in stdout.splitlines():
+        while (i := line.find("PL:", 1)) > 0 and line.startswith("PL:"):
+            out.append(line[:i])
+            line = line[i:]
+        out.append(line)
+    return out
+
+
 def parse(stdout: str) -> KvRun:
     run = KvRun()
-    for line in stdout.splitlines():
+    for line in _lines(stdout):
         if not line.startswith("PL:"):
             continue
         m = _KV.match(line)
+        if m and not m.group(6).strip():  # cut short by another thread's line: no node-0 counters
+            continue
         if m:
             run.samples.append(Sample(
                 float(m.group(1)), float(m.group(2)), tuple(int(x) for x in m.group(3).split()),
@@ -148,6 +167,12 @@ def parse(stdout: str) -> KvRun:
             run.passes = int(kv["passes"]) if "passes" in kv else None
             run.max_pass_s = float(kv["max_pass_s"]) if "max_pass_s" in kv else None
             run.slow_passes = int(kv["slow_passes"]) if "slow_passes" in kv else None
+        elif word == "TSTATE":
+            if kv.get("block_ms"):
+                run.blocked_ms.append(float(kv["block_ms"]))
+            if kv.get("stack"):
+                top = kv["stack"].split(",")[0]
+                run.blocked_in[top] = run.blocked_in.get(top, 0) + 1
         elif word == "KDCPU":
             run.kdamond_cpu_s[kv["kdamond"]] = round(int(kv["ticks"]) / int(kv.get("hz", 100)), 2)
         elif word == "ERROR":
@@ -196,6 +221,7 @@ def figures(run: KvRun, duration: float) -> dict[str, Any]:
     tail = [s for s in run.samples if s.t >= duration / 3 - 0.5]
     shares = [s.hot_share for s in tail]
     first, last = _at(run.samples, duration / 3), run.samples[-1] if run.samples else None
+    blocked_steps = [b - a for a, b in itertools.pairwise(run.blocked_ms)]
     ok = bool(tail) and run.workload_rc == 0 and not run.errors and run.apply_rc in (None, 0) \
         and run.phase_written is not None
     out: dict[str, Any] = {
@@ -210,6 +236,9 @@ def figures(run: KvRun, duration: float) -> dict[str, Any]:
         "apply_seconds": run.apply_seconds, "hot_passes": run.passes,
         "max_pass_s": run.max_pass_s, "slow_passes": run.slow_passes,
         "kdamond_cpu_s": run.kdamond_cpu_s or None,
+        "blocked_s": _round((run.blocked_ms[-1] - run.blocked_ms[0]) / 1000, 2) if run.blocked_ms else None,
+        "blocked_max_s": _round(max(blocked_steps, default=0) / 1000, 2) if run.blocked_ms else None,
+        "blocked_in": run.blocked_in or None,
     }
     if run.phase_written is not None:
         back = next((s for s in run.samples if s.t >= run.phase_written and s.hot_share >= 90.0), None)
@@ -323,8 +352,9 @@ def per_run_table(runs: list[dict[str, Any]], points: list[str], starts: list[st
     """A Markdown table: one row per run, in sweep order — what the worst-of table is made of, with the two things
     the emulator distorts (the hot loop's longest pass, the kdamonds' CPU) and the guest's wall time."""
     lines = ["| point | start | configuration | run | median / p10 / lowest % | recover s (written s) | churn | "
-             "stranded % | ping-pong MiB (estimator) | longest pass s | kdamond CPU s | wall s |",
-             "|" + "---|" * 12]
+             "stranded % | ping-pong MiB (estimator) | longest pass s | blocked s (longest in 1 s) | kdamond CPU s | "
+             "wall s |",
+             "|" + "---|" * 13]
     order = {(p, s, c): i for i, (p, s, c) in enumerate((p, s, c) for p in points for s in starts for c in configs)}
     for r in sorted(runs, key=lambda r: (order.get((r["point"], r["start"], r["config"]), 1 << 30), r["run"])):
         cpu = r.get("kdamond_cpu_s") or {}
@@ -334,6 +364,8 @@ def per_run_table(runs: list[dict[str, Any]], points: list[str], starts: list[st
             _cell(r.get("churn"), "churn"), _cell(r.get("stranded"), "stranded"),
             f"{_cell(r.get('pingpong_mib'), 'pingpong_mib')} ({_cell(r.get('est_ratio'), 'est_ratio')})",
             _cell(r.get("max_pass_s"), "max_pass_s"),
+            f"{_cell(r.get('blocked_s'), 'blocked_s')} ({_cell(r.get('blocked_max_s'), 'blocked_max_s')})"
+            if r.get("blocked_s") is not None else "—",
             " + ".join(f"{v:g}" for _, v in sorted(cpu.items(), key=lambda kv: int(kv[0]))) if cpu else "—",
             _cell(r.get("wall_seconds"), "wall_seconds")]
         flag = "" if r.get("ok", True) else " (incomplete)"

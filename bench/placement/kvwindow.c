@@ -240,6 +240,9 @@ static void *sampler(void *p) {
         double q = now() - q0;
         read_keys("/proc/vmstat", VM_KEYS, NKEYS, cur);
         read_keys("/sys/devices/system/node/node0/vmstat", N0_KEYS, N0KEYS, ncur);
+        /* one line from several printf() calls: stdout stays locked so that another thread's line (PL:SEQ, from the
+           prefill thread) cannot land inside it */
+        flockfile(stdout);
         printf("PL:KV %.2f q=%.3f", now() - t0, q);
         print_counts("win", win);
         printf(" seqs=%d appended=%llu vm", live_seqs, appended);
@@ -250,6 +253,7 @@ static void *sampler(void *p) {
             printf(" %s=%lld", N0_KEYS[i], ncur[i] - nbase[i]);
         printf("\n");
         fflush(stdout);
+        funlockfile(stdout);
         /* the run lasts DURATION; if the phase's prompts are written later than 3/4 of it (TCG), until DURATION/4
            after they are (but no longer than 2 x DURATION) */
         double end = a->duration;
@@ -292,10 +296,12 @@ static void *liver(void *p) {
                 query(s, 0, s->len, live, 1, pages, status);
             pthread_mutex_unlock(&s->lock);
         }
+        flockfile(stdout);
         printf("PL:KVLIVE %.2f q=%.3f", now() - t0, now() - q0);
         print_counts("live", live);
         printf(" pp_up=%lld pp_down=%lld up=%lld down=%lld\n", pp_up, pp_down, up, down);
         fflush(stdout);
+        funlockfile(stdout);
         while (t0 + (k + 1) * a->interval * a->full < now())
             k++;
     }

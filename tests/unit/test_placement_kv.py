@@ -41,6 +41,11 @@ def output(lines: list[str], rc: int = 0, start: str = "before", written: float 
         "PL:DSTAT mono=159.00 kd=0 scheme=0 action=migrate_cold sz_applied=104857600",
         "PL:DSTAT mono=159.00 kd=1 scheme=0 action=migrate_hot sz_applied=52428800",
         "PL:PHASE begin t=30.00", f"PL:PHASE written t={written} write_s={written - 30:.2f}",
+        # the hot loop's thread: blocked 0.1 s, then 1.2 s in one second (in mprotect, the sampler saw)
+        "PL:TSTATE mono=120.00 state=R run_ns=1 wait_ns=0 block_ms=0.000000 minflt=10 utime=1 stime=1",
+        "PL:TSTATE mono=121.00 state=R run_ns=2 wait_ns=0 block_ms=100.000000 minflt=20 utime=2 stime=1",
+        "PL:TSTATE mono=122.00 state=D run_ns=3 wait_ns=0 block_ms=1300.000000 minflt=20 utime=2 stime=1 "
+        "stack=do_mprotect_pkey,__x64_sys_mprotect,do_syscall_64,",
         *lines, "PL:END passes=10 tlb_flushes=3 max_pass_s=0.42 slow_passes=0", f"PL:WORKLOAD-RC {rc}",
         "PL:KDCPU kdamond=0 ticks=250 hz=100"])
 
@@ -72,6 +77,7 @@ def test_a_run_reduces_to_the_moving_window_figures() -> None:
     assert (f["promoted_mib"], f["demoted_mib"]) == (60.0, 102.0)
     assert f["est_ratio"] == 1.0 and f["est_mib"] == 60.0
     assert (f["max_pass_s"], f["slow_passes"], f["kdamond_cpu_s"]) == (0.42, 0, {"0": 2.5})
+    assert (f["blocked_s"], f["blocked_max_s"], f["blocked_in"]) == (1.3, 1.2, {"do_mprotect_pkey": 1})
 
 
 def test_a_run_that_never_recovers_or_died_is_the_worst() -> None:
@@ -108,10 +114,12 @@ def test_a_saved_kv_run_is_recomputed_without_a_guest(tmp_path: Path) -> None:
     assert "| mid | after | nodeagent | 2 | 99 |" in table
     assert "nodeagent, mid/after: hot window on DRAM >= 98 % (median): met" in table
     assert ">= 85 % (lowest sample): met" in table and "churn <= 1.5: met" in table
-    # and every run on a line of its own, in sweep order, with the hot loop's longest pass and the kdamonds' CPU
+    # and every run on a line of its own, in sweep order, with the hot loop's longest pass, its time blocked and the
+    # kdamonds' CPU
     assert "| mid | after | nodeagent | 1 | 99 / 92.7 / 90 | " in table
     assert "| mid | after | nodeagent | 2 | 99 / 89.9 / 86 | " in table
-    assert table.index("| nodeagent | 1 | 99 /") < table.index("| nodeagent | 2 | 99 /") and "| 0.42 | 2.5 |" in table
+    assert table.index("| nodeagent | 1 | 99 /") < table.index("| nodeagent | 2 | 99 /")
+    assert "| 0.42 | 1.3 (1.2) | 2.5 |" in table
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
@@ -136,3 +144,12 @@ def test_the_workload_appends_moves_its_window_and_changes_phase(tmp_path: Path)
     assert kvfigures.parse("PL:KV garbage").samples == []
     with pytest.raises(subprocess.CalledProcessError):
         subprocess.run([str(exe), "seqs=0"], check=True, capture_output=True)
+
+
+def test_a_line_another_thread_landed_in_is_split_and_the_cut_sample_dropped() -> None:
+    # before kvwindow.c locked stdout around its multi-part lines, the prefill thread's PL:SEQ could land inside
+    # the sampler's PL:KV line, after "n0": that sample lost its node-0 counters
+    cut = kv(40, (99, 0, 1)).split(" n0 ")[0] + " n0PL:SEQ start t=40.00 slot=3 pages=4096"
+    run = kvfigures.parse(output([kv(20, (100, 0, 0)), cut, kv(60, (98, 0, 2))]))
+    assert [s.t for s in run.samples] == [20.0, 60.0]
+    assert kvfigures.figures(run, 60)["hot_lowest"] == 98.0
