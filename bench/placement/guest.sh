@@ -171,7 +171,8 @@ thread_states() {  # every second, with shell builtins only (a process spawned u
 }
 
 damon_stats() {  # every 2 s while the workload runs: each running scheme's bytes applied (counters), with shell
-  # builtins only, as thread_states (it used to spawn ~18 processes every 2 s, a fifth of a vCPU under TCG)
+  # builtins only, as thread_states (it used to spawn ~18 processes every 2 s, each costing a vCPU tens of ms under
+  # TCG; the runs sampled that way had the hot loop standing still for seconds, kv-explore/NOTES.md)
   while kill -0 $WL 2>/dev/null; do
     for d in $K/[0-9]*; do
       st=""

@@ -349,8 +349,9 @@ def table(results: dict[tuple[str, str, str], dict[str, Any]], points: list[str]
 
 
 def per_run_table(runs: list[dict[str, Any]], points: list[str], starts: list[str], configs: list[str]) -> str:
-    """A Markdown table: one row per run, in sweep order — what the worst-of table is made of, with the two things
-    the emulator distorts (the hot loop's longest pass, the kdamonds' CPU) and the guest's wall time."""
+    """A Markdown table: one row per run, in sweep order — what the worst-of table is made of, with what the
+    emulator distorts (the hot loop's longest pass and its time blocked, the kdamonds' CPU) and the guest's wall
+    time."""
     lines = ["| point | start | configuration | run | median / p10 / lowest % | recover s (written s) | churn | "
              "stranded % | ping-pong MiB (estimator) | longest pass s | blocked s (longest in 1 s) | kdamond CPU s | "
              "wall s |",
