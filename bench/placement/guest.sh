@@ -8,8 +8,8 @@
 # PL_WORKLOAD (binary), PL_PYTHON + PL_REPO + PL_PROFILE (nodeagent). With PL_KV_ARGS the workload is the
 # moving-window one (kvwindow.c, those are its arguments) and a background loop reports DAMON's per-scheme
 # counters (PL:DSTAT, for the counter-based ping-pong estimator beside the page-level figure), a second one the
-# hot loop's thread state and run/wait times (PL:TSTATE) and its competitors' CPU ticks (PL:TCPU), and at the end
-# each kdamond's CPU time (PL:KDCPU).
+# hot loop's thread — state, run/wait/blocked times, faults, CPU ticks, kernel stack while blocked (PL:TSTATE) —
+# and its competitors' CPU ticks (PL:TCPU), and at the end each kdamond's CPU time (PL:KDCPU).
 set -u
 NODE=/sys/devices/system/node
 MEM=/sys/devices/system/memory

@@ -466,8 +466,9 @@ int main(int argc, char **argv) {
     size_t reach = reach_env ? strtoul(reach_env, NULL, 10) : 1536;
     /* The TLB-flush scratch area is shared anonymous memory: a private one can merge with the private mapping next
        to it, and every mprotect() (about 1,000 a second) then splits and re-merges that VMA under mmap_lock.
-       With it shared, the longest pass at the wide point went from 5-12 s to 0.74 s in one run (bench/placement
-       README: stalls of seconds remain in other runs, their cause not found). */
+       With it shared, the longest pass at the wide point went from 5-12 s to 0.74 s in one run. The stalls of
+       seconds left in other runs went away once guest.sh stopped spawning processes to sample (bench/placement
+       README). */
     char *scratch = mmap(NULL, SCRATCH_PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (scratch == MAP_FAILED) {
         perror("mmap");
