@@ -31,11 +31,8 @@ and page migration in wall-clock terms. Run the full benchmark on an otherwise i
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -78,21 +75,7 @@ def kv_args(point: str, args: argparse.Namespace) -> str:
 
 def build_workload(cache: Path, name: str = "workload") -> Path:
     """Compile NAME.c with the host's gcc into the cache (the guest runs host binaries through its chroot)."""
-    src = HERE / f"{name}.c"
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    out = cache / f"{name}-{digest}"
-    if out.exists():
-        return out
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        raise harness.HarnessUnavailable("no C compiler (gcc) to build the workload")
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    proc = subprocess.run([gcc, "-O2", "-Wall", "-pthread", "-o", str(tmp), str(src)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise harness.HarnessUnavailable(f"cannot build the workload: {proc.stderr.strip()}")
-    tmp.rename(out)
-    return out
+    return harness.build_native(name, cache, src_dir=HERE)
 
 
 def guest_env(config: str, start: str, args: argparse.Namespace, workload: Path,

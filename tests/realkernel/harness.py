@@ -118,6 +118,8 @@ class Layout:
     cpu: str = "max"
     #: QEMU at least this version (the CXL layout: cxl-type3 volatile-memdev= arrived in 8.0)
     qemu_min: tuple[int, int] = (0, 0)
+    #: TCG plugins (native/NAME.c, built by build_native) loaded into QEMU for this layout under TCG
+    qemu_plugins: tuple[str, ...] = ()
 
 
 def _numa_node(node: int, size: str, cpus: str | None) -> tuple[str, ...]:
@@ -157,7 +159,9 @@ LAYOUTS["placement"] = Layout(
 # window (CFMWS, decoder0.0) over that host bridge. node0 = [0, 2G) with both CPUs, node1 = [4G, 6G) CPU-less
 # DRAM; the window's proximity domain becomes node 2 once a region is onlined. Needs QEMU >= 8 (Debian 12 has
 # 7.2: the harness fetches bookworm-backports' QEMU), ``cxl=on``, and a CPU without the hypervisor CPUID bit
-# (else a region commit fails: ENXIO "Failed to synchronize CPU cache state").
+# (else a region commit fails: ENXIO "Failed to synchronize CPU cache state"). Under TCG QEMU loads the plugin
+# native/x86_block_access.c: without it, an FPU state save (a signal frame) that crosses from RAM into the emulated
+# CXL memory crashes QEMU (SIGSEGV in access_stq), which the shipped profile's demotion makes likely.
 CXL_SERIALS = (0x4C454F0001, 0x4C454F0002)
 CXL_MEMDEV_SIZE = "256M"
 CXL_WINDOW = "4G"
@@ -185,6 +189,7 @@ LAYOUTS["cxl"] = Layout(
     machine="q35,cxl=on",
     cpu="max,hypervisor=off",
     qemu_min=(8, 0),
+    qemu_plugins=("x86_block_access",),
 )
 
 
@@ -714,6 +719,38 @@ class Qemu:
         return ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, str(HOST_QEMU_MODULES), *cmd]
 
 
+#: C sources the harness builds with the host's compiler: QEMU plugins and programs the guest runs
+NATIVE_DIR = HERE / "native"
+
+
+def build_native(name: str, cache: Path, *, shared: bool = False, src_dir: Path = NATIVE_DIR,
+                 include: Sequence[Path] = ()) -> Path:
+    """``src_dir/NAME.c`` compiled with the host's gcc into ``cache`` (a program, or with ``shared`` a shared
+    object), named after a digest of the sources and the flags so that an edit rebuilds it (``include``: the
+    directories of the files it includes, hashed too). The guest runs host binaries through its chroot, so a
+    program built here runs there. HarnessUnavailable without a compiler, or when the build fails."""
+    src = src_dir / f"{name}.c"
+    flags = ["-O2", "-Wall", "-Wextra", "-Werror"] + (["-shared", "-fPIC"] if shared else ["-pthread"])
+    flags += [f"-I{d}" for d in include]
+    sources = src.read_bytes() + b"".join(f.read_bytes() for d in include for f in sorted(Path(d).glob("*.[ch]")))
+    digest = hashlib.sha256(sources + " ".join(flags).encode()).hexdigest()[:12]
+    out = cache / (f"{name}-{digest}.so" if shared else f"{name}-{digest}")
+    if out.exists():
+        return out
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise HarnessUnavailable(f"no C compiler to build {src.name} (apt-get install gcc libc6-dev)")
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    proc = subprocess.run([cc, *flags, "-o", str(tmp), str(src)], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=300)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise HarnessUnavailable(f"cannot build {src}: {proc.stderr.strip()[-2000:]}")
+    tmp.rename(out)
+    return out
+
+
 def qemu_version(binary: str, env: Mapping[str, str] | None = None) -> tuple[int, ...] | None:
     try:
         proc = subprocess.run([binary, "--version"], capture_output=True, text=True, stdin=subprocess.DEVNULL,
@@ -1020,10 +1057,15 @@ def _verbose() -> bool:
     return os.environ.get("NODEAGENT_RK_VERBOSE", "") not in ("", "0")
 
 
+def rk_accel() -> str:
+    return os.environ.get("NODEAGENT_RK_ACCEL", "tcg,thread=multi")
+
+
 def qemu_command(
-    qemu: str | Qemu, assets: Assets, layout: Layout, initrd: Path, console: Path, *, hostroot: bool
+    qemu: str | Qemu, assets: Assets, layout: Layout, initrd: Path, console: Path, *, hostroot: bool,
+    plugins: Sequence[Path] = (),
 ) -> list[str]:
-    accel = os.environ.get("NODEAGENT_RK_ACCEL", "tcg,thread=multi")
+    accel = rk_accel()
     append = [
         "console=ttyS0",
         "panic=-1",
@@ -1067,6 +1109,8 @@ def qemu_command(
         "-append",
         " ".join(append),
     ]
+    for plugin in plugins:
+        cmd += ["-plugin", str(plugin)]
     if hostroot:
         # the 9p device on pcie.0 by name: with a pxb-cxl host bridge QEMU would otherwise try that bus
         cmd += ["-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
@@ -1175,6 +1219,8 @@ def run_in_guest(
             raise HarnessUnavailable("qemu-system-x86_64 not found (install the Debian package qemu-system-x86)")
         qemu = Qemu(host, ())
     assets = assets or ensure_assets()
+    plugins = ([build_native(name, assets.cache_dir / "native", shared=True) for name in spec.qemu_plugins]
+               if rk_accel().startswith("tcg") else [])
     base = build_initramfs(assets, quiet_console=not _verbose())
     runs = assets.cache_dir / "runs"
     runs.mkdir(parents=True, exist_ok=True)
@@ -1186,7 +1232,7 @@ def run_in_guest(
         console_file = run_dir / "console.log"
         for attempt in range(1, BOOT_ATTEMPTS + 1):
             console_file.write_bytes(b"")
-            cmd = qemu_command(qemu, assets, spec, initrd, console_file, hostroot=hostroot)
+            cmd = qemu_command(qemu, assets, spec, initrd, console_file, hostroot=hostroot, plugins=plugins)
             exit_code, qemu_out = _boot(cmd, timeout, qemu.env())
             console = console_file.read_bytes().decode(errors="replace").replace("\r\n", "\n")
             if attempt == BOOT_ATTEMPTS or not died_before_init(console, exit_code):

@@ -218,6 +218,20 @@ def test_the_cxl_command_line(tmp_path: Path) -> None:
     assert qemu.env()["QEMU_MODULE_DIR"] == f"/q/usr/lib/{harness.MULTIARCH}/qemu"
 
 
+def test_the_cxl_layout_loads_the_block_access_plugin(tmp_path: Path) -> None:
+    """Under TCG the cxl layout's QEMU gets native/x86_block_access.so (tests/realkernel/README.md, "Real CXL")."""
+    layout = harness.LAYOUTS["cxl"]
+    assert layout.qemu_plugins == ("x86_block_access",)
+    assert all((harness.NATIVE_DIR / f"{name}.c").is_file() for name in layout.qemu_plugins)
+    qemu = harness.Qemu("/q/usr/bin/qemu-system-x86_64", (10, 0, 2), Path("/q"))
+    so = tmp_path / "x86_block_access-0.so"
+    cmd = harness.qemu_command(qemu, _assets(tmp_path), layout, tmp_path / "i", tmp_path / "c", hostroot=True,
+                               plugins=[so])
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "-plugin"] == [str(so)]
+    assert "-plugin" not in harness.qemu_command(qemu, _assets(tmp_path), harness.LAYOUTS["3node"], tmp_path / "i",
+                                                 tmp_path / "c", hostroot=True)
+
+
 def test_the_host_qemu_is_used_when_new_enough(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("NODEAGENT_QEMU", raising=False)
     monkeypatch.setattr(harness, "qemu_binary", lambda: "/usr/bin/qemu-system-x86_64")

@@ -170,3 +170,91 @@ def test_only_a_kernel_that_died_before_init_is_booted_again() -> None:
     assert not harness.died_before_init(ready, 0)
     assert not harness.died_before_init(panic, None)  # a timeout is reported as one
     assert not harness.died_before_init("[    1.3] booting\n", 0)
+
+
+# --------------------------------------------------------------------------- native/: the QEMU plugin's decoder
+
+#: instruction bytes -> whether QEMU's x86 emulation prepares it as one block access (target/i386/tcg/access.c)
+BLOCK_ACCESS = {
+    "0f ae 00": True,        # fxsave (%rax)
+    "48 0f ae 08": True,     # fxrstor64 (%rax)
+    "0f ae 20": True,        # xsave (%rax)
+    "48 0f ae 6c 24 08": True,  # xrstor64 0x8(%rsp)
+    "0f ae 30": True,        # xsaveopt (%rax)
+    "48 0f c7 20": True,     # xsavec64 (%rax): glibc's lazy binding saves registers with it, on the stack
+    "48 0f c7 28": True,     # xsaves64 (%rax)
+    "48 0f c7 1f": True,     # xrstors64 (%rdi)
+    "db 28": True,           # fldt (%rax)
+    "db 7d f0": True,        # fstpt -0x10(%rbp)
+    "d9 30": True,           # fnstenv (%rax)
+    "dd 20": True,           # frstor (%rax)
+    "dd 36": True,           # fnsave (%rsi)
+    "df 20": True,           # fbld (%rax)
+    "64 48 0f ae 20": True,  # xsave64 %fs:(%rax): a segment prefix before REX
+    "0f ae e8": False,       # lfence: a register form
+    "0f ae f0": False,       # mfence
+    "0f ae 10": False,       # ldmxcsr (%rax): 4 bytes, not a block
+    "0f ae 38": False,       # clflush (%rax)
+    "48 0f c7 08": False,    # cmpxchg16b (%rax)
+    "0f c7 f0": False,       # rdrand %eax
+    "d9 00": False,          # flds (%rax)
+    "dd 18": False,          # fstpl (%rax)
+    "db c0": False,          # fcmovnb: x87 register form
+    "0f": False,             # cut short
+    "": False,
+}
+
+DRIVER = r"""
+#include <stdio.h>
+#include <string.h>
+#include "x86_block_access.c"
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb) { (void)tb; return 0; }
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t i)
+    { (void)tb; (void)i; return 0; }
+size_t qemu_plugin_insn_data(const struct qemu_plugin_insn *n, void *d, size_t l)
+    { (void)n; (void)d; (void)l; return 0; }
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id,
+    void (*cb)(qemu_plugin_id_t, struct qemu_plugin_tb *)) { (void)id; (void)cb; }
+void qemu_plugin_register_vcpu_mem_cb(struct qemu_plugin_insn *n,
+    void (*cb)(unsigned int, qemu_plugin_meminfo_t, uint64_t, void *), int f, int rw, void *u)
+    { (void)n; (void)cb; (void)f; (void)rw; (void)u; }
+int main(void)
+{
+    char line[256];
+    while (fgets(line, sizeof(line), stdin)) {
+        uint8_t code[16];
+        size_t n = 0;
+        unsigned v;
+        int used;
+        for (char *p = line; n < sizeof(code) && sscanf(p, "%x%n", &v, &used) == 1; p += used)
+            code[n++] = (uint8_t)v;
+        printf("%d\n", x86_block_access(code, n));
+    }
+    return 0;
+}
+"""
+
+
+def test_the_plugin_instruments_the_block_accesses_and_nothing_else(tmp_path: Path) -> None:
+    """The decoder of native/x86_block_access.c, compiled with the flags the harness uses, against instruction
+    bytes as an assembler writes them."""
+    (tmp_path / "driver.c").write_text(DRIVER)
+    exe = harness.build_native("driver", tmp_path / "out", src_dir=tmp_path, include=(harness.NATIVE_DIR,))
+    cases = list(BLOCK_ACCESS)
+    out = subprocess.run([str(exe)], input="".join(c + "\n" for c in cases), capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    assert dict(zip(cases, (o == "1" for o in out), strict=True)) == BLOCK_ACCESS
+
+
+def test_native_builds_are_named_by_source_and_rebuilt_on_change(tmp_path: Path) -> None:
+    src = tmp_path / "prog.c"
+    src.write_text("int main(void) { return 3; }\n")
+    first = harness.build_native("prog", tmp_path / "out", src_dir=tmp_path)
+    assert subprocess.run([str(first)]).returncode == 3
+    assert harness.build_native("prog", tmp_path / "out", src_dir=tmp_path) == first  # cached
+    src.write_text("int main(void) { return 4; }\n")
+    second = harness.build_native("prog", tmp_path / "out", src_dir=tmp_path)
+    assert second != first and subprocess.run([str(second)]).returncode == 4
+    src.write_text("int main(void) { int unused; return 0; }\n")  # the harness builds with -Werror
+    with pytest.raises(harness.HarnessUnavailable, match="(?s)cannot build .*prog.c.*unused variable"):
+        harness.build_native("prog", tmp_path / "out", src_dir=tmp_path)
