@@ -10,11 +10,11 @@ The arithmetic, stated so that anyone can redo it:
 
 Tiers, filled in order: **HBM** (``gpu_memory`` from the profile, else the sum of ``nvidia-smi``'s
 ``memory.total``), **DRAM** (``dram_offload``: what the engine may use in host RAM, capped by free DRAM less the
-struct pages that onlining CXL will take from it — 64 bytes per 4 KiB page, 1.56 %, unless the device uses
-``memmap_on_memory``), **CXL** (free memory of online CPU-less nodes in a lower memory tier, plus DAX devices not
-yet online as system RAM). The result: whether it fits in HBM, how much spills to which tier, and the largest
-batch that fits each tier — so a tier added without retuning the batch is flagged, and so is a batch that only
-a missing tier could hold.
+struct pages that onlining CXL will take from it — 64 bytes per 4 KiB page, 1.56 %, unless they go on the device:
+its ``memmap_on_memory`` and the kernel's ``memory_hotplug.memmap_on_memory`` both set), **CXL** (free memory of
+online CPU-less nodes in a lower memory tier, plus DAX devices not yet online as system RAM). The result:
+whether it fits in HBM, how much spills to which tier, and the largest batch that fits each tier — so a tier
+added without retuning the batch is flagged, and so is a batch that only a missing tier could hold.
 
 Example (a 70B model in bf16, 80 layers, 8 KV heads of 128)::
 
@@ -129,9 +129,9 @@ def node_tiers(spec: CapacityCheck, facts: Facts, hbm: int, hbm_src: str,
     pending_bytes = sum(d.size for d in pending)
     # A device bound to kmem with its blocks offline was hot-added already: its struct pages are in DRAM (and
     # out of DRAM's free memory) now. Only a devdax device still has them to take.
-    memmap_here = sum(d.size for d in pending if not d.memmap_on_memory and d.mode != "system-ram")
+    memmap_here = sum(d.size for d in pending if not d.memmap_self_hosted and d.mode != "system-ram")
     struct_cost = struct_pages(memmap_here)
-    cxl_pending = sum(d.size - (struct_pages(d.size) if d.memmap_on_memory else 0) for d in pending)
+    cxl_pending = sum(d.size - (struct_pages(d.size) if d.memmap_self_hosted else 0) for d in pending)
     dram_free = sum(n.mem_free for n in dram_nodes)
     dram_avail = max(dram_free - struct_cost, 0)
     dram = min(spec.dram_offload, dram_avail)

@@ -39,6 +39,11 @@ HOTPLUG_PARAMS = ("online_policy", "auto_movable_ratio", "auto_movable_numa_awar
 #: struct page bytes per 4 KiB page: the DRAM that hot-added memory costs when its memmap is not on itself.
 MEMMAP_PER_PAGE = 64
 PAGE = 4096
+HOTPLUG_PARAMS_DIR = "/sys/module/memory_hotplug/parameters"
+#: memory_hotplug.memmap_on_memory values with which a device's own memmap_on_memory takes effect. The kernel
+#: puts the struct pages on the hot-added memory only when both ask for it (mhp_supports_memmap_on_memory());
+#: dax_cxl sets the device's attribute for every CXL region, but the parameter defaults to N.
+MEMMAP_ON_MEMORY_ALLOWED = frozenset({"Y", "y", "1", "force"})
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,10 @@ class DaxDevice:
     backing: str = "other"  # cxl | pmem | hmem | other
     cxl_region: str | None = None
     cxl_memdevs: list[str] = field(default_factory=list)
-    memmap_bytes: int = 0  # DRAM its struct pages take once hot-added (0 when memmap_on_memory is set)
+    memmap_bytes: int = 0  # DRAM its struct pages take once hot-added (0 when they go on the device itself)
+    #: its struct pages are on the device itself, or go there when it is hot-added: its memmap_on_memory and the
+    #: kernel's memory_hotplug.memmap_on_memory both set
+    memmap_self_hosted: bool = False
 
     @property
     def zone(self) -> str | None:
@@ -109,8 +117,15 @@ def block_ids(resource: int, size: int, block_size: int) -> range:
     return range(first, max((resource + size) // block_size, first))
 
 
-def read_device(host: Host, name: str, block_size: int | None) -> DaxDevice | None:
-    """One device as sysfs shows it now; None when it does not exist (any more)."""
+def kernel_allows_memmap_on_memory(host: Host) -> bool:
+    v = host.read_opt(f"{HOTPLUG_PARAMS_DIR}/memmap_on_memory")
+    return v is not None and v.strip() in MEMMAP_ON_MEMORY_ALLOWED
+
+
+def read_device(host: Host, name: str, block_size: int | None,
+                memmap_allowed: bool | None = None) -> DaxDevice | None:
+    """One device as sysfs shows it now; None when it does not exist (any more). ``memmap_allowed``: whether
+    the kernel lets a device keep its memmap on itself (read here when not given)."""
     base = f"{DAX_DEVICES}/{name}"
     size = _int(host.read_opt(f"{base}/size"))
     if size is None:
@@ -124,19 +139,27 @@ def read_device(host: Host, name: str, block_size: int | None) -> DaxDevice | No
     target = _int(host.read_opt(f"{base}/target_node"))
     mom_text = host.read_opt(f"{base}/memmap_on_memory")
     memmap_on_memory = None if mom_text is None else mom_text.strip() in ("1", "Y", "y")
+    if memmap_allowed is None:
+        memmap_allowed = kernel_allows_memmap_on_memory(host)
+    self_hosted = bool(memmap_on_memory) and memmap_allowed
     ids = block_ids(resource, size, block_size) if resource and block_size else range(0)
     present = online = 0
     zones: dict[str, int] = {}
     if mode == "system-ram" and ids:
-        present, online, zones = _blocks(host, ids, target, block_size or 0, bool(memmap_on_memory))
+        present, online, zones = _blocks(host, ids, target, block_size or 0, self_hosted)
     backing, cxl_region, memdevs = _backing(host, base)
-    memmap = 0 if memmap_on_memory else len(ids) * (block_size or 0) // PAGE * MEMMAP_PER_PAGE
+    memmap = 0 if self_hosted else memmap_bytes(len(ids), block_size or 0)
     return DaxDevice(name=name, region=region, size=size, align=_int(host.read_opt(f"{base}/align")),
                      resource=resource, target_node=target if target is not None and target >= 0 else None,
                      numa_node=_int(host.read_opt(f"{base}/numa_node")), mode=mode,
                      memmap_on_memory=memmap_on_memory, blocks_total=len(ids), blocks_present=present,
                      blocks_online=online, zones=zones, backing=backing, cxl_region=cxl_region,
-                     cxl_memdevs=memdevs, memmap_bytes=memmap)
+                     cxl_memdevs=memdevs, memmap_bytes=memmap, memmap_self_hosted=self_hosted)
+
+
+def memmap_bytes(blocks: int, block_size: int) -> int:
+    """The DRAM the struct pages of ``blocks`` hot-added memory blocks take when they are not on the memory."""
+    return blocks * block_size // PAGE * MEMMAP_PER_PAGE
 
 
 def block_state(host: Host, dev: DaxDevice, block_size: int) -> tuple[int, int, dict[str, int]]:
@@ -144,13 +167,13 @@ def block_state(host: Host, dev: DaxDevice, block_size: int) -> tuple[int, int, 
     if dev.resource is None or not block_size:
         return 0, 0, {}
     ids = block_ids(dev.resource, dev.size, block_size)
-    return _blocks(host, ids, dev.target_node, block_size, bool(dev.memmap_on_memory)) if ids else (0, 0, {})
+    return _blocks(host, ids, dev.target_node, block_size, dev.memmap_self_hosted) if ids else (0, 0, {})
 
 
 def _blocks(host: Host, ids: range, node: int | None, block_size: int,
-            memmap_on_memory: bool) -> tuple[int, int, dict[str, int]]:
+            memmap_self_hosted: bool) -> tuple[int, int, dict[str, int]]:
     """(present, online, {zone: online}) of the device's blocks."""
-    if node is not None and not memmap_on_memory:
+    if node is not None and not memmap_self_hosted:
         summary = _node_summary(host, ids, node, block_size)
         if summary is not None:
             return summary
@@ -234,10 +257,11 @@ def gather(host: Host) -> dict[str, Any]:
     block_size = _int(bs_text, 16)
     names = [n for n in host.fs.listdir(DAX_DEVICES) if re.fullmatch(r"dax\d+\.\d+", n)]
     names.sort(key=lambda n: tuple(int(x) for x in n[3:].split(".")))
-    devices = [dev for n in names if (dev := read_device(host, n, block_size)) is not None]
-    meminfo = parse_meminfo(host.read_opt("/proc/meminfo") or "")
     params = {p: v.strip() for p in HOTPLUG_PARAMS
-              if (v := host.read_opt(f"/sys/module/memory_hotplug/parameters/{p}")) is not None}
+              if (v := host.read_opt(f"{HOTPLUG_PARAMS_DIR}/{p}")) is not None}
+    allowed = params.get("memmap_on_memory") in MEMMAP_ON_MEMORY_ALLOWED
+    devices = [dev for n in names if (dev := read_device(host, n, block_size, allowed)) is not None]
+    meminfo = parse_meminfo(host.read_opt("/proc/meminfo") or "")
     daxctl = host.commands.which("daxctl")
     if daxctl and not host.is_real:  # as the node sees it, not where this host keeps the root
         daxctl = "/" + os.path.relpath(daxctl, host.root)

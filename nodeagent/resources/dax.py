@@ -123,7 +123,7 @@ def diff_device(rule: DaxRule, dev: DaxDevice) -> Change | Problem | None:
     reason = f"rule {rule.name}"
     if "to-system-ram" in steps and dev.memmap_bytes:
         reason += (f"; hot-adds {format_size(dev.size)}, whose struct pages take {format_size(dev.memmap_bytes)} "
-                   "of DRAM (memmap_on_memory is off)")
+                   "of DRAM (memmap_on_memory is not in effect)")
     if op == "rezone":
         reason += (f"; every block must go offline first: {sum(wrong.values())} blocks are online in "
                    f"{'/'.join(sorted(wrong))}, and blocks holding unmovable pages may refuse (EBUSY)")
@@ -250,7 +250,7 @@ def advisories(loaded: LoadedProfile, facts: Facts, dax: DaxFacts, chosen: dict[
     free = sum(n.mem_free for n in facts.nodes if n.has_cpu)
     if memmap and free and memmap > free // 2:
         out.append(f"onlining {', '.join(d.name for d in adds)} puts {format_size(memmap)} of struct pages in DRAM "
-                   f"(memmap_on_memory is off), more than half of the {format_size(free)} free on the CPU nodes")
+                   f"(memmap_on_memory not in effect), more than half of the {format_size(free)} free on the CPU nodes")
     return out
 
 

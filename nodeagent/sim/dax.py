@@ -194,7 +194,10 @@ def hot_add(k: SimKernel, name: str, zone: str | None) -> list[int]:
         k.save_state(state)
     ids = block_range(k, name)
     bs = memory.block_size(k)
-    on_device = k.tree.read(f"{_device_rel(k, name)}/memmap_on_memory").strip() == "1"
+    # the struct pages go on the device only when the device and memory_hotplug.memmap_on_memory both ask
+    param = "/sys/module/memory_hotplug/parameters/memmap_on_memory"
+    allowed = k.tree.exists(param) and k.tree.read(param).strip() in ("Y", "y", "1", "force")
+    on_device = allowed and k.tree.read(f"{_device_rel(k, name)}/memmap_on_memory").strip() == "1"
     memmap_node = node if on_device else _memmap_node(k, node)
     memory.add_blocks(k, node, ids[0] * bs, len(ids) * bs, zone)
     memory.charge(k, memmap_node, memmap_kb(k, name))

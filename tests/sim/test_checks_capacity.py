@@ -83,3 +83,19 @@ def test_gpu_memory_from_the_profile_and_skip_without_any(make_node) -> None:
     assert r.evidence["hbm"] == 10**12 and r.status == "pass"
     r = one(make_node("qemu-3node"), "capacity", SPEC)
     assert r.status == "skipped" and "nvidia-smi is not installed" in r.reason
+
+
+def test_cxl_struct_pages_are_drams_unless_the_kernel_lets_them_go_on_the_device(make_node) -> None:
+    """A device that asks for its memmap on itself (dax_cxl sets memmap_on_memory on every CXL region) still
+    takes DRAM for its struct pages while memory_hotplug.memmap_on_memory is N, the kernel's default."""
+    from nodeagent.sim.kernel import SimKernel
+
+    root = make_node("h100-cxl")
+    k = SimKernel(root)
+    for dev in ("dax0.0", "dax1.0"):
+        k.tree.set(f"/sys/bus/dax/devices/{dev}/memmap_on_memory", "1")
+    r = one(root, "capacity", {**SPEC, "severity": "warning"})
+    assert r.evidence["struct_pages_for_cxl"] == 64 * GiB  # 1.56 % of 4 TiB, in DRAM
+    k.tree.set("/sys/module/memory_hotplug/parameters/memmap_on_memory", "Y")
+    r = one(root, "capacity", {**SPEC, "severity": "warning"})
+    assert r.evidence["struct_pages_for_cxl"] == 0  # on the devices now

@@ -108,6 +108,33 @@ def test_a_window_across_host_bridges_takes_targets_in_their_order(bus: Callable
     assert dev.backing == "cxl" and dev.cxl_region == name and dev.cxl_memdevs == ["mem0", "mem1"]
 
 
+@pytest.mark.parametrize(("param", "self_hosted"), [("N", False), ("Y", True), ("force", True)])
+def test_a_regions_struct_pages_go_on_it_only_when_the_kernel_allows(bus: Callable[..., SimKernel], param: str,
+                                                                      self_hosted: bool) -> None:
+    """dax_cxl asks for the memmap on the region (memmap_on_memory 1); the kernel puts it there only when
+    memory_hotplug.memmap_on_memory allows (default N). Seen on 6.12 in QEMU: dax0.0 says 1, the parameter N,
+    and node 2's MemTotal is the region's whole 512 MiB, so its struct pages are in DRAM
+    (tests/realkernel/captured/cxl-facts-region.json)."""
+    k = bus(2, size=256 * MiB)
+    k.tree.set("/sys/module/memory_hotplug/parameters/memmap_on_memory", param)
+    name = _region_to_size(k, 2)
+    d0, d1 = _endpoint_decoders(k)
+    for d in (d0, d1):
+        k.write(f"{DEV}/{d}/mode", "ram")
+        k.write(f"{DEV}/{d}/dpa_size", str(256 * MiB))
+    k.write(f"{DEV}/{name}/target0", d0)
+    k.write(f"{DEV}/{name}/target1", d1)
+    k.write(MEM + "/auto_online_blocks", "offline")
+    k.write(f"{DEV}/{name}/commit", "1")
+    k.write("/sys/bus/cxl/drivers/cxl_region/bind", name)
+    dev = daxfacts.read_device(open_host(k.root), "dax0.0", 128 * MiB)
+    assert dev is not None and dev.memmap_on_memory is True  # what the device asks for
+    assert dev.memmap_self_hosted is self_hosted
+    assert dev.memmap_bytes == (0 if self_hosted else 4 * 128 * MiB // 4096 * 64)  # 8 MiB for 512 MiB
+    section = daxfacts.gather(open_host(k.root))
+    assert [d["memmap_self_hosted"] for d in section["devices"]] == [self_hosted]
+
+
 def test_a_memdev_takes_one_position(bus: Callable[..., SimKernel]) -> None:
     k = bus(1, size=512 * MiB)
     name = _region_to_size(k, 2)  # 2-way over one memdev: two of its decoders, 256 MiB each

@@ -229,7 +229,7 @@ def test_plan_reports_the_daxctl_udev_rule_as_a_second_agent() -> None:
 
 def test_memmap_cost_is_in_the_reason() -> None:
     change = plan(profile(RULE), facts([dev()]), PlanContext()).changes[0]
-    assert "struct pages take 32GiB of DRAM (memmap_on_memory is off)" in change.reason
+    assert "struct pages take 32GiB of DRAM (memmap_on_memory is not in effect)" in change.reason
     on_device = replace(dev(), memmap_on_memory=True, memmap_bytes=0)
     assert "struct pages" not in plan(profile(RULE), facts([on_device]), PlanContext()).changes[0].reason
 

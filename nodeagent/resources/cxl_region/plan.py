@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ...facts import Facts
 from ...facts.cxl import CxlFacts, Decoder, Memdev, Region
 from ...facts.cxl import from_facts as cxl_facts
-from ...facts.dax import DaxDevice
+from ...facts.dax import MEMMAP_ON_MEMORY_ALLOWED, DaxDevice, memmap_bytes
 from ...facts.dax import from_facts as dax_facts
 from ...plan import Change, Problem
 from ...state import OwnedRegion
@@ -429,10 +429,14 @@ def plan_create(c: Ctx, i: int, rule: Any, members: list[Memdev], tgt: str) -> N
                             requires=("memory.auto_online_blocks",)))
     bs = c.block_size
     first, last = (-(-start // bs), (start + size) // bs) if bs else (0, 0)
+    # dax_cxl asks for the memmap on the region; the kernel puts it there only if its parameter allows
+    self_hosted = dax_facts(c.facts).hotplug_params.get("memmap_on_memory") in MEMMAP_ON_MEMORY_ALLOWED
+    blocks = max(0, last - first)
     dev = DaxDevice(name=f"dax{rid}.0", region=rid, size=size, align=2 * 1024**2, resource=start,
                     target_node=w.node, numa_node=None, mode="system-ram", memmap_on_memory=True,
-                    blocks_total=max(0, last - first), blocks_present=max(0, last - first), blocks_online=0,
-                    backing="cxl", cxl_region=region, cxl_memdevs=[m.name for m in order])
+                    blocks_total=blocks, blocks_present=blocks, blocks_online=0,
+                    backing="cxl", cxl_region=region, cxl_memdevs=[m.name for m in order],
+                    memmap_bytes=0 if self_hosted else memmap_bytes(blocks, bs or 0), memmap_self_hosted=self_hosted)
     c.planned_dax.append(dev)
     online = _online_change(c, dev, tgt, data, devices)
     if online is not None:
