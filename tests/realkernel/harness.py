@@ -1259,6 +1259,17 @@ def _run_initrd(assets: Assets, base: Path, run_dir: Path, script: str, hostroot
     return initrd
 
 
+def qemu_exit(code: int) -> str:
+    """How QEMU ended, for a message: its exit code, or the signal that killed it (a crash of QEMU itself)."""
+    if code >= 0:
+        return f"qemu exit {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"qemu exit {code}: QEMU itself died of {name}"
+
+
 def _interpret(
     full_log: str,
     console: str,
@@ -1279,9 +1290,7 @@ def _interpret(
     rc, stdout, stderr, uptime = parse_console(console)
     if rc is None:
         path = save_console(full_log, f"noexit-{label}", header)
-        raise GuestError(
-            f"guest reported no exit code (qemu exit {exit_code}): {qemu_out.strip()[-500:]}", path
-        )
+        raise GuestError(f"guest reported no exit code ({qemu_exit(exit_code)}): {qemu_out.strip()[-500:]}", path)
     result = GuestResult(rc, stdout, full_log, wall, stderr, None, uptime)
     if rc != 0:
         result.console_path = save_console(full_log, f"rc{rc}-{label}", header)

@@ -258,3 +258,9 @@ def test_native_builds_are_named_by_source_and_rebuilt_on_change(tmp_path: Path)
     src.write_text("int main(void) { int unused; return 0; }\n")  # the harness builds with -Werror
     with pytest.raises(harness.HarnessUnavailable, match="(?s)cannot build .*prog.c.*unused variable"):
         harness.build_native("prog", tmp_path / "out", src_dir=tmp_path)
+
+
+def test_a_qemu_killed_by_a_signal_is_named() -> None:
+    assert harness.qemu_exit(0) == "qemu exit 0"
+    assert harness.qemu_exit(-11) == "qemu exit -11: QEMU itself died of SIGSEGV"
+    assert harness.qemu_exit(-99) == "qemu exit -99: QEMU itself died of signal 99"
