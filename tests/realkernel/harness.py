@@ -160,8 +160,8 @@ LAYOUTS["placement"] = Layout(
 # DRAM; the window's proximity domain becomes node 2 once a region is onlined. Needs QEMU >= 8 (Debian 12 has
 # 7.2: the harness fetches bookworm-backports' QEMU), ``cxl=on``, and a CPU without the hypervisor CPUID bit
 # (else a region commit fails: ENXIO "Failed to synchronize CPU cache state"). Under TCG QEMU loads the plugin
-# native/x86_block_access.c: without it, an FPU state save (a signal frame) that crosses from RAM into the emulated
-# CXL memory crashes QEMU (SIGSEGV in access_stq), which the shipped profile's demotion makes likely.
+# native/x86_block_access.c: without it, an FPU state save (such as a signal frame) that crosses from RAM into the
+# emulated CXL memory crashes QEMU (SIGSEGV in access_stq), which the shipped profile's demotion makes likely.
 CXL_SERIALS = (0x4C454F0001, 0x4C454F0002)
 CXL_MEMDEV_SIZE = "256M"
 CXL_WINDOW = "4G"
