@@ -93,6 +93,11 @@ class DaxFacts:
     def device(self, name: str) -> DaxDevice | None:
         return next((d for d in self.devices if d.name == name), None)
 
+    @property
+    def memmap_allowed(self) -> bool:
+        """The kernel lets a hot-added device keep its struct pages on itself (memory_hotplug.memmap_on_memory)."""
+        return self.hotplug_params.get("memmap_on_memory") in MEMMAP_ON_MEMORY_ALLOWED
+
 
 def from_facts(facts: Facts) -> DaxFacts:
     """The ``dax`` section of ``facts``, typed (empty when the facts were gathered without it)."""

@@ -110,23 +110,28 @@ def worlds(cxl_guest: harness.Guest, tmp_path_factory: pytest.TempPathFactory): 
     guest = cxl_guest
     tmp = tmp_path_factory.mktemp("cxlr")
     straddle = harness.build_native("fpstate_straddle", guest.assets.cache_dir / "native")
-    # where the guest sees it too (the host's root over 9p); not under /tmp, a tmpfs of the guest's own
-    profile = tcg_profile(Path(tempfile.mkdtemp(prefix="cxlr-profile.", dir=guest.assets.cache_dir)))
-    real1, res1 = run_guest(guest, boot1(straddle, profile), label="cxl-regions-boot1", layout="cxl", timeout=600)
-    assert real1["state"].rc == 0, real1["state"].stderr
-    real2, res2 = run_guest(guest, boot2(real1["state"].stdout.strip(), profile), label="cxl-regions-boot2",
-                            layout="cxl", timeout=600)
-    root1 = cxl_sim_root(tmp, "regions-boot1", preset_for(real1["facts-bare"].doc()))
-    root2 = cxl_sim_root(tmp, "regions-boot2", preset_for(real2["facts-boot"].doc()))
+    # under the harness's cache, which the guest sees through its root (the host's, over 9p), as it does the
+    # straddle program; removed however the boots end
+    where = Path(tempfile.mkdtemp(prefix="cxlr-profile.", dir=guest.assets.cache_dir))
     try:
-        sim1 = run_sim(root1, boot1(straddle, profile)[:-1])
-        shutil.copytree(root1 / STATE.lstrip("/"), root2 / STATE.lstrip("/"), dirs_exist_ok=True)
-        sim2 = run_sim(root2, boot2("", profile)[1:])
-        sim2["restore"] = Outcome(0, "", "")
+        profile = tcg_profile(where)
+        real1, res1 = run_guest(guest, boot1(straddle, profile), label="cxl-regions-boot1", layout="cxl",
+                                timeout=600)
+        assert real1["state"].rc == 0, real1["state"].stderr
+        real2, res2 = run_guest(guest, boot2(real1["state"].stdout.strip(), profile), label="cxl-regions-boot2",
+                                layout="cxl", timeout=600)
+        root1 = cxl_sim_root(tmp, "regions-boot1", preset_for(real1["facts-bare"].doc()))
+        root2 = cxl_sim_root(tmp, "regions-boot2", preset_for(real2["facts-boot"].doc()))
+        try:
+            sim1 = run_sim(root1, boot1(straddle, profile)[:-1])
+            shutil.copytree(root1 / STATE.lstrip("/"), root2 / STATE.lstrip("/"), dirs_exist_ok=True)
+            sim2 = run_sim(root2, boot2("", profile)[1:])
+            sim2["restore"] = Outcome(0, "", "")
+        finally:
+            shutil.rmtree(root1, ignore_errors=True)
+            shutil.rmtree(root2, ignore_errors=True)
     finally:
-        shutil.rmtree(root1, ignore_errors=True)
-        shutil.rmtree(root2, ignore_errors=True)
-        shutil.rmtree(profile.parent.parent, ignore_errors=True)
+        shutil.rmtree(where, ignore_errors=True)
     for n, res in (("boot1", res1), ("boot2", res2)):
         took = ", ".join(f"{k} {s.seconds:.1f}s" for k, s in res.steps.items() if s.seconds and s.seconds >= 1)
         print(f"\n[realkernel] cxl regions {n}: {res.guest.wall_seconds:.1f}s wall ({took})")

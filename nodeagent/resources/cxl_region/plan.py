@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ...facts import Facts
 from ...facts.cxl import CxlFacts, Decoder, Memdev, Region
 from ...facts.cxl import from_facts as cxl_facts
-from ...facts.dax import MEMMAP_ON_MEMORY_ALLOWED, DaxDevice, memmap_bytes
+from ...facts.dax import DaxDevice, memmap_bytes
 from ...facts.dax import from_facts as dax_facts
 from ...plan import Change, Problem
 from ...state import OwnedRegion
@@ -430,7 +430,7 @@ def plan_create(c: Ctx, i: int, rule: Any, members: list[Memdev], tgt: str) -> N
     bs = c.block_size
     first, last = (-(-start // bs), (start + size) // bs) if bs else (0, 0)
     # dax_cxl asks for the memmap on the region; the kernel puts it there only if its parameter allows
-    self_hosted = dax_facts(c.facts).hotplug_params.get("memmap_on_memory") in MEMMAP_ON_MEMORY_ALLOWED
+    self_hosted = dax_facts(c.facts).memmap_allowed
     blocks = max(0, last - first)
     dev = DaxDevice(name=f"dax{rid}.0", region=rid, size=size, align=2 * 1024**2, resource=start,
                     target_node=w.node, numa_node=None, mode="system-ram", memmap_on_memory=True,
