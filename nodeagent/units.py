@@ -7,6 +7,7 @@ that says what was expected; the profile model turns these into pydantic types.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -31,8 +32,9 @@ def _quantity(value: object, units: dict[str, int], fold_case: bool, what: str, 
         m = _NUM_UNIT.fullmatch(value)
         unit = (m.group(2).lower() if fold_case else m.group(2)) if m else None
         if m and unit in units:
-            n = float(m.group(1)) * units[unit]
-            if n != int(n):
+            # Exact decimal arithmetic: a float makes 4.1MB 4099999.9999999995 bytes and rounds long byte counts.
+            n = Fraction(m.group(1)) * units[unit]
+            if n.denominator != 1:
                 raise ValueError(f"{value!r} is not a whole number of {whole}")
             return int(n)
     raise ValueError(f"expected {what} such as {more}, got {value!r}")

@@ -1,0 +1,51 @@
+"""Sizes and durations as a profile spells them: decimal fractions are exact, whatever a float would make of them."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nodeagent.units import _DURATION_US, _SIZE_UNITS, parse_duration_us, parse_size
+
+decimals = st.tuples(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 6)).map(
+    lambda t: f"{t[0]}.{t[1]:0{t[2]}d}" if t[2] else str(t[0]))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("4.1MB", 4_100_000),            # float: 4099999.9999999995
+    ("2.3GB", 2_300_000_000),
+    ("0.3kB", 300),
+    ("1.5GiB", 1536 * 1024**2),
+    ("123456789012345678", 123456789012345678),
+    ("123456789012345678b", 123456789012345678),   # float: 123456789012345680
+])
+def test_sizes_are_exact(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+def test_a_fraction_of_a_byte_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a whole number of bytes"):
+        parse_size("0.1GiB")
+
+
+@given(decimals, st.sampled_from(sorted(_SIZE_UNITS)))
+def test_a_size_is_the_exact_decimal_times_its_unit(number: str, unit: str) -> None:
+    exact = Fraction(number) * _SIZE_UNITS[unit]
+    if exact.denominator == 1:
+        assert parse_size(number + unit) == exact
+    else:
+        with pytest.raises(ValueError, match="whole number"):
+            parse_size(number + unit)
+
+
+@given(decimals, st.sampled_from(sorted(_DURATION_US)))
+def test_a_duration_is_the_exact_decimal_times_its_unit(number: str, unit: str) -> None:
+    exact = Fraction(number) * _DURATION_US[unit]
+    if exact.denominator == 1:
+        assert parse_duration_us(number + unit) == exact
+    else:
+        with pytest.raises(ValueError, match="whole number"):
+            parse_duration_us(number + unit)
