@@ -69,11 +69,14 @@ monitoring:
 	cp monitoring/alerts.yaml monitoring/dashboard.json nodeagent/monitoring/
 
 # The moving-window (KV cache) placement benchmark: every envelope point x start mode x configuration x 2 runs
-# (QEMU/TCG guest, ~2 min a run; see bench/placement). POINTS=mid,burst CONFIGS=nodeagent narrow it.
+# (QEMU/TCG guest, ~2 min a run; see bench/placement). POINTS=mid,burst CONFIGS=nodeagent narrow it;
+# CANDIDATE=my.yaml also runs nodeagent with that profile, alternating with the others run by run.
 POINTS ?= mid,wide,few,burst,slow
 CONFIGS ?= baseline,tpp,damo-mem-tier,nodeagent
+CANDIDATE ?=
 bench-placement-kv: $(STAMP)
-	$(BIN)/python bench/placement/run.py --workload kv --points $(POINTS) --configs $(CONFIGS)
+	$(BIN)/python bench/placement/run.py --workload kv --points $(POINTS) --configs $(CONFIGS) \
+		$(if $(CANDIDATE),--candidate $(CANDIDATE))
 
 # The exhaustive fault sweep (tests/e2e/test_faults_*.py; `make test` runs one signal before every write of a
 # small-block node, 50 sampled h100-cxl points, an errno at every kind of write): every signal (KILL, TERM, INT)

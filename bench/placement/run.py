@@ -14,6 +14,7 @@ boot, before the workload) and ``after`` (applied to the running node once the w
 
     python bench/placement/run.py                         # the full comparison: 4 configs x 2 modes x 2 runs
     python bench/placement/run.py --configs nodeagent --starts after --runs 1 --duration 30
+    python bench/placement/run.py --workload kv --configs nodeagent --candidate my.yaml   # a tuning, paired
     python bench/placement/run.py --smoke                 # CI: nodeagent's profile, before, one 20 s run
     python bench/placement/run.py --from-dir RESULTS      # recompute the table from a saved run's raw outputs
 
@@ -22,7 +23,9 @@ configuration was applied before it started); on a running node, when the config
 (nodeagent's Python runs ~50x slower under TCG than on hardware: its apply takes 10-50 s there, during which the
 workload keeps running). MiB migrated count from the workload's start, resp. from the start of the apply. Each
 figure is the mean over the last third of the run; a configuration's result is the worst of its runs
-(figures.py). Results (raw guest output per run, results.json, table.md) go to --out.
+(figures.py). Results (raw guest output per run, results.json, table.md) go to --out. The configurations
+alternate run by run (run 1 of each, then run 2 of each): the host's speed drifts (a `burst` run took 109 s,
+and 25 minutes later, with a lighter profile, 192 s), and alternating spreads that drift over all of them alike.
 
 TCG runs both vCPUs on host threads: another guest or a test suite on the host slows the kernel's scans, DAMON
 and page migration in wall-clock terms. Run the full benchmark on an otherwise idle host.
@@ -48,6 +51,11 @@ import harness  # noqa: E402
 import kvfigures  # noqa: E402
 
 CONFIGS = ("baseline", "tpp", "damo-mem-tier", "nodeagent")
+#: ``--candidate PROFILE``: nodeagent with another profile, run beside the shipped one (tables list it last)
+CANDIDATE = "candidate"
+TABLE_ORDER = (*CONFIGS, CANDIDATE)
+#: the configurations the targets are judged for
+JUDGED = ("nodeagent", CANDIDATE)
 STARTS = ("before", "after")
 LAYOUT = "placement"
 
@@ -81,11 +89,13 @@ def build_workload(cache: Path, name: str = "workload") -> Path:
 def guest_env(config: str, start: str, args: argparse.Namespace, workload: Path,
               point: str | None = None) -> dict[str, str]:
     kv = {"PL_KV_ARGS": kv_args(point, args)} if point else {}
+    profile = args.candidate if config == CANDIDATE else args.profile
     return {**kv,
-        "PL_CONFIG": config, "PL_START": start, "PL_DURATION": str(args.duration), "PL_INTERVAL": str(args.interval),
+        "PL_CONFIG": "nodeagent" if config == CANDIDATE else config, "PL_START": start,
+        "PL_DURATION": str(args.duration), "PL_INTERVAL": str(args.interval),
         "PL_COLD_MIB": str(args.cold), "PL_HOT_MIB": str(args.hot), "PL_SETTLE": str(args.settle),
         "PL_WORKLOAD": str(workload), "PL_PYTHON": str(args.python), "PL_REPO": str(REPO),
-        "PL_PROFILE": str(Path(args.profile).resolve()), "PL_HOOK": args.hook, "PL_TLB_REACH": str(args.tlb_reach),
+        "PL_PROFILE": str(Path(profile).resolve()), "PL_HOOK": args.hook, "PL_TLB_REACH": str(args.tlb_reach),
     }
 
 
@@ -126,12 +136,19 @@ def recompute_kv(args: argparse.Namespace) -> int:
     old = {(r["point"], r["config"], r["start"], r["run"]): r for r in meta.get("runs", [])}
     per_run: list[dict[str, Any]] = []
     for path in sorted(args.from_dir.glob("kv-*-*-*-*.txt")):
-        point, config, start, index = path.stem[len("kv-"):].rsplit("-", 3)
+        point, config, start, index = kv_label_parts(path.stem)
         figs = kvfigures.figures(kvfigures.parse(path.read_text()), duration)
         per_run.append({**old.get((point, config, start, int(index)), {}), **figs, "point": point, "config": config,
                         "start": start, "run": int(index)})
     write_kv_results(args.from_dir, meta, per_run)
     return 0
+
+
+def kv_label_parts(stem: str) -> tuple[str, str, str, str]:
+    """``kv-<point>-<config>-<start>-<n>`` split; a configuration's name may hold dashes (damo-mem-tier)."""
+    point, rest = stem[len("kv-"):].split("-", 1)
+    config, start, index = rest.rsplit("-", 2)
+    return point, config, start, index
 
 
 def write_kv_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, Any]]) -> None:
@@ -141,13 +158,15 @@ def write_kv_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, An
     results = {key: kvfigures.worst(runs) for key, runs in grouped.items()}
     points = [p for p in KV_POINTS if any(k[0] == p for k in results)]
     starts = [s for s in STARTS if any(k[1] == s for k in results)]
-    configs = [c for c in CONFIGS if any(k[2] == c for k in results)]
+    configs = [c for c in TABLE_ORDER if any(k[2] == c for k in results)]
     text = [kvfigures.table(results, points, starts, configs), ""]
-    verdicts = {f"{p}/{s}": kvfigures.judge(results[(p, s, "nodeagent")])
-                for p in points for s in starts if (p, s, "nodeagent") in results}
+    # keyed "point/start" for the shipped profile (as results saved before --candidate), "candidate point/start"
+    verdicts = {(f"{p}/{s}" if c == "nodeagent" else f"{c} {p}/{s}"): kvfigures.judge(results[(p, s, c)])
+                for c in JUDGED for p in points for s in starts if (p, s, c) in results}
     for where, items in verdicts.items():
-        text.append(f"nodeagent, {where}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
-                                                        for label, ok in items))
+        name, _, at = where.rpartition(" ")
+        text.append(f"{name or 'nodeagent'}, {at}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
+                                                                 for label, ok in items))
     print("\n" + "\n".join(text), flush=True)
     text += ["", "Per run:", "", kvfigures.per_run_table(per_run, points, starts, configs)]
     (out / "table.md").write_text("\n".join(text) + "\n")
@@ -159,7 +178,8 @@ def write_kv_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, An
 
 def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], assets: harness.Assets,
             out: Path) -> int:
-    """The moving-window comparison: every envelope point x start mode x configuration x run."""
+    """The moving-window comparison: every envelope point x start mode x run x configuration (the configurations
+    alternate run by run, so that a change in the host's speed over a sweep falls on all of them alike)."""
     points = [p for p in args.points.split(",") if p]
     workload = build_workload(assets.cache_dir / "placement", "kvwindow")
     print(f"placement benchmark (moving window): kernel {assets.kernel_version}, point(s) {', '.join(points)}, "
@@ -167,7 +187,8 @@ def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], ass
           f"results in {out}", flush=True)
     meta = {"kernel": assets.kernel_version, "workload": "kvwindow", "duration": args.duration,
             "interval": args.interval, "full_every": args.full_every, "settle": args.settle, "profile": args.profile,
-            "tlb_reach": args.tlb_reach, "points": {p: KV_POINTS[p] for p in points}}
+            "tlb_reach": args.tlb_reach, "points": {p: KV_POINTS[p] for p in points},
+            **({"candidate": args.candidate} if args.candidate else {})}
     # a sweep into a directory that holds an earlier one adds to it (baselines first, the profile later)
     saved = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     earlier = saved.get("runs", [])
@@ -179,8 +200,8 @@ def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], ass
 
     for point in points:
         for start in starts:
-            for config in configs:
-                for i in range(1, args.runs + 1):
+            for i in range(1, args.runs + 1):
+                for config in configs:
                     figs = one_run(config, start, i, args, workload, assets, out, point)
                     keys = ("hot_median", "hot_p10", "hot_lowest", "recover_s", "write_s", "churn", "stranded",
                             "pingpong_mib", "est_ratio", "apply_seconds")
@@ -211,7 +232,7 @@ def recompute(args: argparse.Namespace) -> int:
         grouped.setdefault((start, config), []).append(figs)
     results = {key: figures.worst(runs) for key, runs in grouped.items()}
     starts = [s for s in STARTS if any(k[0] == s for k in results)]
-    configs = [c for c in CONFIGS if any(k[1] == c for k in results)]
+    configs = [c for c in TABLE_ORDER if any(k[1] == c for k in results)]
     write_results(args.from_dir, meta, per_run, results, starts, configs,
                   int(meta.get("cold_mib", args.cold)) + int(meta.get("hot_mib", args.hot)))
     return 0
@@ -221,12 +242,14 @@ def write_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, Any]]
                   results: dict[tuple[str, str], dict[str, Any]], starts: list[str], configs: list[str],
                   workload_mib: float) -> None:
     md = figures.table(results, starts, configs)
-    verdicts = {start: figures.judge(start, results[(start, "nodeagent")], workload_mib)
-                for start in starts if (start, "nodeagent") in results}
+    verdicts = {(start if c == "nodeagent" else f"{c} {start}"): figures.judge(start, results[(start, c)],
+                                                                                 workload_mib)
+                for c in JUDGED for start in starts if (start, c) in results}
     text = [md, ""]
-    for start, items in verdicts.items():
-        text.append(f"nodeagent, {start}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
-                                                          for label, ok in items))
+    for where, items in verdicts.items():
+        name, _, start = where.rpartition(" ")
+        text.append(f"{name or 'nodeagent'}, {start}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
+                                                                    for label, ok in items))
     print("\n" + "\n".join(text), flush=True)
     (out / "table.md").write_text("\n".join(text) + "\n")
     meta = {**meta, "runs": per_run, "results": [{"start": s, "config": c, **f} for (s, c), f in results.items()],
@@ -252,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hot", type=int, default=128, help="hot set, MiB (default 128)")
     p.add_argument("--settle", type=float, default=5, help="seconds the full node runs before an after-apply")
     p.add_argument("--profile", default=str(REPO / "profiles/cxl-inference.yaml"), help="nodeagent's profile")
+    p.add_argument("--candidate", default=None, metavar="PROFILE",
+                   help="also run nodeagent with PROFILE (configuration `candidate`), alternating with the others "
+                   "run by run: a tuning measured against the shipped profile in the same sweep")
     p.add_argument("--python", default=str(REPO / ".venv/bin/python"), help="python with nodeagent installed")
     p.add_argument("--out", type=Path, default=None, help="results directory (default: the cache)")
     p.add_argument("--tlb-reach", type=int, default=1536, metavar="PAGES",
@@ -281,8 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.workload == "kv" and unknown:
         p.error(f"unknown envelope point: {', '.join(unknown)} (known: {', '.join(KV_POINTS)})")
     configs = [c for c in args.configs.split(",") if c]
+    if args.candidate and CANDIDATE not in configs:
+        configs.append(CANDIDATE)
+    if CANDIDATE in configs and not args.candidate:
+        p.error("configuration `candidate` needs --candidate PROFILE")
+    if args.candidate and not Path(args.candidate).is_file():
+        p.error(f"--candidate {args.candidate}: no such file")
     starts = [s for s in args.starts.split(",") if s]
-    bad = [c for c in configs if c not in CONFIGS] + [s for s in starts if s not in STARTS]
+    bad = [c for c in configs if c not in TABLE_ORDER] + [s for s in starts if s not in STARTS]
     if bad:
         p.error(f"unknown configuration or start mode: {', '.join(bad)}")
     try:
@@ -302,16 +334,18 @@ def main(argv: list[str] | None = None) -> int:
     per_run: list[dict[str, Any]] = []
     results: dict[tuple[str, str], dict[str, Any]] = {}
     for start in starts:
-        for config in configs:
-            runs = []
-            for i in range(1, args.runs + 1):
+        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+        for i in range(1, args.runs + 1):
+            for config in configs:   # alternating, as in main_kv
                 figs = one_run(config, start, i, args, workload, assets, out)
                 print(f"  {start:6} {config:14} run {i}: {_line(figs)} ({figs['wall_seconds']}s)", flush=True)
-                runs.append(figs)
+                runs[config].append(figs)
                 per_run.append(figs)
-            results[(start, config)] = figures.worst(runs)
+        for config in configs:
+            results[(start, config)] = figures.worst(runs[config])
     meta = {"kernel": assets.kernel_version, "duration": args.duration, "interval": args.interval,
-            "cold_mib": args.cold, "hot_mib": args.hot, "settle": args.settle, "profile": args.profile}
+            "cold_mib": args.cold, "hot_mib": args.hot, "settle": args.settle, "profile": args.profile,
+            **({"candidate": args.candidate} if args.candidate else {})}
     write_results(out, meta, per_run, results, starts, configs, args.cold + args.hot)
     complete = all(f["ok"] for f in per_run)
     return 0 if complete else 1

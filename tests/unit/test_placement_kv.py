@@ -122,6 +122,63 @@ def test_a_saved_kv_run_is_recomputed_without_a_guest(tmp_path: Path) -> None:
     assert "| 0.42 | 1.3 (1.2) | 2.5 |" in table
 
 
+def test_a_saved_sweep_with_a_candidate_and_a_dashed_configuration_is_recomputed(tmp_path: Path) -> None:
+    import run as placement_run
+
+    for config, low in (("damo-mem-tier", 70), ("nodeagent", 80), ("candidate", 90)):
+        (tmp_path / f"kv-burst-{config}-before-1.txt").write_text(output(
+            [kv(20, (100, 0, 0), live=(9, 0, 1)), kv(31, (low, 0, 100 - low)), kv(32, (99, 0, 1)),
+             kv(60, (99, 0, 1), live=(9, 0, 1), appended=100, migrated=100)]))
+    assert placement_run.kv_label_parts("kv-burst-damo-mem-tier-before-1") == ("burst", "damo-mem-tier", "before",
+                                                                                "1")
+    assert placement_run.main(["--workload", "kv", "--from-dir", str(tmp_path)]) == 0
+    table = (tmp_path / "table.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| burst | before |")]
+    assert [r.split(" | ")[2] for r in rows[:3]] == ["damo-mem-tier", "nodeagent", "candidate"]
+    assert "nodeagent, burst/before: hot window on DRAM >= 98 % (median): met; >= 95 % (10th percentile): NOT met" \
+        in table
+    assert "candidate, burst/before: " in table and ">= 85 % (lowest sample): met" in table.split("candidate, ")[1]
+
+
+def test_configurations_alternate_run_by_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate profile runs beside the shipped one, run 1 of each before run 2 of each, with its own profile."""
+    import run as placement_run
+
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text("kind: NodeProfile\n")
+    calls: list[tuple[str | None, str, int, str, str]] = []
+
+    def fake_run(config, start, index, args, workload, assets, out, point=None):  # type: ignore[no-untyped-def]
+        env = placement_run.guest_env(config, start, args, workload, point)
+        calls.append((point, config, index, env["PL_CONFIG"], Path(env["PL_PROFILE"]).name))
+        return {"ok": True, "point": point, "config": config, "start": start, "run": index, "wall_seconds": 1.0}
+
+    monkeypatch.setattr(placement_run, "one_run", fake_run)
+    monkeypatch.setattr(placement_run, "build_workload", lambda cache, name="workload": tmp_path / name)
+    monkeypatch.setattr(placement_run, "write_kv_results", lambda out, meta, per_run: None)
+    monkeypatch.setattr(placement_run.harness, "qemu_binary", lambda: "qemu-system-x86_64")
+    assets = type("A", (), {"cache_dir": tmp_path, "kernel_version": "6.12.95"})()
+    monkeypatch.setattr(placement_run.harness, "ensure_assets", lambda: assets)
+    rc = placement_run.main(["--workload", "kv", "--points", "burst", "--starts", "before", "--configs",
+                             "nodeagent", "--candidate", str(candidate), "--out", str(tmp_path / "out")])
+    assert rc == 0
+    assert calls == [("burst", "nodeagent", 1, "nodeagent", "cxl-inference.yaml"),
+                     ("burst", "candidate", 1, "nodeagent", "candidate.yaml"),
+                     ("burst", "nodeagent", 2, "nodeagent", "cxl-inference.yaml"),
+                     ("burst", "candidate", 2, "nodeagent", "candidate.yaml")]
+
+
+def test_a_candidate_configuration_needs_its_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    import run as placement_run
+
+    with pytest.raises(SystemExit) as exc:
+        placement_run.main(["--workload", "kv", "--configs", "candidate"])
+    assert exc.value.code == 2 and "needs --candidate PROFILE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        placement_run.main(["--workload", "kv", "--candidate", "/nonexistent/x.yaml"])
+    assert "no such file" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
 def test_the_workload_appends_moves_its_window_and_changes_phase(tmp_path: Path) -> None:
     exe = tmp_path / "kvwindow"
