@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 import pytest
@@ -31,21 +32,15 @@ def test_a_fraction_of_a_byte_is_refused() -> None:
         parse_size("0.1GiB")
 
 
-@given(decimals, st.sampled_from(sorted(_SIZE_UNITS)))
-def test_a_size_is_the_exact_decimal_times_its_unit(number: str, unit: str) -> None:
-    exact = Fraction(number) * _SIZE_UNITS[unit]
+@pytest.mark.parametrize(("parse", "units"), [(parse_size, _SIZE_UNITS), (parse_duration_us, _DURATION_US)],
+                         ids=["size", "duration"])
+@given(number=decimals, data=st.data())
+def test_a_quantity_is_the_exact_decimal_times_its_unit(parse: Callable[[object], int], units: dict[str, int],
+                                                        number: str, data: st.DataObject) -> None:
+    unit = data.draw(st.sampled_from(sorted(units)))
+    exact = Fraction(number) * units[unit]
     if exact.denominator == 1:
-        assert parse_size(number + unit) == exact
+        assert parse(number + unit) == exact
     else:
         with pytest.raises(ValueError, match="whole number"):
-            parse_size(number + unit)
-
-
-@given(decimals, st.sampled_from(sorted(_DURATION_US)))
-def test_a_duration_is_the_exact_decimal_times_its_unit(number: str, unit: str) -> None:
-    exact = Fraction(number) * _DURATION_US[unit]
-    if exact.denominator == 1:
-        assert parse_duration_us(number + unit) == exact
-    else:
-        with pytest.raises(ValueError, match="whole number"):
-            parse_duration_us(number + unit)
+            parse(number + unit)
