@@ -3,8 +3,8 @@
 Under TCG every node is the same host memory, so the figures say nothing about hardware: the test checks
 that the probe runs on the real kernel (mbind honoured: the buffer lands on the node asked, THP-backed as the
 guest's kernel allows), that it bounds its cost (every pair within its budget, the whole check within
-pairs × budget), and that it orders nothing wrong (no node reads as several times slower than another, so
-the CXL threshold passes). One boot: the pmem namespace is onlined as a CPU-less node first, so the probe
+pairs × budget), and that it orders nothing wrong (no node reads as 3x slower than another, the CXL
+threshold, so the check passes). One boot: the pmem namespace is onlined as a CPU-less node first, so the probe
 measures node0 (CPUs), node1 (CPU-less DRAM) and node2 (kmem, a slower tier).
 
 The helper is built on the host before the boot (the guest sees the host's root read-only through 9p and
@@ -67,7 +67,10 @@ def test_latency_check_runs_bounded_and_orders_nothing_wrong(guest: harness.Gues
         assert probe.MIN_BUFFER <= p["buffer"] <= probe.MAX_BUFFER
         assert p["seconds"] <= BUDGET + 0.5
     assert ev["seconds"] <= len(pairs) * (BUDGET + 1.0) + 5.0
-    # it orders nothing wrong: all nodes are equal under TCG, so nothing reads as a slow tier
+    # it orders nothing wrong: under TCG no node is a slower tier, so none reads as one — no node at the check's
+    # own threshold (max_ratio 3.0) against another. Not "all equal": how the host backs each guest node differs,
+    # and one CI rehearsal read node0 itself at 425 ns, steadily over its 7 chains, and nodes 1 and 2 at 154 and
+    # 166 ns (2.76x).
     ns = [p["ns"] for p in pairs]
-    assert max(ns) / min(ns) < 2.0, ns
+    assert max(ns) / min(ns) < 3.0, ns
     assert result["status"] == "pass", result["findings"]
