@@ -144,6 +144,21 @@ def recompute_kv(args: argparse.Namespace) -> int:
     return 0
 
 
+def verdict_key(config: str, where: str) -> str:
+    """results.json's key for a verdict: ``where`` for the shipped profile (as saved before --candidate existed),
+    ``"<config> <where>"`` for another configuration."""
+    return where if config == "nodeagent" else f"{config} {where}"
+
+
+def verdict_lines(verdicts: dict[str, list[tuple[str, bool]]]) -> list[str]:
+    lines = []
+    for key, items in verdicts.items():
+        config, _, where = key.rpartition(" ")
+        lines.append(f"{config or 'nodeagent'}, {where}: "
+                     + "; ".join(f"{label}: {'met' if ok else 'NOT met'}" for label, ok in items))
+    return lines
+
+
 def kv_label_parts(stem: str) -> tuple[str, str, str, str]:
     """``kv-<point>-<config>-<start>-<n>`` split; a configuration's name may hold dashes (damo-mem-tier)."""
     point, rest = stem[len("kv-"):].split("-", 1)
@@ -160,13 +175,9 @@ def write_kv_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, An
     starts = [s for s in STARTS if any(k[1] == s for k in results)]
     configs = [c for c in TABLE_ORDER if any(k[2] == c for k in results)]
     text = [kvfigures.table(results, points, starts, configs), ""]
-    # keyed "point/start" for the shipped profile (as results saved before --candidate), "candidate point/start"
-    verdicts = {(f"{p}/{s}" if c == "nodeagent" else f"{c} {p}/{s}"): kvfigures.judge(results[(p, s, c)])
+    verdicts = {verdict_key(c, f"{p}/{s}"): kvfigures.judge(results[(p, s, c)])
                 for c in JUDGED for p in points for s in starts if (p, s, c) in results}
-    for where, items in verdicts.items():
-        name, _, at = where.rpartition(" ")
-        text.append(f"{name or 'nodeagent'}, {at}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
-                                                                 for label, ok in items))
+    text += verdict_lines(verdicts)
     print("\n" + "\n".join(text), flush=True)
     text += ["", "Per run:", "", kvfigures.per_run_table(per_run, points, starts, configs)]
     (out / "table.md").write_text("\n".join(text) + "\n")
@@ -242,14 +253,9 @@ def write_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, Any]]
                   results: dict[tuple[str, str], dict[str, Any]], starts: list[str], configs: list[str],
                   workload_mib: float) -> None:
     md = figures.table(results, starts, configs)
-    verdicts = {(start if c == "nodeagent" else f"{c} {start}"): figures.judge(start, results[(start, c)],
-                                                                                 workload_mib)
+    verdicts = {verdict_key(c, start): figures.judge(start, results[(start, c)], workload_mib)
                 for c in JUDGED for start in starts if (start, c) in results}
-    text = [md, ""]
-    for where, items in verdicts.items():
-        name, _, start = where.rpartition(" ")
-        text.append(f"{name or 'nodeagent'}, {start}: " + "; ".join(f"{label}: {'met' if ok else 'NOT met'}"
-                                                                    for label, ok in items))
+    text = [md, "", *verdict_lines(verdicts)]
     print("\n" + "\n".join(text), flush=True)
     (out / "table.md").write_text("\n".join(text) + "\n")
     meta = {**meta, "runs": per_run, "results": [{"start": s, "config": c, **f} for (s, c), f in results.items()],
