@@ -16,6 +16,8 @@ _SIZE_UNITS = {
 }
 _DURATION_US = {"us": 1, "µs": 1, "ms": 1000, "s": 1_000_000, "m": 60_000_000, "min": 60_000_000,
                 "h": 3_600_000_000}
+#: far beyond any size or duration (2**64 has 20 digits); a longer number is refused before it is read
+_MAX_DIGITS = 64
 _NUM_UNIT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Zµ]*)\s*")
 
 
@@ -32,6 +34,8 @@ def _quantity(value: object, units: dict[str, int], fold_case: bool, what: str, 
         m = _NUM_UNIT.fullmatch(value)
         unit = (m.group(2).lower() if fold_case else m.group(2)) if m else None
         if m and unit in units:
+            if len(m.group(1)) > _MAX_DIGITS:  # Python refuses to read longer integers, with advice for programmers
+                raise ValueError(f"expected {what} such as {more}, got a number of {len(m.group(1))} characters")
             # Exact decimal arithmetic: a float makes 4.1MB 4099999.9999999995 bytes and rounds long byte counts.
             n = Fraction(m.group(1)) * units[unit]
             if n.denominator != 1:

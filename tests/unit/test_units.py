@@ -27,6 +27,13 @@ def test_sizes_are_exact(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 
 
+@pytest.mark.parametrize("text", ["1" * 5000 + "MiB", "1." + "1" * 5000 + "s"])
+def test_a_number_too_long_to_read_is_refused_with_a_message(text: str) -> None:
+    parse = parse_duration_us if text.endswith("s") else parse_size
+    with pytest.raises(ValueError, match=r"got a number of 500\d characters$"):
+        parse(text)
+
+
 def test_a_fraction_of_a_byte_is_refused() -> None:
     with pytest.raises(ValueError, match="not a whole number of bytes"):
         parse_size("0.1GiB")
