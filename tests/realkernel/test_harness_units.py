@@ -172,6 +172,19 @@ def test_only_a_kernel_that_died_before_init_is_booted_again() -> None:
     assert not harness.died_before_init("[    1.3] booting\n", 0)
 
 
+def test_an_int3_panic_while_the_command_ran_is_run_again_and_no_other_panic_is() -> None:
+    ready = f"{harness.MARK}:READY uptime=5.1\n"
+    int3 = (ready + "[   40.2] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n[   40.2] RIP: 0010:sched_clock_cpu+0x9/0x190\n"
+            "[   40.3] Kernel panic - not syncing: Fatal exception in interrupt\n")
+    assert harness.died_patching_text(int3, 0)
+    assert harness.died_patching_text(int3.replace(ready, ""), 0)  # at boot too
+    assert not harness.died_patching_text(int3, None)  # a timeout is reported as one
+    null = (ready + "[   40.2] BUG: kernel NULL pointer dereference\n"
+            "[   40.3] Kernel panic - not syncing: Fatal exception\n")
+    assert not harness.died_patching_text(null, 0) and not harness.died_before_init(null, 0)
+    assert not harness.died_patching_text(ready + "[   40.2] Oops: int3: 0000 [#1]\n", 0)  # the guest lived on
+
+
 # --------------------------------------------------------------------------- native/: the QEMU plugin's decoder
 
 #: instruction bytes -> whether QEMU's x86 emulation prepares it as one block access (target/i386/tcg/access.c)
