@@ -39,7 +39,8 @@ state() {  # what the kernel thinks of each node: free memory and whether kswapd
 
 online_cxl() {
   echo offline > $MEM/auto_online_blocks
-  daxctl reconfigure-device --mode=system-ram dax0.0 >/dev/null 2>&1 || die "daxctl reconfigure-device failed"
+  daxctl reconfigure-device --mode=system-ram dax0.0 >/tmp/daxctl.out 2>&1 ||
+    die "daxctl reconfigure-device failed: $(tail -n 3 /tmp/daxctl.out | tr '\n' ' ')"
 }
 
 # One kdamond of the damo mem_tier-style recipe (NOTES.md, configuration c): paddr over one node, one migrate
@@ -191,7 +192,8 @@ damon_stats() {  # every 2 s while the workload runs: each running scheme's byte
   done >/tmp/dstat.out
 }
 
-ndctl create-namespace -f -e namespace0.0 -m devdax >/dev/null 2>&1 || die "ndctl create-namespace failed"
+ndctl create-namespace -f -e namespace0.0 -m devdax >/tmp/ndctl.out 2>&1 ||
+  die "ndctl create-namespace failed: $(tail -n 3 /tmp/ndctl.out | tr '\n' ' ')"
 # nodeagent applied at boot onlines the CXL device itself; every other case finds it online already
 [ "$PL_CONFIG" = nodeagent ] && [ "$PL_START" = before ] || online_cxl
 say "CONFIG $PL_CONFIG START $PL_START kernel=$(uname -r)"

@@ -39,6 +39,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from textwrap import indent
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -109,8 +110,10 @@ def one_run(config: str, start: str, index: int, args: argparse.Namespace, workl
         res = harness.run_in_guest(script, timeout=timeout, layout=LAYOUT,
                                    env=guest_env(config, start, args, workload, point), assets=assets, label=label)
         stdout, wall, console = res.stdout, res.wall_seconds, res.console_path
+        guest_error, stderr = (f"guest.sh exit {res.rc}" if res.rc else None), res.stderr
     except harness.GuestError as exc:
-        stdout, wall, console = "", time.monotonic() - started, exc.console_path
+        stdout, wall, console, stderr = "", time.monotonic() - started, exc.console_path, ""
+        guest_error = str(exc)
         print(f"  {label}: guest error: {exc}", file=sys.stderr)
     (out / f"{label}.txt").write_text(stdout)
     if point:
@@ -119,13 +122,37 @@ def one_run(config: str, start: str, index: int, args: argparse.Namespace, workl
         figs.update({"point": point, "config": config, "start": start, "run": index, "wall_seconds": round(wall, 1),
                      "console": str(console) if console else None, "states": kvrun.states, "damon": kvrun.damon,
                      "errors": kvrun.errors, "apply_rc": kvrun.apply_rc, "kvconf": kvrun.conf})
-        return figs
-    run = figures.parse(stdout)
-    figs = figures.figures(run, args.duration)
-    figs.update({"config": config, "start": start, "run": index, "wall_seconds": round(wall, 1),
-                 "console": str(console) if console else None, "states": run.states, "damon": run.damon,
-                 "errors": run.errors, "apply_rc": run.apply_rc})
+        parsed: figures.Run | kvfigures.KvRun = kvrun
+    else:
+        parsed = figures.parse(stdout)
+        figs = figures.figures(parsed, args.duration)
+        figs.update({"config": config, "start": start, "run": index, "wall_seconds": round(wall, 1),
+                     "console": str(console) if console else None, "states": parsed.states, "damon": parsed.damon,
+                     "errors": parsed.errors, "apply_rc": parsed.apply_rc})
+    if not figs["ok"]:
+        figs["why"] = why_incomplete(parsed, stdout, stderr, console, guest_error)
     return figs
+
+
+def _tail(text: str, lines: int) -> list[str]:
+    return [line.rstrip() for line in text.splitlines()[-lines:]]
+
+
+def why_incomplete(run: figures.Run | kvfigures.KvRun, stdout: str, stderr: str, console: Path | None,
+                   guest_error: str | None) -> str:
+    """What an incomplete run left to go on, for the sweep's log and a CI failure: the guest's own error, the
+    ``PL:ERROR`` lines, the exit codes, how many samples came, and the last lines of its output, its standard
+    error and the console."""
+    head = [f"guest error: {guest_error}"] if guest_error else []
+    head += [f"guest.sh: ERROR {e}" for e in run.errors]
+    head.append(f"apply rc {run.apply_rc}, workload rc {run.workload_rc}, {len(run.samples)} sample(s)")
+    out = [*head, "last lines of the guest's output:", *(f"  | {x}" for x in _tail(stdout, 15) or ["(none)"])]
+    if stderr.strip():
+        out += ["last lines of its standard error:", *(f"  | {x}" for x in _tail(stderr, 15))]
+    if console is not None and Path(console).exists():
+        text = Path(console).read_text(errors="replace")
+        out += [f"last lines of the console ({console}):", *(f"  | {x}" for x in _tail(text, 25))]
+    return "\n".join(out)
 
 
 def recompute_kv(args: argparse.Namespace) -> int:
@@ -219,6 +246,8 @@ def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], ass
                     print(f"  {point:6} {start:6} {config:14} run {i}: "
                           + " ".join(f"{k}={figs.get(k)}" for k in keys)
                           + ("" if figs["ok"] else " INCOMPLETE") + f" ({figs['wall_seconds']}s)", flush=True)
+                    if "why" in figs:
+                        print(indent(figs["why"], "      "), flush=True)
                     per_run.append(figs)
                     done = {key(r) for r in per_run}
                     # after every run: an interrupted sweep keeps its figures
@@ -345,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
             for config in configs:   # alternating, as in main_kv
                 figs = one_run(config, start, i, args, workload, assets, out)
                 print(f"  {start:6} {config:14} run {i}: {_line(figs)} ({figs['wall_seconds']}s)", flush=True)
+                if "why" in figs:
+                    print(indent(figs["why"], "      "), flush=True)
                 runs[config].append(figs)
                 per_run.append(figs)
         for config in configs:

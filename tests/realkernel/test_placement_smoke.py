@@ -25,7 +25,8 @@ def test_placement_benchmark_smoke(guest: harness.Guest, tmp_path: Path, capsys:
     import run as placement_run
 
     rc = placement_run.main(["--smoke", "--out", str(tmp_path)])
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out + captured.err  # the harness says on stderr when it ran a guest again, and why
     assert rc == 0, f"the smoke run did not complete; raw guest output in {tmp_path}\n{printed}"
     results = json.loads((tmp_path / "results.json").read_text())
     (run,) = results["runs"]

@@ -135,3 +135,22 @@ def test_a_saved_run_is_recomputed_without_a_guest(tmp_path: Path, capsys: pytes
     assert "| after | nodeagent | 2 | 92 | 90 |" in table
     assert "nodeagent, after: hot on fast >= 90 %: met; cold on CXL >= 80 %: met" in table
     assert "| after | nodeagent | 2 |" in capsys.readouterr().out
+
+
+def test_an_incomplete_run_says_what_it_left_to_go_on(tmp_path: Path) -> None:
+    import run as placement_run
+
+    stdout = "PL:CONFIG nodeagent START before kernel=6.12\nPL:ERROR ndctl create-namespace failed: busy\n"
+    console = tmp_path / "console.log"
+    console.write_text("".join(f"[ {i}.0] line {i}\n" for i in range(40)) + "Kernel panic - not syncing\n")
+    why = placement_run.why_incomplete(figures.parse(stdout), stdout, "sh: 1: cannot create: Busy\n", console,
+                                       "guest.sh exit 1")
+    lines = why.splitlines()
+    assert lines[:3] == ["guest error: guest.sh exit 1", "guest.sh: ERROR ndctl create-namespace failed: busy",
+                         "apply rc None, workload rc None, 0 sample(s)"]
+    assert "  | PL:ERROR ndctl create-namespace failed: busy" in lines
+    assert "  | sh: 1: cannot create: Busy" in lines
+    assert lines[-1] == "  | Kernel panic - not syncing" and "  | [ 16.0] line 16" in lines
+    assert "  | [ 15.0] line 15" not in lines  # the console's last 25 lines, not all of it
+    # a run that produced nothing at all still says so
+    assert "  | (none)" in placement_run.why_incomplete(figures.parse(""), "", "", None, "guest reported no exit code")
