@@ -1148,8 +1148,9 @@ def died_patching_text(console: str, exit_code: int | None) -> bool:
     cgroup controller), and multi-threaded TCG can let the other vCPU run the half-patched bytes. That is QEMU's
     flake, not the command's failure; every run has a fresh guest over a read-only host root, so running it
     again is safe. Any other panic after /init is the command's and is reported (its console then holds the
-    whole kernel log: panic_print)."""
-    return exit_code is not None and "Kernel panic" in console and re.search(r"Oops: int3\b", console) is not None
+    whole kernel log: panic_print). A guest that reported its exit code did not die, whatever its output says."""
+    return (exit_code is not None and "Kernel panic" in console and re.search(r"Oops: int3\b", console) is not None
+            and parse_console(console)[0] is None)
 
 
 def parse_console(console: str) -> tuple[int | None, str, str, float | None]:

@@ -183,6 +183,8 @@ def test_an_int3_panic_while_the_command_ran_is_run_again_and_no_other_panic_is(
             "[   40.3] Kernel panic - not syncing: Fatal exception\n")
     assert not harness.died_patching_text(null, 0) and not harness.died_before_init(null, 0)
     assert not harness.died_patching_text(ready + "[   40.2] Oops: int3: 0000 [#1]\n", 0)  # the guest lived on
+    # a command that printed both words (a dmesg it was asked for) and exited is not run again
+    assert not harness.died_patching_text(int3 + f"{harness.MARK}:RC=0 uptime=41.0\n", 0)
 
 
 # --------------------------------------------------------------------------- native/: the QEMU plugin's decoder
