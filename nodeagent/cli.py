@@ -180,7 +180,7 @@ class _Cli(click.Group):
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
               help="markdown: a review comment (plan only).")
 @click.option("--lock-timeout", type=_Seconds(), default=60.0, show_default=True, metavar="SECONDS",
-              help="How long to wait for another nodeagent run holding the state lock.")
+              help="How long to wait for another nodeagent run holding the state lock (then exit 75, nothing done).")
 @click.version_option(__version__, prog_name="nodeagent")
 @click.pass_context
 def cli(cx: click.Context, root: str, simulate: str | None, fmt: str, lock_timeout: float) -> None:

@@ -19,7 +19,9 @@ class ExitCode(IntEnum):
     PARTIAL = 5  # apply partially done: some changes blocked or failed
     USAGE = 64  # command-line usage error (click's default 2 remapped)
     INVALID_PROFILE = 65  # the profile (or a facts file) is invalid
+    BUSY = 75  # another nodeagent run held the state lock past --lock-timeout: nothing was done, try again
     NEEDS_ROOT = 77  # must run as root
+    OWNER_CONFLICT = 78  # another owner manages this node (`run` beside the host's enabled apply unit)
 
 
 class NodeagentError(Exception):
@@ -98,6 +100,8 @@ class CommandError(HostError):
 
 class LockTimeoutError(NodeagentError):
     """Another nodeagent run holds the state lock."""
+
+    exit_code = ExitCode.BUSY
 
 
 class PlanError(NodeagentError):

@@ -43,7 +43,7 @@ SYSTEMD_DIR = "/etc/systemd/system"
 class OwnerConflictError(NodeagentError):
     """Another owner (the host's nodeagent-apply.service) manages this node."""
 
-    exit_code = ExitCode.ERROR
+    exit_code = ExitCode.OWNER_CONFLICT
 
 
 def host_unit_enabled(engine: Engine) -> list[str]:

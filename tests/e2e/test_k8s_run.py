@@ -133,7 +133,7 @@ def test_run_refuses_when_the_hosts_apply_unit_is_enabled(make_node, capsys) -> 
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True)
     (wants / "nodeagent-apply.service").symlink_to("/etc/systemd/system/nodeagent-apply.service")  # dangling here
-    assert main(["--root", str(root), "run", "--apply", "--metrics-listen", "off"]) == 1
+    assert main(["--root", str(root), "run", "--apply", "--metrics-listen", "off"]) == 78  # ExitCode.OWNER_CONFLICT
     err = capsys.readouterr().err
     assert "nodeagent-apply.service is enabled (/etc/systemd/system/multi-user.target.wants/" in err
     assert "one owner per node" in err and "hint: on the host: systemctl disable" in err

@@ -193,7 +193,7 @@ skipped_checks:
   elements: str
 exit_code:
   description: The exit code C(nodeagent) would have given (1 plan cannot be carried out, 4 check failed,
-    5 partial apply, 64 usage, 65 invalid profile, 77 needs root).
+    5 partial apply, 64 usage, 65 invalid profile, 75 another run held the state lock, 77 needs root).
   returned: on failure
   type: int
   sample: 5
