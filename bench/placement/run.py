@@ -113,8 +113,7 @@ def one_run(config: str, start: str, index: int, args: argparse.Namespace, workl
         guest_error, stderr = (f"guest.sh exit {res.rc}" if res.rc else None), res.stderr
     except harness.GuestError as exc:
         stdout, wall, console, stderr = "", time.monotonic() - started, exc.console_path, ""
-        guest_error = str(exc)
-        print(f"  {label}: guest error: {exc}", file=sys.stderr)
+        guest_error = str(exc)  # printed once, in the run's `why` (why_incomplete)
     (out / f"{label}.txt").write_text(stdout)
     if point:
         kvrun = kvfigures.parse(stdout)

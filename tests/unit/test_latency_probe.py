@@ -59,12 +59,14 @@ def test_helper_builds_once_and_chases_a_bound_buffer_here(tmp_path: Path) -> No
     cpu = min(os.sched_getaffinity(0))
     node = next((int(p.name[4:]) for p in Path("/sys/devices/system/node").glob("node[0-9]*")
                  if (p / f"cpu{cpu}").exists()), 0)
-    limits = probe.Limits(budget=1.0, chains=5, loads=20_000)
+    # A budget with room for a host whose cores the rest of the suite keeps busy (with 1 s, this test failed now and
+    # then under load): it is about what the helper measures and reports, not about how fast it does.
+    limits = probe.Limits(budget=8.0, chains=5, loads=20_000)
     p = probe.run(binary, node, node, cpu, 64 * MiB, limits, max_node=node)
     assert p.buffer == 64 * MiB and p.placed_on == (node,)
     assert 1 <= len(p.chains) <= 5 and p.ns is not None and 0.5 < p.ns < 100_000
     assert min(p.chains) <= p.ns <= max(p.chains)  # the median chain
-    assert p.seconds < 2.0
+    assert 0 < p.seconds <= limits.budget + 1.0  # the helper's own total, within what run() waits for
     with pytest.raises(HostError, match="failed"):
         probe.run(binary, node, 4095, cpu, 64 * MiB, limits, max_node=4095)  # no such node: mbind refuses
 
