@@ -61,3 +61,20 @@ def test_the_readme_lists_every_preset() -> None:
     rows = {m.group(1) for m in re.finditer(r"^\| `([a-z0-9-]+)`", table, re.M)}
     missing = [name for name in PRESETS if name not in rows]
     assert missing == [], f"README.md's preset table (The simulated node) lacks {missing}"
+
+
+def test_the_readme_exit_code_table_is_the_exit_code_enum() -> None:
+    """One code per meaning (an IntEnum turns a repeated value into a silent alias), and README's table says what
+    each one is: a caller scripting around nodeagent reads that table, not the source."""
+    import signal
+
+    from nodeagent.errors import ExitCode
+    from nodeagent.signals import exit_code
+
+    assert len(ExitCode.__members__) == len(ExitCode), "two ExitCode names share one value"
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### Exit codes"):]
+    section = section[:section.index("\n## ")]
+    codes = {int(c) for m in re.finditer(r"^\| ([0-9, ]+) \|", section, re.M) for c in m.group(1).split(",")}
+    signalled = {exit_code(signal.SIGINT), exit_code(signal.SIGTERM)}
+    assert codes == {int(c) for c in ExitCode} | signalled
