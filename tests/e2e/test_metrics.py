@@ -156,3 +156,39 @@ def test_owned_kdamond_scheme_statistics_reach_status_and_metrics(make_node, tmp
     promtool_check(prom)
 
 
+
+
+def test_a_lock_taken_after_the_apply_does_not_fail_the_metrics(make_node, tmp_path: Path, capsys) -> None:
+    """apply --metrics-textfile keeps the checks' results under the state lock after the apply released it; another
+    run that took the lock meanwhile must not turn the finished apply into a failure: the textfile is written and
+    stderr says what was not kept."""
+    import fcntl
+    import os
+
+    from nodeagent.cli_ops import write_metrics
+    from nodeagent.engine import Engine
+    from nodeagent.host import open_host
+    from nodeagent.state import CheckResult
+
+    root = make_node("workstation")
+    assert main(["--root", str(root), "apply", "--yes", PROFILE]) == 0
+    capsys.readouterr()
+    record = root / "var/lib/nodeagent/last-checks.json"
+
+    def kept() -> str | None:
+        return record.read_text() if record.exists() else None
+
+    before = kept()
+    fd = os.open(root / "var/lib/nodeagent/lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: the engine's flock conflicts with it
+        eng = Engine(open_host(root))
+        eng.lock_timeout = 0.2
+        prom = tmp_path / "nodeagent.prom"
+        write_metrics(eng, str(prom), checks=[CheckResult("cpu", "error", "fail")])
+    finally:
+        os.close(fd)
+    m = samples(prom)
+    assert m[("nodeagent_check_status", (("check", "cpu"), ("severity", "error"), ("status", "fail")))] == 1
+    assert "the checks' results were not kept for later runs: another nodeagent run" in capsys.readouterr().err
+    assert kept() == before  # not written without the lock
