@@ -156,8 +156,6 @@ def test_owned_kdamond_scheme_statistics_reach_status_and_metrics(make_node, tmp
     promtool_check(prom)
 
 
-
-
 def test_a_lock_taken_after_the_apply_does_not_fail_the_metrics(make_node, tmp_path: Path, capsys) -> None:
     """apply --metrics-textfile keeps the checks' results under the state lock after the apply released it; another
     run that took the lock meanwhile must not turn the finished apply into a failure: the textfile is written and
