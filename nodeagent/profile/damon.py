@@ -364,6 +364,11 @@ class Kdamond(Strict):
     pairing: Literal["nearest", "gather", "split"] = "nearest"
     schemes: list[Scheme] = []
     stats_refresh: Duration | None = None
+    # A young filter reads "accessed bit set or idle flag clear", and only DAMON sets the idle flag: a page DAMON
+    # never checked (one reclaim demoted, one allocated before the kdamond ran) passes as young. ``prime`` (the
+    # default): a kdamond whose schemes act on young pages first walks its memory once with a young filter (which
+    # marks every page it finds young as idle), and only then do those schemes apply.
+    prime: Bool = True
 
 
 class Damon(Strict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..facts import Facts
 from ..plan import Change, Plan, Result
+from ..resources.damon.prime import PRIMING
 from ..units import format_size
 from .escape import escape_controls
 
@@ -60,8 +61,9 @@ def result_text(result: Result) -> str:
     out = [f"Applied profile {result.plan.profile}" + (f" on {result.plan.node}" if result.plan.node else "") + ":"]
     for o in result.outcomes:
         mark = {"applied": "✓", "failed": "✗"}.get(o.status, "-")
-        # A one-off action (the demotion pass) leaves no setting to read back: what it did is only in its message.
-        said = o.status != "applied" or o.change.kind == "placement"
+        # A one-off action (the demotion pass, a kdamond's priming walk) leaves no setting to read back: what it did
+        # is only in its message.
+        said = o.status != "applied" or o.change.kind == "placement" or PRIMING in (o.message or "")
         out.append(f"  {mark} {o.change.target}: {o.status}" + (f" — {o.message}" if said and o.message else ""))
     for p in result.plan.problems:
         out.append(f"  ! {p.message}")

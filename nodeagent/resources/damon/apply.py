@@ -10,6 +10,8 @@ it), and again with the pid once it runs.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from ...errors import HostError, NotRecorded
@@ -19,8 +21,13 @@ from ...kfmt import parse_list
 from ...plan import Change
 from ...state import OwnedKdamond, Ownership
 from ...timestamps import rfc3339
+from ...units import format_size
 from ..base import ApplyContext
 from .plan import ALL
+from .prime import PRIMING, SCHEMES, final_writes, walk_bytes, walk_index
+
+#: How long a priming walk may take before the kdamond is committed to the profile's schemes anyway.
+PRIME_TIMEOUT_S = 30.0
 
 
 class KdamondError(HostError):
@@ -104,6 +111,54 @@ def _start(host: Host, index: int, command: str, name: str, expect_pid: int | No
     return pid
 
 
+def _walked(host: Host, index: int, name: str, marker: int, size: int, timeout: float) -> tuple[int, float]:
+    """Bytes the walk (scheme ``marker``) has covered and the seconds it took: until it covered ``size`` or the
+    timeout passed. Its quota makes every pass resume where the last one stopped, so the bytes it tried are the
+    memory it walked."""
+    start = time.monotonic()
+    tried = f"{KDAMONDS}/{index}/contexts/0/schemes/{marker}/stats/sz_tried"
+    while True:
+        if _read(host, index, "state") != "on":
+            raise KdamondError(f"{name}: kdamond {index} stopped during its priming walk",
+                               hint="check `dmesg` for DAMON errors, then apply again")
+        _write(host, f"{KDAMONDS}/{index}/state", "update_schemes_stats")
+        text = (retry_busy(host.read_opt, tried) or "").strip()
+        done, took = int(text) if text.isdigit() else 0, time.monotonic() - start
+        if done >= size or took >= timeout:
+            return done, took
+        time.sleep(0.1)
+
+
+def _switch_on(host: Host, index: int, name: str, prime: list, config: dict[str, str], expect_pid: int | None,
+               record: Callable[[int | None, dict[str, str]], None],
+               timeout: float = PRIME_TIMEOUT_S) -> tuple[int, str]:
+    """``on``; with a priming configuration (:mod:`.prime`): stage it, ``on``, wait for the walk, then commit the
+    profile's schemes (same pid). Returns the pid and what the priming did. ``record(pid, config)`` keeps the
+    ownership record true to what the kernel holds while the priming configuration is in it — before it is
+    staged (building) and once it runs (its pid) — so a run stopped anywhere in between leaves a kdamond the next
+    run knows as nodeagent's, and commits."""
+    if not prime:
+        return _start(host, index, "on", name, expect_pid), ""
+    staged = {k: v for k, v in config.items() if not k.startswith(f"{SCHEMES}/")} | dict(map(tuple, prime))
+    record(None, staged)
+    for path, value in prime:
+        _write(host, f"{KDAMONDS}/{index}/{path}", value)
+    pid = _start(host, index, "on", name, expect_pid)
+    try:
+        record(pid, staged)
+    except HostError:
+        pass  # the record after the commit is tried again, and says so if it fails too
+    size = walk_bytes(config)
+    done, took = _walked(host, index, name, walk_index(prime), size, timeout)
+    for path, value in final_writes(list(config.items())):
+        _write(host, f"{KDAMONDS}/{index}/{path}", value)
+    _start(host, index, "commit", name, pid)
+    if done < size:
+        return pid, (f"; {PRIMING} covered {format_size(done)} of {format_size(size)} in {timeout:g}s: the rest "
+                     "is left to DAMON's sampling")
+    return pid, f"; {PRIMING} over its {format_size(size)}: {took:.1f}s"
+
+
 def _entry(d: dict[str, Any], pid: int | None, profile: str, *, building: bool = False) -> OwnedKdamond:
     """``building``: nodeagent is writing it — its until it runs (plan.owned_kdamonds), whatever of its
     configuration made it to the kernel before a stop."""
@@ -126,9 +181,14 @@ def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
     _record(actx, index, _entry(d, d["expect_pid"], profile, building=True))  # nodeagent's before its first write
     for path, value in d["writes"]:
         _write(host, f"{KDAMONDS}/{index}/{path}", value)
-    pid = _start(host, index, command, name, d["expect_pid"])
+    if command == "commit":
+        pid, primed = _start(host, index, command, name, d["expect_pid"]), ""
+    else:
+        pid, primed = _switch_on(host, index, name, d.get("prime") or [], d["config"], d["expect_pid"],
+                                 lambda pid, cfg: _record(actx, index, _entry({**d, "config": cfg}, pid, profile,
+                                                                              building=True)))
     verb = "committed" if command == "commit" else "started"
-    done = f"kdamond {index} {verb} ({len(d['writes'])} file(s) written), pid {pid}"
+    done = f"kdamond {index} {verb} ({len(d['writes'])} file(s) written), pid {pid}{primed}"
     return _closing(actx, index, _entry(d, pid, profile), done)
 
 
@@ -157,8 +217,10 @@ def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
     for kd in d["kdamonds"]:
         for path, value in kd["writes"]:
             _write(host, f"{KDAMONDS}/{kd['index']}/{path}", value)
-        pid = _start(host, kd["index"], "on", kd["name"], None)
-        started.append(f"{kd['name']} (kdamond {kd['index']}, pid {pid})")
+        pid, primed = _switch_on(host, kd["index"], kd["name"], kd.get("prime") or [], kd["config"], None,
+                                 lambda pid, cfg, kd=kd: _record(actx, kd["index"], _entry(
+                                     {**kd, "config": cfg}, pid, profile, building=True)))
+        started.append(f"{kd['name']} (kdamond {kd['index']}, pid {pid}{primed})")
         try:
             _record(actx, kd["index"], _entry(kd, pid, profile))
         except HostError as exc:  # every kdamond left is on record as nodeagent's, being built: finish building

@@ -98,7 +98,7 @@ def _kd_data(spec: Spec, index: int, writes: list[tuple[str, str]], command: str
              expect_pid: int | None, stop_pid: int | None = None) -> tuple[tuple[str, Any], ...]:
     return (("index", index), ("name", spec.name), ("writes", [list(w) for w in writes]), ("command", command),
             ("expect_pid", expect_pid), ("stop_pid", stop_pid), ("config", spec.config),
-            ("dest_nodes", list(spec.dest_nodes)))
+            ("dest_nodes", list(spec.dest_nodes)), ("prime", [list(w) for w in spec.prime]))
 
 
 def _in_place(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned | None,
@@ -246,7 +246,7 @@ def _growth(specs: list[Spec], homeless: list[Spec], damon: DamonFacts, owned: d
     for i, s in enumerate(specs):
         steps.append(f"build {s.name} as kdamond {i}: {s.summary} [{s.how}], state=on")
         kds.append({"index": i, "name": s.name, "writes": [list(w) for w in s.writes], "config": s.config,
-                    "dest_nodes": list(s.dest_nodes)})
+                    "dest_nodes": list(s.dest_nodes), "prime": [list(w) for w in s.prime]})
     disruptive = bool(running) or bool(foreign)  # stopping anything, or wiping a configuration not ours
     before = ", ".join(o.name for o in owned.values() if o.name) or "none of nodeagent's"
     return Change(KIND, ALL, "reconfigure", damon.nr_kdamonds, len(specs),

@@ -30,6 +30,7 @@ from ..._dataclass import dataclass
 from ...facts.damon import DamonFacts
 from ...facts.damon_caps import ACTION_OPS, CORE_FILTER_TYPES, since_of
 from ...units import format_duration_us, format_size
+from . import prime
 from .nodes import NodeClasses, Pairing
 
 if TYPE_CHECKING:
@@ -132,6 +133,8 @@ class Spec:
     dest_nodes: tuple[int, ...]
     writes: tuple[tuple[str, str], ...]
     summary: str
+    #: The scheme files of the priming configuration the kdamond starts with (:mod:`.prime`), or nothing.
+    prime: tuple[tuple[str, str], ...] = ()
 
     @property
     def config(self) -> dict[str, str]:
@@ -405,6 +408,7 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
         out += [(f"contexts/0/targets/0/regions/{i}/start", str(start)),
                 (f"contexts/0/targets/0/regions/{i}/end", str(end))]
     schemes: list[Writes] = []
+    written: list[Scheme] = []  # the profile's scheme behind each scheme written
     scheme_of: list[int] = []  # the profile's scheme index of each scheme written (pairing repeats some)
     actions: list[str] = []
     for j, (s, dests) in enumerate(zip(kd.schemes, p.dests, strict=True)):
@@ -412,6 +416,7 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
                       for i, g in enumerate(s.quota.goals if s.quota else [])]
         for d in dests or (None,):
             schemes.append(scheme_writes(base + ("schemes", j), s, kd, d, goal_nodes, chk))
+            written.append(s)
             scheme_of.append(j)
             actions.append(s.action + (f" → node{d}" if d is not None else ""))
     out.append(("contexts/0/schemes/nr_schemes", str(len(schemes))))
@@ -429,7 +434,12 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
     summary = (f"{kd.operations} over node{','.join(map(str, p.sources))} ({len(ranges)} region"
                f"{'s' if len(ranges) > 1 else ''}, {format_size(size)}); " + ("; ".join(actions) or "no schemes"))
     dest_nodes = tuple(sorted({d for ds in p.dests for d in ds}))
-    return Spec(p.name, index, p.how, p.sources, dest_nodes, tuple(out), summary)
+    stage: tuple[tuple[str, str], ...] = ()
+    if prime.wanted(kd, written, chk.caps, chk.damon.has("apply_interval")):
+        walk = scheme_writes(base + ("prime",), prime.marker(kd), kd, None, [], chk)
+        stage = prime.stage_writes(written, schemes, walk)
+        summary += "; primed (one young-filter walk over its memory before it first acts on young pages)"
+    return Spec(p.name, index, p.how, p.sources, dest_nodes, tuple(out), summary, stage)
 
 
 def _goal_node(ref: int | str | None, p: Pairing, dests: tuple[int, ...], nc: NodeClasses, chk: Checker,
