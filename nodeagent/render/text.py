@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ..facts import Facts
 from ..plan import Change, Plan, Result
-from ..resources.damon.prime import PRIMING
 from ..units import format_size
 from .escape import escape_controls
 
@@ -58,6 +57,8 @@ def result_text(result: Result) -> str:
         if result.dry_run and result.plan.changes:
             text += "\n(dry run: nothing was written)"
         return text
+    from ..resources.damon.prime import PRIMING  # here: the read-only commands import this module and no resource
+
     out = [f"Applied profile {result.plan.profile}" + (f" on {result.plan.node}" if result.plan.node else "") + ":"]
     for o in result.outcomes:
         mark = {"applied": "✓", "failed": "✗"}.get(o.status, "-")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from nodeagent.profile.damon import Kdamond, Scheme
@@ -67,3 +69,12 @@ def test_the_final_writes_are_the_scheme_files_and_walk_bytes_the_regions() -> N
     assert prime.walk_bytes(config) == 12288
     assert prime.final_writes(list(config.items())) == [("contexts/0/schemes/nr_schemes", "1"),
                                                         ("contexts/0/schemes/0/action", "migrate_hot")]
+
+
+def test_the_walk_in_plain_data_is_what_the_model_validates() -> None:
+    kd = _kd({"type": "young", "matching": False})
+    w = prime.marker(kd)
+    model = Scheme.model_validate({"action": "lru_deprio", "apply_interval": "100ms",
+                                   "quota": {"size": prime.WALK_PER_PASS, "reset_interval": "100ms"},
+                                   "filters": [{"type": "young", "matching": True, "allow": False}]})
+    assert json.loads(json.dumps(w.model_dump())) == json.loads(json.dumps(model.model_dump()))

@@ -129,6 +129,16 @@ def _walked(host: Host, index: int, name: str, marker: int, size: int, timeout: 
         time.sleep(0.1)
 
 
+def _best_effort(record: Callable[[int | None, dict[str, str]], None], pid: int | None,
+                 config: dict[str, str]) -> None:
+    """A record kept while a kdamond is primed: if it cannot be written, the priming goes on, and the record that
+    closes the change (written after the commit) is what counts — it says so if it fails too."""
+    try:
+        record(pid, config)
+    except HostError:
+        pass
+
+
 def _switch_on(host: Host, index: int, name: str, prime: list, config: dict[str, str], expect_pid: int | None,
                record: Callable[[int | None, dict[str, str]], None],
                timeout: float = PRIME_TIMEOUT_S) -> tuple[int, str]:
@@ -140,14 +150,11 @@ def _switch_on(host: Host, index: int, name: str, prime: list, config: dict[str,
     if not prime:
         return _start(host, index, "on", name, expect_pid), ""
     staged = {k: v for k, v in config.items() if not k.startswith(f"{SCHEMES}/")} | dict(map(tuple, prime))
-    record(None, staged)
+    _best_effort(record, None, staged)
     for path, value in prime:
         _write(host, f"{KDAMONDS}/{index}/{path}", value)
     pid = _start(host, index, "on", name, expect_pid)
-    try:
-        record(pid, staged)
-    except HostError:
-        pass  # the record after the commit is tried again, and says so if it fails too
+    _best_effort(record, pid, staged)
     size = walk_bytes(config)
     done, took = _walked(host, index, name, walk_index(prime), size, timeout)
     for path, value in final_writes(list(config.items())):

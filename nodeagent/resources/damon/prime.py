@@ -19,7 +19,12 @@ profile's schemes keep their statistics. Pure functions here; ``apply`` does the
 
 from __future__ import annotations
 
-from ...profile.damon import Kdamond, Scheme
+from typing import TYPE_CHECKING
+
+from ...resolved import Frozen
+
+if TYPE_CHECKING:  # the read-only commands import this module's PRIMING (the renderer) and never pydantic
+    from ...profile.damon import Kdamond, Scheme
 
 SCHEMES = "contexts/0/schemes"
 #: How an outcome message names the walk (the text renderer prints such a message: it is all the walk leaves).
@@ -41,12 +46,19 @@ NOWHERE = str(2**64 - 1)
 
 def marker(kd: Kdamond) -> Scheme:
     """The walk: every region, each aggregation interval, at most :data:`WALK_PER_PASS` a pass; young pages are
-    skipped (and marked), idle ones deactivated (``lru_deprio`` neither moves a page nor touches its idle flag)."""
+    skipped (and marked), idle ones deactivated (``lru_deprio`` neither moves a page nor touches its idle flag).
+    Validated values in plain data, shaped like a :class:`~nodeagent.profile.damon.Scheme` (plan runs from the
+    profile cache without pydantic)."""
     aggr = kd.monitoring.aggregate
-    return Scheme.model_validate({
-        "action": "lru_deprio", "apply_interval": aggr,
-        "quota": {"size": WALK_PER_PASS, "reset_interval": max(-(-aggr // 1000), 1) * 1000},
-        "filters": [{"type": "young", "matching": True, "allow": False}]})
+    return Frozen({  # type: ignore[return-value]
+        "action": "lru_deprio", "target_node": None, "dests": None,
+        "access": {k: {"min": None, "max": None} for k in ("size", "nr_accesses", "age")},
+        "quota": {"time": None, "size": WALK_PER_PASS, "reset_interval": max(-(-aggr // 1000), 1) * 1000,
+                  "weights": {"size": 0, "nr_accesses": 0, "age": 0}, "goals": []},
+        "watermarks": None,
+        "filters": [{"type": "young", "matching": True, "allow": False, "memcg": None, "range": None,
+                     "target": None, "size": None}],
+        "apply_interval": aggr})
 
 
 def wanted(kd: Kdamond, schemes: list[Scheme], caps: dict, has_apply_interval: bool) -> bool:
