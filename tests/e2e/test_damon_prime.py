@@ -40,7 +40,7 @@ def test_the_promotion_kdamond_walks_its_memory_before_migrate_hot_applies(make_
     code, out, err = run(capsys, root, "--format", "json", "apply", "--yes", _shipped(tmp_path))
     assert code == 0, out + err
     said = {o["target"]: o["message"] for o in json.loads(out)["outcomes"]}["damon.kdamonds"]
-    assert "promote-hot-to-node0 (kdamond 2, pid 202; young-filter priming walk over its 2TiB: 0." in said
+    assert "promote-hot-to-node0 (kdamond 2, pid 202; young-filter priming walk over its 2TiB in 0." in said
     i = _promote_index(k)
     mine = [(p.removeprefix(f"{i}/"), v) for p, v, r in damon_writes(k) if p.startswith(f"{i}/")]
     assert all(r == "ok" for _, _, r in damon_writes(k))

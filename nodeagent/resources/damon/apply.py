@@ -163,7 +163,7 @@ def _switch_on(host: Host, index: int, name: str, prime: list, config: dict[str,
     if done < size:
         return pid, (f"; {PRIMING} covered {format_size(done)} of {format_size(size)} in {timeout:g}s: the rest "
                      "is left to DAMON's sampling")
-    return pid, f"; {PRIMING} over its {format_size(size)}: {took:.1f}s"
+    return pid, f"; {PRIMING} over its {format_size(size)} in {took:.1f}s"
 
 
 def _entry(d: dict[str, Any], pid: int | None, profile: str, *, building: bool = False) -> OwnedKdamond:
