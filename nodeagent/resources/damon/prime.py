@@ -63,7 +63,8 @@ def marker(kd: Kdamond) -> Scheme:
 
 def wanted(kd: Kdamond, schemes: list[Scheme], caps: dict, has_apply_interval: bool) -> bool:
     """Priming applies to a kdamond that asks for it, has a young-acting scheme and runs where the walk can."""
-    return (kd.prime and any(acts_on_young(s) for s in schemes) and has_apply_interval
+    # a profile validated by an older nodeagent (a last-applied record from before ``prime``) reads as the default
+    return (getattr(kd, "prime", True) and any(acts_on_young(s) for s in schemes) and has_apply_interval
             and "lru_deprio" in caps.get("actions", ()) and "young" in caps.get("filter_types", ()))
 
 
