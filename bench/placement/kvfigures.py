@@ -19,6 +19,9 @@ written (at boot) or when the configuration has been applied (on a running node)
 - ``pingpong_mib``: page-level truth over [T/3, T]: pages seen back on a tier they had been moved from (down and
   up again, or up and down again; moves undone between two full samples are not seen), and ``pingpong_ratio``:
   of the pages seen moving up, the share that had been moved down before;
+- ``below95_s``, ``win_slow_peak_mib``, ``promoted_after_phase_mib``: what a missed p10 is made of — the time
+  under 95 % in the last two thirds, and after the phase change the most window bytes on CXL at once and what was
+  promoted (did promotion end the dip, or decode moving the windows past the pages that landed on CXL?);
 - ``est_ratio`` / ``est_mib``: nodeagent's counter-based estimator (``nodeagent.metrics.tiering``) over the same
   window: P = promoted to node 0 (``pgpromote_success`` + DAMON ``migrate_hot`` bytes applied), D = demoted from
   it (``pgdemote_*`` + ``migrate_cold``), ``min(P, D) / P`` — an upper bound that a moving hot set inflates.
@@ -245,6 +248,7 @@ def figures(run: KvRun, duration: float) -> dict[str, Any]:
         out["recover_s"] = None if back is None else round(max(0.0, back.t - run.phase_written), 2)
         during = [s.hot_share for s in run.samples if run.phase_begin is not None and s.t >= run.phase_begin]
         out["hot_lowest_after_phase"] = _round(min(during) if during else None)
+    out.update(_dip(run, tail, duration))
     if run.lives:
         out["stranded"] = _round(max(100.0 * x.live[OTHER_DRAM] / sum(x.live) if sum(x.live) else 0.0
                                      for x in run.lives), 2)
@@ -277,6 +281,26 @@ def figures(run: KvRun, duration: float) -> dict[str, Any]:
     return out
 
 
+def _dip(run: KvRun, tail: list[Sample], duration: float) -> dict[str, Any]:
+    """What the p10 figure is made of: ``below95_s``, the time of the last two thirds with < 95 % of the windows on
+    node 0 (each sample stands until the next one, the last until T: p10 < 95 % once it exceeds a tenth of that
+    span); after the phase change began, ``win_slow_peak_mib``, the most window bytes on the slow nodes at once,
+    and ``promoted_after_phase_mib``, what was promoted to node 0 (counters, as the estimator reads them): whether
+    promotion or decode moving the windows on ended the dip."""
+    ends = [s.t for s in tail[1:]] + [max(duration, tail[-1].t)] if tail else []
+    out: dict[str, Any] = {
+        "below95_s": _round(sum(e - s.t for s, e in zip(tail, ends, strict=True) if s.hot_share < 95.0), 1)
+        if tail else None, "win_slow_peak_mib": None, "promoted_after_phase_mib": None}
+    if run.phase_begin is None:
+        return out
+    after = [s for s in run.samples if s.t >= run.phase_begin - 1e-6]
+    if after:
+        out["win_slow_peak_mib"] = _round(max(sum(s.win[OTHER_DRAM + 1:MAXNODE]) for s in after) * PAGE / MIB)
+        out["promoted_after_phase_mib"] = _round(
+            (_promoted_demoted(run, after[-1])[0] - _promoted_demoted(run, after[0])[0]) / MIB)
+    return out
+
+
 def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -285,7 +309,8 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 WORSE = {"hot_median": "low", "hot_p10": "low", "hot_lowest": "low", "recover_s": "high", "write_s": "high",
          "churn": "high", "stranded": "high", "stranded_win": "high", "pingpong_mib": "high",
          "pingpong_ratio": "high", "est_ratio": "high", "est_mib": "high", "apply_seconds": "high",
-         "hot_lowest_after_phase": "low", "query_s_max": "high", "max_pass_s": "high"}
+         "hot_lowest_after_phase": "low", "query_s_max": "high", "max_pass_s": "high", "below95_s": "high",
+         "win_slow_peak_mib": "high"}
 
 
 def worst(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -353,9 +378,9 @@ def per_run_table(runs: list[dict[str, Any]], points: list[str], starts: list[st
     emulator distorts (the hot loop's longest pass and its time blocked, the kdamonds' CPU) and the guest's wall
     time."""
     lines = ["| point | start | configuration | run | median / p10 / lowest % | recover s (written s) | churn | "
-             "stranded % | ping-pong MiB (estimator) | longest pass s | blocked s (longest in 1 s) | kdamond CPU s | "
-             "wall s |",
-             "|" + "---|" * 13]
+             "stranded % | ping-pong MiB (estimator) | < 95 % s / window MiB on CXL / promoted MiB after T/2 | "
+             "longest pass s | blocked s (longest in 1 s) | kdamond CPU s | wall s |",
+             "|" + "---|" * 14]
     order = {(p, s, c): i for i, (p, s, c) in enumerate((p, s, c) for p in points for s in starts for c in configs)}
     for r in sorted(runs, key=lambda r: (order.get((r["point"], r["start"], r["config"]), 1 << 30), r["run"])):
         cpu = r.get("kdamond_cpu_s") or {}
@@ -364,6 +389,7 @@ def per_run_table(runs: list[dict[str, Any]], points: list[str], starts: list[st
             f"{_cell(r.get('recover_s'), 'recover_s')} ({_cell(r.get('write_s'), 'write_s')})",
             _cell(r.get("churn"), "churn"), _cell(r.get("stranded"), "stranded"),
             f"{_cell(r.get('pingpong_mib'), 'pingpong_mib')} ({_cell(r.get('est_ratio'), 'est_ratio')})",
+            " / ".join(_cell(r.get(k), k) for k in ("below95_s", "win_slow_peak_mib", "promoted_after_phase_mib")),
             _cell(r.get("max_pass_s"), "max_pass_s"),
             f"{_cell(r.get('blocked_s'), 'blocked_s')} ({_cell(r.get('blocked_max_s'), 'blocked_max_s')})"
             if r.get("blocked_s") is not None else "—",

@@ -78,6 +78,10 @@ def test_a_run_reduces_to_the_moving_window_figures() -> None:
     assert f["est_ratio"] == 1.0 and f["est_mib"] == 60.0
     assert (f["max_pass_s"], f["slow_passes"], f["kdamond_cpu_s"]) == (0.42, 0, {"0": 2.5})
     assert (f["blocked_s"], f["blocked_max_s"], f["blocked_in"]) == (1.3, 1.2, {"do_mprotect_pkey": 1})
+    # the dip: only the sample at t = 32 (70 %) is under 95 %, and it stands until the next one at t = 35; after the
+    # phase began at most 30 window pages were on the slow node, and 10 MiB + 50 MiB were promoted since
+    assert (f["below95_s"], f["win_slow_peak_mib"], f["promoted_after_phase_mib"]) == \
+        (3.0, round(30 * 4096 / 2**20, 1), 60.0)
 
 
 def test_a_run_that_never_recovers_or_died_is_the_worst() -> None:
