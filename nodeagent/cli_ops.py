@@ -21,7 +21,7 @@ def write_metrics(eng: Engine, path: str, *, loaded: LoadedProfile | None = None
                   checks: Any = None) -> None:
     """Measure what the metrics need and write the textfile at ``path`` (an operator's path, not under --root)."""
     from .drift import detect
-    from .errors import LockTimeoutError, NodeagentError
+    from .errors import NodeagentError
     from .render.metrics import textfile, write_textfile
 
     if drift is None:
@@ -29,15 +29,6 @@ def write_metrics(eng: Engine, path: str, *, loaded: LoadedProfile | None = None
             drift = detect(eng, loaded)
         except NodeagentError:
             drift = None  # nothing applied yet: the file simply has no drift metrics
-    if checks:  # kept, so that a later run without checks (drift) still exports the last results
-        from .state import CheckResult, LastChecks
-
-        try:
-            with eng.state.locked(eng.lock_timeout):
-                eng.state.write_record(LastChecks([CheckResult(c.name, c.severity, c.status) for c in checks]))
-        except LockTimeoutError as exc:  # after an apply: another run took the lock; the apply's result stands
-            click.echo(escape_controls(f"nodeagent: the checks' results were not kept for later runs: "
-                                       f"{exc.message}"), err=True)
     write_textfile(path, textfile(eng, drift=drift, checks=checks))
 
 

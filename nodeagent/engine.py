@@ -36,8 +36,10 @@ from .resources.registry import BY_KIND, RESOURCES
 from .scope import expand, restrict
 from .state import (
     STATE_DIR,
+    CheckResult,
     DriftRecord,
     LastApplied,
+    LastChecks,
     Original,
     Originals,
     Ownership,
@@ -426,7 +428,8 @@ class Engine:
             scope=sorted(scope) if scope is not None else None, managed=sorted(managed), reverted=reverted))
 
     def _history(self, loaded: LoadedProfile, result: Result, scope: Collection[str] | None) -> None:
-        """Journal the apply, and close the open drift items it fixed (``drift.json``, see nodeagent.drift)."""
+        """Journal the apply, close the open drift items it fixed (``drift.json``, see nodeagent.drift), and keep
+        what its checks said (:meth:`_keep_checks`)."""
         event = _event("apply", result, profile=loaded.name, profile_digest=loaded.digest)
         if scope is not None:
             event["scope"] = sorted(scope)
@@ -438,6 +441,19 @@ class Engine:
                 resolved.append({"event": "resolved", "resource": item.resource, "target": item.target,
                                  "by": "apply"})
         Journal(self.host).append([event, *resolved])
+        if result.checks is not None:
+            self._keep_checks(result.checks)
+
+    def record_checks(self, report: CheckReport) -> None:
+        """Keep what a run of the checks outside apply said (``run`` without ``--apply``), under the state lock."""
+        with self.state.locked(self.lock_timeout):
+            self._keep_checks(report)
+
+    def _keep_checks(self, report: CheckReport) -> None:
+        """``last-checks.json``: the metrics and the labels export the last results until the checks run again.
+        The caller holds the lock; a run that skipped every check leaves the last results as they are."""
+        if report.results:
+            self.state.write_record(LastChecks([CheckResult(c.name, c.severity, c.status) for c in report.results]))
 
     # -- revert -----------------------------------------------------------------------------------------
     def revert_plan(self, targets: Collection[str] | None = None, facts: Facts | None = None) -> Plan:

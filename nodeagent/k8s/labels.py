@@ -271,12 +271,6 @@ def _after_apply(engine: Engine, loaded: LoadedProfile, result: Any, prefix: str
         return False
     checks = [{"name": r.name, "severity": r.severity, "status": r.status}
               for r in (result.checks.results if result.checks is not None else ())] or None
-    if checks:  # what `labels` and `run` report until the checks run again
-        with engine.state.locked(engine.lock_timeout):
-            from ..state import CheckResult, LastChecks
-
-            engine.state.write_record(LastChecks([CheckResult(c["name"], c["severity"], c["status"])
-                                                  for c in checks]))
     if not features_dir_exists(engine.host):
         return False
     state = "converged" if result.status in ("converged", "unchanged") and result.ok else None

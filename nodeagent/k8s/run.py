@@ -191,7 +191,6 @@ class Runner:
                 result = eng.apply(loaded, allow_disruptive=self.opts.allow_disruptive)
                 self.log(f"reconcile ({why}): profile {loaded.name}: {result.status}"
                          + (f", {len(result.outcomes)} change(s)" if result.outcomes else ""))
-                checks = result.checks
             else:
                 facts = eng.facts(loaded)
                 checks = eng.checks(loaded, facts)
@@ -200,7 +199,7 @@ class Runner:
                 self.log(f"reconcile ({why}): profile {loaded.name}: plan-only, "
                          + (f"{n} change(s) pending" if n else "nothing to change")
                          + (f", {len(p.problems)} problem(s)" if p.problems else ""))
-            self._save_checks(checks)
+                eng.record_checks(checks)  # an apply keeps its own
         except NodeagentError as exc:
             self.log(f"reconcile ({why}) failed: {exc.render()}")
         except Exception as exc:  # like watch: one bad reconcile must not end the loop
@@ -241,15 +240,6 @@ class Runner:
             self.reconcile("drift")
             return
         self.write_labels(self.loaded, state=state)
-
-    def _save_checks(self, report: Any) -> None:
-        from ..state import CheckResult, LastChecks
-
-        if report is None:
-            return
-        with self.engine.state.locked(self.engine.lock_timeout):
-            self.engine.state.write_record(LastChecks([CheckResult(c.name, c.severity, c.status)
-                                                       for c in report.results]))
 
     def write_labels(self, loaded: LoadedProfile | None, *, state: str | None = None) -> None:
         if self.opts.labels == "never" or (self.opts.labels == "auto"

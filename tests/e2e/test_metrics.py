@@ -156,37 +156,28 @@ def test_owned_kdamond_scheme_statistics_reach_status_and_metrics(make_node, tmp
     promtool_check(prom)
 
 
-def test_a_lock_taken_after_the_apply_does_not_fail_the_metrics(make_node, tmp_path: Path, capsys) -> None:
-    """apply --metrics-textfile keeps the checks' results under the state lock after the apply released it; another
-    run that took the lock meanwhile must not turn the finished apply into a failure: the textfile is written and
-    stderr says what was not kept."""
-    import fcntl
-    import os
-
-    from nodeagent.cli_ops import write_metrics
-    from nodeagent.engine import Engine
-    from nodeagent.host import open_host
-    from nodeagent.state import CheckResult
+def test_the_apply_keeps_its_checks_once_inside_its_own_lock(make_node, tmp_path: Path, monkeypatch) -> None:
+    """An apply keeps its checks' results (``last-checks.json``, what later runs export) itself, once, while it holds
+    the state lock — not the metrics textfile and NFD's feature file after it, each taking the lock again (one
+    more write, and a run that took the lock in between made them fail)."""
+    from nodeagent.k8s.labels import FEATURES_FILE
+    from nodeagent.state import StateStore
 
     root = make_node("workstation")
-    assert main(["--root", str(root), "apply", "--yes", PROFILE]) == 0
-    capsys.readouterr()
-    record = root / "var/lib/nodeagent/last-checks.json"
+    (root / FEATURES_FILE.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)  # the labels are written too
+    writes: list[tuple[str, bool]] = []
+    real = StateStore.write_record
 
-    def kept() -> str | None:
-        return record.read_text() if record.exists() else None
+    def spy(self: StateStore, record) -> None:
+        writes.append((type(record).__name__, self.writable))
+        real(self, record)
 
-    before = kept()
-    fd = os.open(root / "var/lib/nodeagent/lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: the engine's flock conflicts with it
-        eng = Engine(open_host(root))
-        eng.lock_timeout = 0.2
-        prom = tmp_path / "nodeagent.prom"
-        write_metrics(eng, str(prom), checks=[CheckResult("cpu", "error", "fail")])
-    finally:
-        os.close(fd)
-    m = samples(prom)
-    assert m[("nodeagent_check_status", (("check", "cpu"), ("severity", "error"), ("status", "fail")))] == 1
-    assert "the checks' results were not kept for later runs: another nodeagent run" in capsys.readouterr().err
-    assert kept() == before  # not written without the lock
+    monkeypatch.setattr(StateStore, "write_record", spy)
+    prom = tmp_path / "nodeagent.prom"
+    assert main(["--root", str(root), "apply", "--yes", "--metrics-textfile", str(prom), PROFILE]) == 0
+    assert [w for w in writes if w[0] == "LastChecks"] == [("LastChecks", True)]
+    kept = json.loads((root / "var/lib/nodeagent/last-checks.json").read_text())["results"]
+    exported = {(dict(labels)["check"], dict(labels)["status"]) for (n, labels), v in samples(prom).items()
+                if n == "nodeagent_check_status" and v == 1}
+    assert kept and exported == {(r["name"], r["status"]) for r in kept}
+    assert (root / FEATURES_FILE.lstrip("/")).exists()
