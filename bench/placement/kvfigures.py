@@ -22,6 +22,11 @@ written (at boot) or when the configuration has been applied (on a running node)
 - ``below95_s``, ``win_slow_peak_mib``, ``promoted_after_phase_mib``: what a missed p10 is made of — the time
   under 95 % in the last two thirds, and after the phase change the most window bytes on CXL at once and what was
   promoted (did promotion end the dip, or decode moving the windows past the pages that landed on CXL?);
+- ``fast_at_phase_mib``, ``demoted_while_written_mibs``, ``cpu_while_written``: the burst's room on DRAM — the
+  workload's bytes on node 0 at the last full sample before the phase change began (what demotion had not yet
+  moved off it), the rate at which node 0 was demoted from while the prompts were written (counters, as for the
+  estimator), and the CPU the workload's threads, the kdamonds and reclaim (kswapd, kcompactd) used meanwhile, in
+  % of one CPU (the guest has two);
 - ``est_ratio`` / ``est_mib``: nodeagent's counter-based estimator (``nodeagent.metrics.tiering``) over the same
   window: P = promoted to node 0 (``pgpromote_success`` + DAMON ``migrate_hot`` bytes applied), D = demoted from
   it (``pgdemote_*`` + ``migrate_cold``), ``min(P, D) / P`` — an upper bound that a moving hot set inflates.
@@ -91,6 +96,9 @@ class KvRun:
     max_pass_s: float | None = None
     slow_passes: int | None = None
     kdamond_cpu_s: dict[str, float] = field(default_factory=dict)
+    #: guest.sh's ``PL:TCPU``: (mono, {"pid:comm": user + system ticks}) — the workload's threads, kswapd and
+    #: kcompactd, the kdamonds
+    tcpu: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     #: the hot loop's thread, once a second: time blocked (uninterruptible sleep, ms, cumulative), and the
     #: innermost function of its kernel stack each time it was seen blocked
     blocked_ms: list[float] = field(default_factory=list)
@@ -176,6 +184,10 @@ def parse(stdout: str) -> KvRun:
             if kv.get("stack"):
                 top = kv["stack"].split(",")[0]
                 run.blocked_in[top] = run.blocked_in.get(top, 0) + 1
+        elif word == "TCPU":
+            mono, _, tasks = rest.partition(" ")
+            if mono.startswith("mono="):
+                run.tcpu.append((float(mono[5:]), {k: int(v) for k, v in _kv(tasks).items() if v.isdigit()}))
         elif word == "KDCPU":
             run.kdamond_cpu_s[kv["kdamond"]] = round(int(kv["ticks"]) / int(kv.get("hz", 100)), 2)
         elif word == "ERROR":
@@ -286,19 +298,52 @@ def _dip(run: KvRun, tail: list[Sample], duration: float) -> dict[str, Any]:
     node 0 (each sample stands until the next one, the last until T: p10 < 95 % once it exceeds a tenth of that
     span); after the phase change began, ``win_slow_peak_mib``, the most window bytes on the slow nodes at once,
     and ``promoted_after_phase_mib``, what was promoted to node 0 (counters, as the estimator reads them): whether
-    promotion or decode moving the windows on ended the dip."""
+    promotion or decode moving the windows on ended the dip. And the room the burst found: ``fast_at_phase_mib``
+    (the workload on node 0 as the phase began) and ``demoted_while_written_mibs`` (MiB/s off node 0 meanwhile)."""
     ends = [s.t for s in tail[1:]] + [max(duration, tail[-1].t)] if tail else []
     out: dict[str, Any] = {
         "below95_s": _round(sum(e - s.t for s, e in zip(tail, ends, strict=True) if s.hot_share < 95.0), 1)
-        if tail else None, "win_slow_peak_mib": None, "promoted_after_phase_mib": None}
+        if tail else None, "win_slow_peak_mib": None, "promoted_after_phase_mib": None, "fast_at_phase_mib": None,
+        "demoted_while_written_mibs": None, "cpu_while_written": None}
     if run.phase_begin is None:
         return out
+    before = [x for x in run.lives if x.t <= run.phase_begin + 1e-6]
+    if before:
+        out["fast_at_phase_mib"] = _round(before[-1].live[FAST] * PAGE / MIB)
+    s0, s1 = _at(run.samples, run.phase_begin), _at(run.samples, run.phase_written or float("inf"))
+    if s0 is not None and s1 is not None and run.write_s:
+        demoted = _promoted_demoted(run, s1)[1] - _promoted_demoted(run, s0)[1]
+        out["demoted_while_written_mibs"] = _round(demoted / MIB / run.write_s)
+    out["cpu_while_written"] = cpu_between(run, run.phase_begin, run.phase_written)
     after = [s for s in run.samples if s.t >= run.phase_begin - 1e-6]
     if after:
         out["win_slow_peak_mib"] = _round(max(sum(s.win[OTHER_DRAM + 1:MAXNODE]) for s in after) * PAGE / MIB)
         out["promoted_after_phase_mib"] = _round(
             (_promoted_demoted(run, after[-1])[0] - _promoted_demoted(run, after[0])[0]) / MIB)
     return out
+
+
+def cpu_between(run: KvRun, begin: float, end: float | None) -> dict[str, float] | None:
+    """The CPU each kind of thread used from the last ``PL:TCPU`` at or before run time ``begin`` to the first at or
+    after ``end``, in % of one CPU (ticks of USER_HZ, 100 per second): ``workload``, ``kdamond``, ``reclaim``, and
+    each kdamond apart (``kdamond.0``, ...)."""
+    if run.t0_mono is None or end is None:
+        return None
+    tcpu = sorted(run.tcpu, key=lambda x: x[0])
+    t0 = [x for x in tcpu if x[0] - run.t0_mono <= begin + 1e-6]
+    t1 = [x for x in tcpu if x[0] - run.t0_mono >= end - 1e-6]
+    if not t0 or not t1 or t1[0][0] <= t0[-1][0]:
+        return None
+    (m0, a), (m1, b) = t0[-1], t1[0]
+    out = {"workload": 0.0, "kdamond": 0.0, "reclaim": 0.0}
+    for task, ticks in b.items():
+        comm = task.partition(":")[2]
+        kind = "kdamond" if comm.startswith("kdamond") else \
+            "reclaim" if comm.startswith(("kswapd", "kcompactd")) else "workload"
+        out[kind] += ticks - a.get(task, 0)  # a thread started meanwhile counts from 0
+        if kind == "kdamond":
+            out[comm] = out.get(comm, 0.0) + ticks - a.get(task, 0)
+    return {k: round(v / (m1 - m0), 0) for k, v in out.items()}  # ticks per second = % of one CPU
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:
@@ -373,14 +418,19 @@ def table(results: dict[tuple[str, str, str], dict[str, Any]], points: list[str]
     return "\n".join(lines)
 
 
+def _cpu_cell(cpu: dict[str, float] | None) -> str:
+    return "—" if not cpu else f"{cpu['workload']:g}, {cpu['kdamond']:g}"
+
+
 def per_run_table(runs: list[dict[str, Any]], points: list[str], starts: list[str], configs: list[str]) -> str:
     """A Markdown table: one row per run, in sweep order — what the worst-of table is made of, with what the
     emulator distorts (the hot loop's longest pass and its time blocked, the kdamonds' CPU) and the guest's wall
     time."""
     lines = ["| point | start | configuration | run | median / p10 / lowest % | recover s (written s) | churn | "
              "stranded % | ping-pong MiB (estimator) | < 95 % s / window MiB on CXL / promoted MiB after T/2 | "
+             "while written: node0 MiB at T/2 / demoted MiB/s / CPU % workload, kdamonds | "
              "longest pass s | blocked s (longest in 1 s) | kdamond CPU s | wall s |",
-             "|" + "---|" * 14]
+             "|" + "---|" * 15]
     order = {(p, s, c): i for i, (p, s, c) in enumerate((p, s, c) for p in points for s in starts for c in configs)}
     for r in sorted(runs, key=lambda r: (order.get((r["point"], r["start"], r["config"]), 1 << 30), r["run"])):
         cpu = r.get("kdamond_cpu_s") or {}
@@ -390,6 +440,8 @@ def per_run_table(runs: list[dict[str, Any]], points: list[str], starts: list[st
             _cell(r.get("churn"), "churn"), _cell(r.get("stranded"), "stranded"),
             f"{_cell(r.get('pingpong_mib'), 'pingpong_mib')} ({_cell(r.get('est_ratio'), 'est_ratio')})",
             " / ".join(_cell(r.get(k), k) for k in ("below95_s", "win_slow_peak_mib", "promoted_after_phase_mib")),
+            " / ".join([*(_cell(r.get(k), k) for k in ("fast_at_phase_mib", "demoted_while_written_mibs")),
+                        _cpu_cell(r.get("cpu_while_written"))]),
             _cell(r.get("max_pass_s"), "max_pass_s"),
             f"{_cell(r.get('blocked_s'), 'blocked_s')} ({_cell(r.get('blocked_max_s'), 'blocked_max_s')})"
             if r.get("blocked_s") is not None else "—",

@@ -41,6 +41,9 @@ def output(lines: list[str], rc: int = 0, start: str = "before", written: float 
         "PL:DSTAT mono=159.00 kd=0 scheme=0 action=migrate_cold sz_applied=104857600",
         "PL:DSTAT mono=159.00 kd=1 scheme=0 action=migrate_hot sz_applied=52428800",
         "PL:PHASE begin t=30.00", f"PL:PHASE written t={written} write_s={written - 30:.2f}",
+        # threads' CPU ticks around the phase change (t = 29 and 33); a second workload thread started meanwhile
+        "PL:TCPU mono=129.00 230:kvwindow-x=100 54:kswapd0=10 207:kdamond.0=50",
+        "PL:TCPU mono=133.00 230:kvwindow-x=660 231:kvwindow-x=20 54:kswapd0=14 207:kdamond.0=90",
         # the hot loop's thread: blocked 0.1 s, then 1.2 s in one second (in mprotect, the sampler saw)
         "PL:TSTATE mono=120.00 state=R run_ns=1 wait_ns=0 block_ms=0.000000 minflt=10 utime=1 stime=1",
         "PL:TSTATE mono=121.00 state=R run_ns=2 wait_ns=0 block_ms=100.000000 minflt=20 utime=2 stime=1",
@@ -54,7 +57,7 @@ def test_a_run_reduces_to_the_moving_window_figures() -> None:
     lines = [kv(10, (50, 0, 50)),
              kv(20, (100, 0, 0), live=(500, 0, 500), appended=1000, migrated=100, up=10, down=20),
              kv(30, (99, 1, 0), appended=2000),
-             kv(32, (70, 0, 30), appended=4000),
+             kv(32, (70, 0, 30), appended=4000, demo=384),
              kv(35, (95, 0, 5), live=(480, 10, 510), appended=4500, up=30, pp_up=5, down=60, pp_down=2),
              kv(45, (100, 0, 0), appended=5000),
              kv(60, (98, 0, 2), live=(400, 0, 600), appended=6000, migrated=7600, up=40, pp_up=15, down=100,
@@ -82,6 +85,12 @@ def test_a_run_reduces_to_the_moving_window_figures() -> None:
     # phase began at most 30 window pages were on the slow node, and 10 MiB + 50 MiB were promoted since
     assert (f["below95_s"], f["win_slow_peak_mib"], f["promoted_after_phase_mib"]) == \
         (3.0, round(30 * 4096 / 2**20, 1), 60.0)
+    # the burst's room: 500 pages of the workload on node 0 at the full sample before the phase (t = 20); 384 pages
+    # (1.5 MiB) demoted from node 0 between the samples at the phase's begin (t = 30) and its end (t = 32, the first
+    # at or after 31.5), over the 1.5 s the prompts took
+    assert (f["fast_at_phase_mib"], f["demoted_while_written_mibs"]) == (round(500 * 4096 / 2**20, 1), 1.0)
+    # meanwhile (t = 29 to 33, 4 s): the workload 560 + 20 ticks, the kdamond 40, kswapd 4 — % of one CPU
+    assert f["cpu_while_written"] == {"workload": 145.0, "kdamond": 10.0, "reclaim": 1.0, "kdamond.0": 10.0}
 
 
 def test_a_run_that_never_recovers_or_died_is_the_worst() -> None:
@@ -214,3 +223,37 @@ def test_a_line_another_thread_landed_in_is_split_and_the_cut_sample_dropped() -
     run = kvfigures.parse(output([kv(20, (100, 0, 0)), cut, kv(60, (98, 0, 2))]))
     assert [s.t for s in run.samples] == [20.0, 60.0]
     assert kvfigures.figures(run, 60)["hot_lowest"] == 98.0
+
+
+def test_the_burst_room_is_tabled_and_correlated_over_saved_runs(tmp_path: Path) -> None:
+    """kvroom.py: every complete saved run of the point, with what its burst found on DRAM and what the dip was, and
+    Pearson's r over the runs (two runs: +-1); runs without the figures it needs are left out."""
+    import kvroom
+
+    def save(sub: str, demo: int, on_cxl: int, gauge_ticks: int) -> None:
+        lines = [kv(10, (50, 0, 50)), kv(20, (100, 0, 0), live=(500, 0, 500), appended=1000),
+                 kv(30, (99, 1, 0), appended=2000), kv(32, (100 - on_cxl, 0, on_cxl), appended=4000, demo=demo),
+                 kv(35, (95, 0, 5), live=(480, 0, 520), appended=4500), kv(60, (98, 0, 2), live=(400, 0, 600),
+                                                                          appended=6000, migrated=7600),
+                 # the idle node's kdamond before the burst: t = 4 to 26 (T/12 = 5, T/2 - 5 = 25)
+                 "PL:TCPU mono=104.00 208:kdamond.1=0", f"PL:TCPU mono=126.00 208:kdamond.1={gauge_ticks}"]
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "kv-burst-nodeagent-before-1.txt").write_text(output(lines))
+
+    save("a", demo=384, on_cxl=10, gauge_ticks=88)  # 1 MiB/s demoted, 4 % of a CPU
+    save("b", demo=128, on_cxl=30, gauge_ticks=176)  # a third of it, on a host half as fast
+    (tmp_path / "b" / "kv-burst-nodeagent-before-2.txt").write_text(output([kv(20, (100, 0, 0))], rc=137))
+    table = kvroom.rows([tmp_path], "burst")
+    assert [(r["run"], r["demoted_while_written_mibs"], r["gauge_cpu_pct"], r["win_slow_peak_mib"]) for r in table] \
+        == [("a/kv-burst-nodeagent-before-1.txt", 1.0, 4.0, round(10 * 4096 / 2**20, 1)),
+            ("b/kv-burst-nodeagent-before-1.txt", 0.3, 8.0, round(30 * 4096 / 2**20, 1))]
+    r = {(c, e): v for c, e, v in kvroom.correlations(table)}
+    assert r[("gauge_cpu_pct", "demoted_while_written_mibs")] == -1.0
+    assert r[("demoted_while_written_mibs", "win_slow_peak_mib")] == -1.0
+    assert r[("fast_at_phase_mib", "hot_lowest")] is None  # the same in both runs: no correlation to speak of
+    assert "Pearson's r over 2 runs" in kvroom.report(table)
+    (fast, a), (slow, b) = kvroom.halves(table)  # split at the gauge's median, 6 %: the lowest samples 90 and 70 %
+    assert (fast, slow) == ("gauge <= 6 %", "gauge > 6 %")
+    assert a.startswith("1 runs; demoted 1 MiB/s") and a.endswith("lowest 90 % (medians); lowest >= 85 % in 1")
+    assert b.endswith("lowest 70 % (medians); lowest >= 85 % in 0")
+    assert kvroom.main([str(tmp_path / "nothing-here")]) == 1
