@@ -299,7 +299,8 @@ def _dip(run: KvRun, tail: list[Sample], duration: float) -> dict[str, Any]:
     span); after the phase change began, ``win_slow_peak_mib``, the most window bytes on the slow nodes at once,
     and ``promoted_after_phase_mib``, what was promoted to node 0 (counters, as the estimator reads them): whether
     promotion or decode moving the windows on ended the dip. And the room the burst found: ``fast_at_phase_mib``
-    (the workload on node 0 as the phase began) and ``demoted_while_written_mibs`` (MiB/s off node 0 meanwhile)."""
+    (the workload on node 0 as the phase began), ``demoted_while_written_mibs`` (MiB/s off node 0 while the prompts
+    were written) and ``cpu_while_written`` (:func:`cpu_between` over that time)."""
     ends = [s.t for s in tail[1:]] + [max(duration, tail[-1].t)] if tail else []
     out: dict[str, Any] = {
         "below95_s": _round(sum(e - s.t for s, e in zip(tail, ends, strict=True) if s.hot_share < 95.0), 1)

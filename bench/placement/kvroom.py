@@ -5,9 +5,10 @@ For each saved run (``kv-<point>-<config>-<start>-<n>.txt`` under the directorie
 of kvfigures.py that say what the phase change's prompts found on node 0 — the workload's bytes still there as
 the phase began (``fast_at_phase_mib``), the rate node 0 was demoted from while the prompts were written
 (``demoted_while_written_mibs``), how long that took, the CPU the kdamonds and the workload had meanwhile (of the
-guest's two) — beside what the dip was (the most window bytes on CXL at
-once, the lowest sample); then the correlation of each of the first three with the last two, over the runs.
-Every configuration and tuning is pooled: the question is what the dip depends on, whatever set it.
+guest's two), and a gauge of the emulator's speed (:data:`GAUGE`) — beside what the dip was (the most window
+bytes on CXL at once, the lowest sample); then the correlation of each of those causes with each effect over the
+runs, and the runs split at the gauge's median. Every configuration and tuning is pooled: the question is what
+the dip depends on, whatever set it.
 
     python bench/placement/kvroom.py bench/placement/results/kv-explore            # burst, every saved run
     python bench/placement/kvroom.py --point wide bench/placement/results
