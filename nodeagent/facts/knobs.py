@@ -66,6 +66,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("kernel.transparent_hugepage.enabled", "/sys/kernel/mm/transparent_hugepage/enabled", "2.6.38", _bracket),
     Knob("kernel.transparent_hugepage.defrag", "/sys/kernel/mm/transparent_hugepage/defrag", "2.6.38", _bracket),
     Knob("kernel.zone_reclaim_mode", "/proc/sys/vm/zone_reclaim_mode", "2.6.16", _int),
+    # Node reclaim's two floors (mm/vmscan.c node_reclaim): it leaves a node alone while the node's unmapped page
+    # cache is at most min_unmapped_ratio % of it and its reclaimable slab at most min_slab_ratio %.
+    Knob("kernel.min_unmapped_ratio", "/proc/sys/vm/min_unmapped_ratio", "2.6.18", _int),
+    Knob("kernel.min_slab_ratio", "/proc/sys/vm/min_slab_ratio", "2.6.19", _int),
 )
 BY_KEY: dict[str, Knob] = {k.key: k for k in KNOBS}
 

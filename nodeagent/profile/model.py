@@ -11,6 +11,8 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
       numa_balancing_promote_rate_limit_mbps: 65536
       transparent_hugepage: {enabled: madvise, defrag: defer+madvise}
       zone_reclaim_mode: 0
+      min_unmapped_ratio: 1                 # node reclaim's floors, % of the node
+      min_slab_ratio: 5
     memory:
       auto_online_blocks: offline           # let daxctl choose the zone, not the kernel
       dax:                                  # DAX devices (CXL.mem expanders), first matching rule decides
@@ -118,6 +120,12 @@ class Kernel(Strict):
         None, description="/sys/kernel/mm/transparent_hugepage/{enabled,defrag}")
     zone_reclaim_mode: Annotated[int, BeforeValidator(_int_range(0, 7))] | None = Field(
         None, description="vm.zone_reclaim_mode: 0 allocates from other nodes before reclaiming the local one")
+    # proc_dointvec_minmax with 0 and 100 as bounds: a percentage of the node.
+    min_unmapped_ratio: Annotated[int, BeforeValidator(_int_range(0, 100))] | None = Field(
+        None, description="vm.min_unmapped_ratio: node reclaim leaves a node whose unmapped page cache is at most "
+        "this % of it")
+    min_slab_ratio: Annotated[int, BeforeValidator(_int_range(0, 100))] | None = Field(
+        None, description="vm.min_slab_ratio: ... and whose reclaimable slab is at most this % of it")
 
 
 def _dax_name(value: Any) -> str:

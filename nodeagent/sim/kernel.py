@@ -243,6 +243,15 @@ def _zone_reclaim(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, n)
 
 
+@rule(r"/proc/sys/vm/min_(unmapped|slab)_ratio")
+def _node_reclaim_floor(k: SimKernel, path: str, value: str) -> None:
+    """proc_dointvec_minmax between SYSCTL_ZERO and SYSCTL_ONE_HUNDRED: a percentage, else EINVAL."""
+    n = parse_int(value)
+    if not 0 <= n <= 100:
+        raise einval()
+    k.tree.set(path, n)
+
+
 def kstrtobool(value: str) -> bool:
     """The kernel's kstrtobool: first characters decide; anything else is EINVAL."""
     s = value.strip().lower()

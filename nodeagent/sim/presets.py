@@ -224,6 +224,8 @@ DEFAULT_KNOBS = {
     "/proc/sys/kernel/numa_balancing": "0",
     "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps": "65536",
     "/proc/sys/vm/zone_reclaim_mode": "0",
+    "/proc/sys/vm/min_unmapped_ratio": "1",
+    "/proc/sys/vm/min_slab_ratio": "5",
     "/sys/kernel/mm/numa/demotion_enabled": "false",
     "/sys/kernel/mm/transparent_hugepage/enabled": format_bracket(THP_ENABLED, "madvise"),
     "/sys/kernel/mm/transparent_hugepage/defrag": format_bracket(THP_DEFRAG, "madvise"),

@@ -57,6 +57,19 @@ def test_demotion_enabled_is_kstrtobool_and_reads_back_true_false(make_node) -> 
         assert oserr(k, path, bad) == errno.EINVAL
 
 
+def test_node_reclaim_floors_are_percentages(make_node) -> None:
+    """vm.min_unmapped_ratio and vm.min_slab_ratio boot at 1 and 5 and take 0..100 (proc_dointvec_minmax)."""
+    k = SimKernel(make_node("qemu-3node"))
+    for path, boot in (("/proc/sys/vm/min_unmapped_ratio", "1"), ("/proc/sys/vm/min_slab_ratio", "5")):
+        assert k.tree.read(path) == boot
+        for v in ("0", "100", "37"):
+            k.write(path, v)
+            assert k.tree.read(path) == v
+        for v in ("101", "-1", "five"):
+            assert oserr(k, path, v) == errno.EINVAL
+        assert k.tree.read(path) == "37"
+
+
 def test_thp_shows_the_selected_word_in_brackets(make_node) -> None:
     k = SimKernel(make_node("workstation"))
     k.write("/sys/kernel/mm/transparent_hugepage/defrag", "defer+madvise")

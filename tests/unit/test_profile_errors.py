@@ -43,10 +43,14 @@ def test_numa_balancing_names_and_integer_aliases(tmp_path: Path, value: object,
 
 
 @pytest.mark.parametrize("body,fragment", [
-    ("kernel:\n  bogus: 1\n", "5:3: kernel.bogus: unknown key; allowed here: demotion_enabled, numa_balancing"),
+    ("kernel:\n  bogus: 1\n",
+     "5:3: kernel.bogus: unknown key; allowed here: demotion_enabled, min_slab_ratio, min_unmapped_ratio, "
+     "numa_balancing"),
     ("kernel:\n  demotion_enabled: maybe\n", "kernel.demotion_enabled: expected true or false, got 'maybe'"),
     ("kernel:\n  zone_reclaim_mode: 9\n", "kernel.zone_reclaim_mode: expected an integer from 0 to 7, got 9"),
     ("kernel:\n  zone_reclaim_mode: -1\n", "expected an integer from 0 to 7, got -1"),
+    ("kernel:\n  min_unmapped_ratio: 101\n", "kernel.min_unmapped_ratio: expected an integer from 0 to 100, got 101"),
+    ("kernel:\n  min_slab_ratio: -1\n", "kernel.min_slab_ratio: expected an integer from 0 to 100, got -1"),
     ("kernel:\n  transparent_hugepage: {enabled: sometimes}\n",
      "kernel.transparent_hugepage.enabled: expected one of always, madvise, never, got 'sometimes'"),
     ("memory:\n  auto_online_blocks: yes\n",
