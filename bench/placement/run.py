@@ -96,7 +96,9 @@ def guest_env(config: str, start: str, args: argparse.Namespace, workload: Path,
         "PL_DURATION": str(args.duration), "PL_INTERVAL": str(args.interval),
         "PL_COLD_MIB": str(args.cold), "PL_HOT_MIB": str(args.hot), "PL_SETTLE": str(args.settle),
         "PL_WORKLOAD": str(workload), "PL_PYTHON": str(args.python), "PL_REPO": str(REPO),
-        "PL_PROFILE": str(Path(profile).resolve()), "PL_HOOK": args.hook, "PL_TLB_REACH": str(args.tlb_reach),
+        "PL_PROFILE": str(Path(profile).resolve()),
+        "PL_HOOK": args.candidate_hook if config == CANDIDATE and args.candidate_hook is not None else args.hook,
+        "PL_TLB_REACH": str(args.tlb_reach),
     }
 
 
@@ -225,7 +227,8 @@ def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], ass
     meta = {"kernel": assets.kernel_version, "workload": "kvwindow", "duration": args.duration,
             "interval": args.interval, "full_every": args.full_every, "settle": args.settle, "profile": args.profile,
             "tlb_reach": args.tlb_reach, "points": {p: KV_POINTS[p] for p in points},
-            **({"candidate": args.candidate} if args.candidate else {})}
+            **({"candidate": args.candidate} if args.candidate else {}),
+            **({"candidate_hook": args.candidate_hook} if args.candidate_hook is not None else {})}
     # a sweep into a directory that holds an earlier one adds to it (baselines first, the profile later)
     saved = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     earlier = saved.get("runs", [])
@@ -318,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the hot loop flushes its TLB every PAGES pages, as a hardware TLB of that reach would "
                    "(default 1536; 0: never, TCG's unbounded software TLB; see workload.c)")
     p.add_argument("--hook", default="", help="exploration: shell run in the guest right after the configuration")
+    p.add_argument("--candidate-hook", default=None, metavar="SHELL",
+                   help="exploration: the hook the candidate runs instead of --hook (a knob nodeagent does not "
+                   "manage yet, paired against the shipped profile)")
     p.add_argument("--workload", choices=("static", "kv"), default="static",
                    help="static: the fixed hot/cold split (workload.c); kv: the moving window of a KV cache "
                    "(kvwindow.c) at each of --points")
@@ -345,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         configs.append(CANDIDATE)
     if CANDIDATE in configs and not args.candidate:
         p.error("configuration `candidate` needs --candidate PROFILE")
+    if args.candidate_hook is not None and not args.candidate:
+        p.error("--candidate-hook needs --candidate PROFILE")
     if args.candidate and not Path(args.candidate).is_file():
         p.error(f"--candidate {args.candidate}: no such file")
     starts = [s for s in args.starts.split(",") if s]
@@ -381,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
             results[(start, config)] = figures.worst(runs[config])
     meta = {"kernel": assets.kernel_version, "duration": args.duration, "interval": args.interval,
             "cold_mib": args.cold, "hot_mib": args.hot, "settle": args.settle, "profile": args.profile,
-            **({"candidate": args.candidate} if args.candidate else {})}
+            **({"candidate": args.candidate} if args.candidate else {}),
+            **({"candidate_hook": args.candidate_hook} if args.candidate_hook is not None else {})}
     write_results(out, meta, per_run, results, starts, configs, args.cold + args.hot)
     complete = all(f["ok"] for f in per_run)
     return 0 if complete else 1

@@ -1,0 +1,1 @@
+echo 5 > /proc/sys/vm/zone_reclaim_mode; echo 0 > /proc/sys/vm/min_unmapped_ratio; echo 0 > /proc/sys/vm/min_slab_ratio; ( while :; do { grep -E "zone_reclaim|pgsteal_direct|pgscan_direct|pgdemote_direct|allocstall" /proc/vmstat; } > /tmp/hook.tmp; mv /tmp/hook.tmp /tmp/hook.out; sleep 2; done ) >/dev/null 2>&1 &

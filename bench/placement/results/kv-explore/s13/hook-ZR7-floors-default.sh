@@ -1,0 +1,1 @@
+echo 7 > /proc/sys/vm/zone_reclaim_mode; ( while :; do { grep -E "zone_reclaim|pgsteal_direct|pgscan_direct|pgdemote_direct|allocstall" /proc/vmstat; } > /tmp/hook.tmp; mv /tmp/hook.tmp /tmp/hook.out; sleep 2; done ) >/dev/null 2>&1 &

@@ -1,0 +1,1 @@
+echo 7 > /proc/sys/vm/zone_reclaim_mode; echo 0 > /proc/sys/vm/min_unmapped_ratio; echo 0 > /proc/sys/vm/min_slab_ratio; echo "zr=$(cat /proc/sys/vm/zone_reclaim_mode) mur=$(cat /proc/sys/vm/min_unmapped_ratio) msr=$(cat /proc/sys/vm/min_slab_ratio)"
