@@ -11,8 +11,9 @@ THP_ENABLED = ("always", "madvise", "never")
 THP_DEFRAG = ("always", "defer", "defer+madvise", "madvise", "never")
 AUTO_ONLINE_BLOCKS = ("offline", "online", "online_movable", "online_kernel")
 
-#: /proc/sys/vm/zone_reclaim_mode bits.
-ZONE_RECLAIM_BITS = {1: "reclaim", 2: "write-dirty", 4: "swap"}
+#: /proc/sys/vm/zone_reclaim_mode bits (the kernel's RECLAIM_ZONE, RECLAIM_WRITE, RECLAIM_UNMAP: the last lets node
+#: reclaim unmap mapped pages, which swaps anonymous ones out where no lower tier takes them).
+ZONE_RECLAIM_BITS = {1: "reclaim", 2: "write-dirty", 4: "unmap"}
 
 #: DAX device modes (daxctl's words) and the zones system-ram memory can be onlined in (the profile's words;
 #: the kernel's valid_zones says Movable/Normal).

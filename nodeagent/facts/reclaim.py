@@ -13,7 +13,11 @@ kswapd for that node. Switching demotion and NUMA balancing's memory-tiering mod
   (``/sys/fs/cgroup`` on a unified systemd host, anywhere else an administrator mounted it; ``cgroup2_mount``
   names it even when it has no memory controller, as in a hybrid hierarchy);
 - ``node_reclaim``: nodes with ``/sys/devices/system/node/nodeN/reclaim`` (per-node proactive reclaim, 6.17);
-- ``swap_total_kb`` from ``/proc/meminfo``.
+- ``swap_total_kb`` from ``/proc/meminfo``;
+- ``lru_gen``: the multi-gen LRU's feature bits from ``/sys/kernel/mm/lru_gen/enabled`` (6.1; ``None`` where the
+  kernel was built without it). Bit 0 on means reclaim — node reclaim included — runs through the multi-gen LRU,
+  which scans nothing for a reclaim that may not both write dirty pages and unmap mapped ones
+  (``lru_gen_shrink_node``): ``zone_reclaim_mode`` then needs its bits 2 and 4 to do anything.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from ..kfmt import parse_list, parse_meminfo
 from . import SECTIONS, Facts
 
 NODE = "/sys/devices/system/node"
+LRU_GEN = "/sys/kernel/mm/lru_gen/enabled"
 MEMCG_RECLAIM = "/sys/fs/cgroup/memory.reclaim"  # where facts gathered before mountinfo was read had it
 WATERMARKS = ("min", "low", "high", "promo")
 
@@ -48,6 +53,12 @@ class ReclaimFacts:
     known: bool = True  # False: facts gathered before this section existed (offline planning of old facts)
     memcg_reclaim_path: str | None = None  # the root cgroup's memory.reclaim, on the cgroup v2 mount
     cgroup2_mount: str | None = None
+    lru_gen: int | None = None  # /sys/kernel/mm/lru_gen/enabled; None: no multi-gen LRU in this kernel
+
+    @property
+    def mglru(self) -> bool:
+        """Reclaim runs through the multi-gen LRU (its main switch, bit 0, is on)."""
+        return bool(self.lru_gen is not None and self.lru_gen & 1)
 
     def unreclaimable(self, node: int) -> bool:
         info = self.nodes.get(node)
@@ -78,6 +89,16 @@ def parse_zoneinfo(text: str) -> dict[int, dict[str, Any]]:
     return out
 
 
+def parse_lru_gen(text: str | None) -> int | None:
+    """``/sys/kernel/mm/lru_gen/enabled`` as the kernel prints it (``0x0007``: ``%#06x`` of the feature bits)."""
+    if text is None:
+        return None
+    try:
+        return int(text.strip(), 16)
+    except ValueError:
+        return None
+
+
 def gather(host: Host) -> dict[str, Any]:
     zones = parse_zoneinfo(host.read_opt("/proc/zoneinfo") or "")
     online = parse_list(host.read_opt(f"{NODE}/online") or "")
@@ -90,6 +111,7 @@ def gather(host: Host) -> dict[str, Any]:
         "cgroup2_mount": mount,
         "node_reclaim": [n for n in online if host.fs.exists(f"{NODE}/node{n}/reclaim")],
         "swap_total_kb": swap,
+        "lru_gen": parse_lru_gen(host.read_opt(LRU_GEN)),
     }
 
 
@@ -102,7 +124,8 @@ def from_facts(facts: Facts) -> ReclaimFacts:
     has = bool(data.get("memcg_reclaim"))
     return ReclaimFacts(nodes, has, tuple(data.get("node_reclaim", ())), int(data.get("swap_total_kb", 0)),
                         memcg_reclaim_path=(data.get("memcg_reclaim_path") or MEMCG_RECLAIM) if has else None,
-                        cgroup2_mount=data.get("cgroup2_mount"))
+                        cgroup2_mount=data.get("cgroup2_mount"),
+                        lru_gen=int(lru) if (lru := data.get("lru_gen")) is not None else None)
 
 
 SECTIONS["reclaim"] = gather

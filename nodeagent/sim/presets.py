@@ -510,6 +510,10 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
         if since and not k.at_least(*since):
             continue
         t.file(path, value, RW)
+    # The multi-gen LRU (6.1), on as distributions build it (CONFIG_LRU_GEN_ENABLED): the Debian 6.12 guest's
+    # reclaim runs through it (bench/placement/results/kv-explore/s13: node reclaim without unmap scans nothing).
+    if k.at_least(6, 1):
+        t.file("/sys/kernel/mm/lru_gen/enabled", "0x0007", RW)
     t.file("/sys/devices/system/memory/block_size_bytes", f"{p.block_size:x}", RO)
     # memory_hotplug module parameters as a 6.x kernel shows them (online_policy arrived in 5.15).
     if k.at_least(5, 15):

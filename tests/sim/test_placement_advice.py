@@ -22,7 +22,8 @@ WMARK = ", watermarks: {metric: free_mem_rate, interval: 1s, high: 500, mid: 400
 
 
 def ids(tmp_path: Path, root: Path, *, numa: str = "memory-tiering", demotion: bool = True,
-        cold: str | None = COLD % YOUNG_COLD, hot: str | None = None, pass_: bool = True) -> list[str]:
+        cold: str | None = COLD % YOUNG_COLD, hot: str | None = None, pass_: bool = True,
+        kernel: str = "") -> list[str]:
     kdamonds = []
     if cold:
         kdamonds.append(f"{{name: demote, targets: [{{node: fast}}], schemes: [{cold}]}}")
@@ -32,7 +33,7 @@ def ids(tmp_path: Path, root: Path, *, numa: str = "memory-tiering", demotion: b
         apiVersion: nodeagent/v1
         kind: NodeProfile
         metadata: {{name: advice}}
-        kernel: {{numa_balancing: {numa}, demotion_enabled: {str(demotion).lower()}}}
+        kernel: {{numa_balancing: {numa}, demotion_enabled: {str(demotion).lower()}{kernel}}}
         memory: {{{'demotion_pass: {}' if pass_ else ''}}}
         damon: {{kdamonds: [{', '.join(kdamonds)}]}}
         """)
@@ -91,3 +92,44 @@ def test_a_stuck_node_without_a_pass(tmp_path: Path, make_node) -> None:
     full = make_node("qemu-placement-full")
     assert ids(tmp_path, full, pass_=False) == ["stuck-fast-node"]
     assert ids(tmp_path, full) == []
+
+
+FLOORS_0 = ", min_unmapped_ratio: 0, min_slab_ratio: 0"
+
+
+@pytest.mark.parametrize("kernel,expected", [
+    ("", []),  # node reclaim off: nothing to say
+    (", zone_reclaim_mode: 0", []),
+    (", zone_reclaim_mode: 1", ["node-reclaim-without-unmap-on-mglru", "node-reclaim-floors"]),
+    (", zone_reclaim_mode: 7", ["node-reclaim-floors"]),  # the floors at the kernel's boot values, 1 and 5
+    (", zone_reclaim_mode: 7, min_slab_ratio: 0", []),  # both floors must hold to gate: any slab lets it run
+    (", zone_reclaim_mode: 7, min_unmapped_ratio: 0", []),  # any page cache now lets it run
+    (", zone_reclaim_mode: 7" + FLOORS_0, []),
+    (", zone_reclaim_mode: 5" + FLOORS_0, ["node-reclaim-without-unmap-on-mglru"]),  # measured: fails every time
+    (", zone_reclaim_mode: 3" + FLOORS_0, ["node-reclaim-without-unmap-on-mglru"]),
+])
+def test_node_reclaim_that_can_never_run(tmp_path: Path, node: Path, kernel: str, expected: list[str]) -> None:
+    assert ids(tmp_path, node, kernel=kernel) == expected
+
+
+def test_node_reclaim_advice_names_the_missing_bits_and_the_fix(tmp_path: Path, node: Path) -> None:
+    ids(tmp_path, node, kernel=", zone_reclaim_mode: 5" + FLOORS_0)
+    (advice,) = advisories(load_profile(tmp_path / "p.yaml"), gather(open_host(node)))
+    assert "lacks 2 (write-dirty)" in advice.message and "0x0007" in advice.message
+    assert "zone_reclaim_failed" in advice.evidence and "kernel.zone_reclaim_mode: 7" in advice.fix
+    ids(tmp_path, node, kernel=", zone_reclaim_mode: 1, min_unmapped_ratio: 0, min_slab_ratio: 0")
+    (advice,) = advisories(load_profile(tmp_path / "p.yaml"), gather(open_host(node)))
+    assert "lacks 2 (write-dirty) and 4 (unmap)" in advice.message
+
+
+def test_without_the_multi_gen_lru_node_reclaim_needs_no_unmap(tmp_path: Path, make_node) -> None:
+    """The classic LRU reclaims clean unmapped page cache with zone_reclaim_mode 1: only the floors matter."""
+    old = make_node("qemu-placement", kernel="5.15.0-nodeagent-sim")  # before the multi-gen LRU (6.1)
+    assert not (old / "sys/kernel/mm/lru_gen/enabled").exists()
+    assert ids(tmp_path, old, kernel=", zone_reclaim_mode: 1" + FLOORS_0) == []
+    off = make_node("qemu-placement")
+    lru = off / "sys/kernel/mm/lru_gen/enabled"
+    lru.unlink()
+    lru.write_text("0x0000\n")  # built in, switched off (echo n > enabled)
+    assert ids(tmp_path, off, kernel=", zone_reclaim_mode: 1" + FLOORS_0) == []
+    assert ids(tmp_path, off, kernel=", zone_reclaim_mode: 1") == ["node-reclaim-floors"]

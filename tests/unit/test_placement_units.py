@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.facts.reclaim import parse_zoneinfo
+from nodeagent.facts.reclaim import ReclaimFacts, parse_lru_gen, parse_zoneinfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench/placement"))
 import figures  # noqa: E402
@@ -75,6 +75,14 @@ def run_output(samples: list[str], rc: int = 0) -> str:
                       "PL:STATE full node0_free_kb=41952 node0_unreclaimable=1", "PL:TOUCHED t=5.80",
                       "PL:TLB reach=1536", *samples, "PL:END passes=10 tlb_flushes=213", f"PL:WORKLOAD-RC {rc}",
                       "PL:DAMON kdamond=0 scheme=0 action=migrate_cold state=on sz_applied=4096"])
+
+
+def test_lru_gen_is_the_kernels_hex_feature_bits() -> None:
+    assert parse_lru_gen("0x0007\n") == 7 and parse_lru_gen("0x0000") == 0
+    assert parse_lru_gen(None) is None and parse_lru_gen("y") is None
+    assert ReclaimFacts({}, False, (), 0, lru_gen=7).mglru
+    assert not ReclaimFacts({}, False, (), 0, lru_gen=6).mglru  # main switch (bit 0) off
+    assert not ReclaimFacts({}, False, (), 0).mglru
 
 
 def test_a_run_reduces_to_the_mean_of_its_last_third() -> None:
