@@ -118,7 +118,7 @@ OTHER = {"kernel.zone_reclaim_mode": "1", "kernel.numa_balancing": "1", "kernel.
 
 def test_revert_after_a_drift_repair_restores_what_the_node_had_before_the_first_apply(make_node, capsys) -> None:
     """Every knob already as the profile wants at the first apply gets its original then; a later drift that an
-    apply repairs never becomes the original (zone_reclaim_mode 0 → 1 → repaired → revert gives 0, not 1)."""
+    apply repairs never becomes the original (THP madvise → never → repaired → revert gives madvise)."""
     root = make_node("workstation")
     k = SimKernel(root)
     pristine = snapshot(root)["knobs"]
@@ -126,7 +126,7 @@ def test_revert_after_a_drift_repair_restores_what_the_node_had_before_the_first
     assert code == 0
     plan = json.loads(out)["plan"]
     as_wanted = [t for t in plan["unchanged"] if t in BY_KEY]
-    assert "kernel.zone_reclaim_mode" in as_wanted
+    assert "kernel.transparent_hugepage.enabled" in as_wanted
     originals = records(root).originals().items
     managed = as_wanted + [c["target"] for c in plan["changes"] if c["kind"] == "knob"]
     assert {t: originals[t].value for t in managed} == {t: BY_KEY[t].parse(pristine[t]) for t in managed}
@@ -206,7 +206,7 @@ def test_drift_after_a_partial_revert_checks_what_is_still_managed(make_node, ca
     SimKernel(root).write("/proc/sys/vm/zone_reclaim_mode", "1")
     mark = len(journal(root))
     code, out, _ = na(root, capsys, "drift", "--record", PROFILE)
-    assert code == 3 and "~ kernel.zone_reclaim_mode  expected 0, actual 1" in out
+    assert code == 3 and "~ kernel.zone_reclaim_mode  expected 7, actual 1" in out
     assert "1 drifted (knob: 1)" in out
     drift_events = [e["target"] for e in journal(root)[mark:] if e["event"] == "drift"]
     assert drift_events == ["kernel.zone_reclaim_mode"]
