@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 TIERING_MODES = (2, 3)  # numa_balancing values with NUMA_BALANCING_MEMORY_TIERING
 RECLAIM_WRITE, RECLAIM_UNMAP = 2, 4  # zone_reclaim_mode bits the multi-gen LRU needs both of
 FLOOR_DEFAULTS = {"kernel.min_unmapped_ratio": 1, "kernel.min_slab_ratio": 5}  # the kernel's boot values
+EVIDENCE_IN_PLACE = (
+    "moving window, burst point, 6.12, demotion off, 512 MiB of zram swap, one run each: zone_reclaim_mode 7 (both "
+    "floors 0) — the allocating task reclaimed 78344 pages (zone_reclaim_success 1247), 257497 pages were swapped "
+    "out while the CXL node had 1.3-1.4 GiB free, the prompts took 59.4 s to write and the window's lowest sample was "
+    "0 % on DRAM (p10 16.6 %); zone_reclaim_mode 0: 8.9 s, lowest 62.4 %, p10 74.5 % "
+    "(bench/placement/results/kv-explore/s16/probe-swap-*)")
 
 
 @dataclass(frozen=True)
@@ -94,8 +100,38 @@ def _system_free_permil(facts: Facts) -> int | None:
     return round(1000 * sum(n.mem_free for n in facts.nodes if n.has_memory) / total) if total else None
 
 
+def _node_reclaim_in_place(proj: NodeProjection, facts: Facts, mode: int, swap_kb: int) -> list[Advisory]:
+    """Node reclaim with nothing to demote to: it frees the local node in the allocating task — page cache, and
+    with bit 4 and swap, anonymous memory — where the allocation would otherwise take another node's free memory.
+    Only with demotion on and a lower tier (after the plan: CXL/DAX memory a rule onlines counts) does that
+    reclaim move pages to CXL instead. A node with one memory node has no other node to fall back to."""
+    if len({n.id for n in facts.nodes if n.has_memory} | set(proj.pending)) < 2:
+        return []
+    demotion = proj.setting("kernel.demotion_enabled") is True
+    lower = bool(proj.slow or proj.pinned)  # a pinned pool's node is a lower tier to the kernel's demotion too
+    if demotion and lower:
+        return []
+    why = ("this node has no lower memory tier to demote to (no CXL or DAX memory online, and no memory.dax rule "
+           "brings any online)" if not lower else "demotion is off (kernel.demotion_enabled)")
+    frees = ["drops clean page cache (the model files' included)"]
+    if mode & RECLAIM_WRITE:
+        frees.append("writes dirty pages back")
+    if mode & RECLAIM_UNMAP:
+        frees.append(f"swaps anonymous memory out ({swap_kb // 1024} MiB of swap here)" if swap_kb else
+                     "unmaps mapped file pages (with swap it would swap anonymous memory out)")
+    fix = ("leave kernel.zone_reclaim_mode at 0 on nodes without a lower tier (a profile of their own that extends "
+           "this one)" if not lower else "set kernel.demotion_enabled: true, or kernel.zone_reclaim_mode: 0")
+    return [Advisory(
+        "node-reclaim-without-demotion", "kernel.zone_reclaim_mode",
+        f"zone_reclaim_mode {mode} turns node reclaim on, and {why}: an allocation that finds a DRAM node at its low "
+        f"watermark reclaims that node in its own context — it {', '.join(frees)} — before it may use another "
+        "node's free memory",
+        EVIDENCE_IN_PLACE, fix)]
+
+
 def _node_reclaim(proj: NodeProjection, facts: Facts) -> list[Advisory]:
-    """Node reclaim (zone_reclaim_mode != 0) that is switched on and can never run on this node.
+    """Node reclaim (zone_reclaim_mode != 0) that is switched on and can never run on this node, or that runs with
+    nothing to demote to (:func:`_node_reclaim_in_place`).
 
     Two gates in mm/vmscan.c, each enough alone (measured one at a time, moving window, burst point): the
     multi-gen LRU scans nothing for a reclaim that may not both write and unmap (``lru_gen_shrink_node``), and
@@ -107,6 +143,8 @@ def _node_reclaim(proj: NodeProjection, facts: Facts) -> list[Advisory]:
     out: list[Advisory] = []
     missing = [bit for bit in (RECLAIM_WRITE, RECLAIM_UNMAP) if not mode & bit]
     lru = reclaim_facts(facts)
+    if not (missing and lru.mglru):  # node reclaim that can run at all
+        out.extend(_node_reclaim_in_place(proj, facts, mode, lru.swap_total_kb))
     if missing and lru.mglru:
         names = " and ".join(f"{bit} ({ZONE_RECLAIM_BITS[bit]})" for bit in missing)
         out.append(Advisory(

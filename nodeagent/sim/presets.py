@@ -189,6 +189,7 @@ class Preset:
     # among them) under a tmpfs at /sys/fs/cgroup and a controller-less v2 at /sys/fs/cgroup/unified.
     cgroup2_mount: str | None = "/sys/fs/cgroup"
     cgroup_hybrid: bool = False
+    swap: int = 0  # bytes of swap (/proc/meminfo SwapTotal): a swap partition or file
 
 
 BASE_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 "
@@ -333,7 +334,8 @@ def _hgx() -> Preset:
     four Broadcom PEX89104 PCIe switches, two per socket, each with two H100 SXM5 GPUs, two ConnectX-7 NICs and
     one NVMe drive on its downstream ports, its uplink Gen5 x16 to a Sapphire Rapids root port — so two GPUs
     share each x16 uplink (2:1, by design). The console is the ASPEED AST2600 BMC's VGA, bound to ``ast``;
-    the OS drive and a management NIC (Intel X710, i40e) sit on root ports of socket 0. No CXL."""
+    the OS drive and a management NIC (Intel X710, i40e) sit on root ports of socket 0. No CXL; 8 GiB of swap
+    (a swap file on the OS drive)."""
     gpus: list[GpuDef] = []
     roots: list[PciDef] = []
     for sw, bus in enumerate((0x18, 0x38, 0x98, 0xb8)):
@@ -357,7 +359,7 @@ def _hgx() -> Preset:
         pci=tuple(roots),
         mounts=(MountDef("/", "/dev/nvme0n1p2", "ext4", 1788 * GiB, 140 * GiB),
                 MountDef("/models", "/dev/md0", "xfs", 4 * 3576 * GiB, 3100 * GiB)),
-        distances={0: (10, 21), 1: (21, 10)},
+        distances={0: (10, 21), 1: (21, 10)}, swap=8 * GiB,
     )
 
 
@@ -496,7 +498,7 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
     t.file("/proc/cmdline", p.cmdline, RO)
     t.file("/proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n", RO)  # a new boot per node laid out
     # MemTotal and MemFree follow the online memory blocks and each node's used memory (memory.derive).
-    t.file("/proc/meminfo", "\n".join(f"{key + ':':<16}{0:>8} kB"
+    t.file("/proc/meminfo", "\n".join(f"{key + ':':<16}{(p.swap // 1024 if key == 'SwapTotal' else 0):>8} kB"
                                       for key in ("MemTotal", "MemFree", "MemAvailable", "SwapTotal")), RO)
     keys = ["numa_hit", "numa_miss", "numa_foreign", "numa_interleave", "numa_local", "numa_other",
             "pgpromote_success", "pgpromote_candidate", "pgdemote_kswapd", "pgdemote_direct",

@@ -18,12 +18,15 @@ COLD = "{action: migrate_cold, target_node: slow, access: {nr_accesses: {max: 0}
 HOT = "{action: migrate_hot, target_node: fast, access: {nr_accesses: {min: 10%%}}%s}"
 YOUNG_COLD = ", filters: [{type: young, matching: true}]"
 YOUNG_HOT = ", filters: [{type: young, matching: false}]"
+DAX = "dax: [{name: all, match: {all: true}, mode: system-ram, zone: movable}]"
 WMARK = ", watermarks: {metric: free_mem_rate, interval: 1s, high: 500, mid: 400, low: 50}"
 
 
 def ids(tmp_path: Path, root: Path, *, numa: str = "memory-tiering", demotion: bool = True,
         cold: str | None = COLD % YOUNG_COLD, hot: str | None = None, pass_: bool = True,
-        kernel: str = "") -> list[str]:
+        kernel: str = "", dax: bool = True) -> list[str]:
+    """The advisories' ids for a profile built from the arguments; ``dax``: a rule onlines every DAX device as
+    ZONE_MOVABLE system RAM (the CXL stand-in becomes the lower tier), as the shipped profile does."""
     kdamonds = []
     if cold:
         kdamonds.append(f"{{name: demote, targets: [{{node: fast}}], schemes: [{cold}]}}")
@@ -34,7 +37,7 @@ def ids(tmp_path: Path, root: Path, *, numa: str = "memory-tiering", demotion: b
         kind: NodeProfile
         metadata: {{name: advice}}
         kernel: {{numa_balancing: {numa}, demotion_enabled: {str(demotion).lower()}{kernel}}}
-        memory: {{{'demotion_pass: {}' if pass_ else ''}}}
+        memory: {{{', '.join(m for m in (pass_ and 'demotion_pass: {}', dax and DAX) if m)}}}
         damon: {{kdamonds: [{', '.join(kdamonds)}]}}
         """)
     path = tmp_path / "p.yaml"
@@ -133,3 +136,33 @@ def test_without_the_multi_gen_lru_node_reclaim_needs_no_unmap(tmp_path: Path, m
     lru.write_text("0x0000\n")  # built in, switched off (echo n > enabled)
     assert ids(tmp_path, off, kernel=", zone_reclaim_mode: 1" + FLOORS_0) == []
     assert ids(tmp_path, off, kernel=", zone_reclaim_mode: 1") == ["node-reclaim-floors"]
+
+
+def test_node_reclaim_with_nothing_to_demote_to(make_node) -> None:
+    """The shipped profile on a two-socket server without CXL: node reclaim frees socket 0 in place (page cache,
+    and with swap anonymous memory) where the allocation would have taken socket 1's free memory."""
+    root = make_node("hgx-h100")
+    (advice,) = advisories(load_profile(REPO / "profiles/cxl-inference.yaml"), gather(open_host(root)))
+    assert advice.id == "node-reclaim-without-demotion" and advice.where == "kernel.zone_reclaim_mode"
+    assert "no lower memory tier" in advice.message and "8192 MiB of swap" in advice.message
+    assert "writes dirty pages back" in advice.message
+    assert "zone_reclaim_mode at 0 on nodes without a lower tier" in advice.fix
+    # one memory node: no other node to fall back to, nothing to say
+    assert advisories(load_profile(REPO / "profiles/cxl-inference.yaml"), gather(open_host(make_node("workstation")))) \
+        == []
+
+
+def test_node_reclaim_with_demotion_off(tmp_path: Path, node: Path) -> None:
+    got = ids(tmp_path, node, demotion=False, kernel=", zone_reclaim_mode: 7" + FLOORS_0)
+    assert "node-reclaim-without-demotion" in got
+    advice = next(a for a in advisories(load_profile(tmp_path / "p.yaml"), gather(open_host(node)))
+                  if a.id == "node-reclaim-without-demotion")
+    assert "demotion is off" in advice.message and "kernel.demotion_enabled: true" in advice.fix
+    assert "with swap it would swap" in advice.message  # this guest has no swap
+    # the same node without the rule that onlines its CXL stand-in: no lower tier at all
+    assert "node-reclaim-without-demotion" in ids(tmp_path, node, dax=False, kernel=", zone_reclaim_mode: 7" + FLOORS_0)
+    (advice,) = advisories(load_profile(tmp_path / "p.yaml"), gather(open_host(node)))
+    assert "no lower memory tier" in advice.message
+    # mode 1 (no write, no unmap) on the multi-gen LRU never reclaims: only that is said
+    got = ids(tmp_path, node, demotion=False, kernel=", zone_reclaim_mode: 1" + FLOORS_0)
+    assert "node-reclaim-without-demotion" not in got and "node-reclaim-without-unmap-on-mglru" in got
