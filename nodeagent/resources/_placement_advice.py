@@ -117,8 +117,9 @@ def _node_reclaim_in_place(proj: NodeProjection, facts: Facts, mode: int, swap_k
     if mode & RECLAIM_WRITE:
         frees.append("writes dirty pages back")
     if mode & RECLAIM_UNMAP:
-        frees.append(f"swaps anonymous memory out ({swap_kb // 1024} MiB of swap here)" if swap_kb else
-                     "unmaps mapped file pages (with swap it would swap anonymous memory out)")
+        frees.append("unmaps mapped file pages (mmapped weights among them) and " + (
+            f"swaps anonymous memory out ({swap_kb // 1024} MiB of swap here)" if swap_kb else
+            "would swap anonymous memory out where there is swap"))
     fix = ("leave kernel.zone_reclaim_mode at 0 on nodes without a lower tier (a profile of their own that extends "
            "this one)" if not lower else "set kernel.demotion_enabled: true, or kernel.zone_reclaim_mode: 0")
     return [Advisory(

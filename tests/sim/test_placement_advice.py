@@ -145,7 +145,7 @@ def test_node_reclaim_with_nothing_to_demote_to(make_node) -> None:
     (advice,) = advisories(load_profile(REPO / "profiles/cxl-inference.yaml"), gather(open_host(root)))
     assert advice.id == "node-reclaim-without-demotion" and advice.where == "kernel.zone_reclaim_mode"
     assert "no lower memory tier" in advice.message and "8192 MiB of swap" in advice.message
-    assert "writes dirty pages back" in advice.message
+    assert "writes dirty pages back" in advice.message and "unmaps mapped file pages" in advice.message
     assert "zone_reclaim_mode at 0 on nodes without a lower tier" in advice.fix
     # one memory node: no other node to fall back to, nothing to say
     assert advisories(load_profile(REPO / "profiles/cxl-inference.yaml"), gather(open_host(make_node("workstation")))) \
@@ -158,7 +158,7 @@ def test_node_reclaim_with_demotion_off(tmp_path: Path, node: Path) -> None:
     advice = next(a for a in advisories(load_profile(tmp_path / "p.yaml"), gather(open_host(node)))
                   if a.id == "node-reclaim-without-demotion")
     assert "demotion is off" in advice.message and "kernel.demotion_enabled: true" in advice.fix
-    assert "with swap it would swap" in advice.message  # this guest has no swap
+    assert "would swap anonymous memory out where there is swap" in advice.message  # this guest has no swap
     # the same node without the rule that onlines its CXL stand-in: no lower tier at all
     assert "node-reclaim-without-demotion" in ids(tmp_path, node, dax=False, kernel=", zone_reclaim_mode: 7" + FLOORS_0)
     (advice,) = advisories(load_profile(tmp_path / "p.yaml"), gather(open_host(node)))
