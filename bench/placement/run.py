@@ -109,7 +109,7 @@ def one_run(config: str, start: str, index: int, args: argparse.Namespace, workl
     timeout = args.duration + args.settle + (420 if point else 240)
     started = time.monotonic()
     try:
-        res = harness.run_in_guest(script, timeout=timeout, layout=LAYOUT,
+        res = harness.run_in_guest(script, timeout=timeout, layout=args.layout,
                                    env=guest_env(config, start, args, workload, point), assets=assets, label=label)
         stdout, wall, console = res.stdout, res.wall_seconds, res.console_path
         guest_error, stderr = (f"guest.sh exit {res.rc}" if res.rc else None), res.stderr
@@ -224,7 +224,7 @@ def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], ass
     print(f"placement benchmark (moving window): kernel {assets.kernel_version}, point(s) {', '.join(points)}, "
           f"{len(configs)} configuration(s) x {len(starts)} mode(s) x {args.runs} run(s) of {args.duration:g} s; "
           f"results in {out}", flush=True)
-    meta = {"kernel": assets.kernel_version, "workload": "kvwindow", "duration": args.duration,
+    meta = {"kernel": assets.kernel_version, "layout": args.layout, "workload": "kvwindow", "duration": args.duration,
             "interval": args.interval, "full_every": args.full_every, "settle": args.settle, "profile": args.profile,
             "tlb_reach": args.tlb_reach, "points": {p: KV_POINTS[p] for p in points},
             **({"candidate": args.candidate} if args.candidate else {}),
@@ -321,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the hot loop flushes its TLB every PAGES pages, as a hardware TLB of that reach would "
                    "(default 1536; 0: never, TCG's unbounded software TLB; see workload.c)")
     p.add_argument("--hook", default="", help="exploration: shell run in the guest right after the configuration")
+    p.add_argument("--layout", default=LAYOUT, choices=[n for n in harness.LAYOUTS if n.startswith("placement")],
+                   help="the guest's memory layout (exploration: placement-cxl1g has a 1 GiB CXL stand-in, smaller "
+                   "than the moving window's cold set)")
     p.add_argument("--candidate-hook", default=None, metavar="SHELL",
                    help="exploration: the hook the candidate runs instead of --hook (a knob nodeagent does not "
                    "manage yet, paired against the shipped profile)")
@@ -387,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
                 per_run.append(figs)
         for config in configs:
             results[(start, config)] = figures.worst(runs[config])
-    meta = {"kernel": assets.kernel_version, "duration": args.duration, "interval": args.interval,
+    meta = {"kernel": assets.kernel_version, "layout": args.layout, "duration": args.duration,
+            "interval": args.interval,
             "cold_mib": args.cold, "hot_mib": args.hot, "settle": args.settle, "profile": args.profile,
             **({"candidate": args.candidate} if args.candidate else {}),
             **({"candidate_hook": args.candidate_hook} if args.candidate_hook is not None else {})}

@@ -152,6 +152,15 @@ LAYOUTS["placement"] = Layout(
     qemu_args=_numa_node(0, "1G", "0-1") + _numa_node(1, "1G", None) + _numa_node(2, "1536M", None),
     kernel_args=("memmap=1536M!4G",),
 )
+# Layout ``placement-cxl1g``: the same with a CXL stand-in of 1 GiB (node2 = [4G, 5G), ``memmap=1G!4G``), smaller
+# than the cold set of a workload 1.1-1.3x the size of node0: what a node whose cold set outgrows its CXL memory
+# does (bench/placement: ``run.py --layout placement-cxl1g``).
+LAYOUTS["placement-cxl1g"] = Layout(
+    name="placement-cxl1g",
+    memory="3072M",
+    qemu_args=_numa_node(0, "1G", "0-1") + _numa_node(1, "1G", None) + _numa_node(2, "1G", None),
+    kernel_args=("memmap=1G!4G",),
+)
 
 
 # Layout ``cxl`` (../shared/reference/realkernel/NOTES.md, Step 6): two CXL type-3 volatile memdevs of 256 MiB
