@@ -146,7 +146,7 @@ def _node_reclaim(proj: NodeProjection, facts: Facts) -> list[Advisory]:
     lru = reclaim_facts(facts)
     if not (missing and lru.mglru):  # node reclaim that can run at all
         out.extend(_node_reclaim_in_place(proj, facts, mode, lru.swap_total_kb))
-    if missing and lru.mglru:
+    else:
         names = " and ".join(f"{bit} ({ZONE_RECLAIM_BITS[bit]})" for bit in missing)
         out.append(Advisory(
             "node-reclaim-without-unmap-on-mglru", "kernel.zone_reclaim_mode",
