@@ -130,7 +130,7 @@ class _Seconds(click.ParamType):
 #: ``drift`` loads ``cli_ops``, never the simulator's, the exporter's or the DaemonSet's commands.
 _ELSEWHERE = {
     "sim": ("cli_sim", "sim"),  # create, hot-add, boot, kdamond, write...
-    **{name: ("cli_ops", name) for name in ("drift", "history", "status", "revert", "units", "watch")},
+    **{name: ("cli_ops", name) for name in ("drift", "guard", "history", "status", "revert", "units", "watch")},
     "metrics": ("cli_metrics", "metrics"),  # the exporter
     "render": ("cli_serving", "render"), "verify-serving": ("cli_serving", "verify_serving"),
     "labels": ("cli_k8s", "labels"), "run": ("cli_k8s", "run"),  # the NFD feature file, the DaemonSet loop

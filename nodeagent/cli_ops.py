@@ -273,3 +273,24 @@ def watch(ctx: Ctx, profile: str, debounce: float) -> None:
     w = Watcher(eng, loaded, debounce=debounce,
                 log=lambda m: click.echo(escape_controls(f"nodeagent watch: {m}"), err=True))
     raise click.exceptions.Exit(w.run())
+
+
+@click.command()
+@click.argument("profile", type=click.Path(dir_okay=True, path_type=str))
+@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True, metavar="SECONDS",
+              help="How often the destinations' free memory is read.")
+@click.option("--refresh", type=click.FloatRange(min=1), default=30.0, show_default=True, metavar="SECONDS",
+              help="How often the guarded schemes are planned afresh (and after each apply).")
+@click.pass_obj
+def guard(ctx: Ctx, profile: str, interval: float, refresh: float) -> None:
+    """Pause each dest_free scheme while its destination node is nearly full, resume it once it has room
+    (until SIGTERM)."""
+    from .cli import _load
+    from .guard import Guardian
+
+    loaded = _load(profile)
+    eng = ctx.engine()
+    eng.require_root()
+    g = Guardian(eng, loaded, interval=interval, refresh=refresh,
+                 log=lambda m: click.echo(escape_controls(f"nodeagent guard: {m}"), err=True))
+    raise click.exceptions.Exit(g.run())

@@ -112,6 +112,14 @@ def format_size(n: int) -> str:
     return f"{n}B"
 
 
+def approx_size(n: int) -> str:
+    """A measured amount in the largest binary unit it reaches, one decimal (``61.4GiB``, ``812.0MiB``)."""
+    for unit, mult in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= mult:
+            return f"{n / mult:.1f}{unit}"
+    return f"{n}B"
+
+
 def format_duration_us(us: int) -> str:
     for unit, mult in (("h", 3_600_000_000), ("min", 60_000_000), ("s", 1_000_000), ("ms", 1000)):
         if us >= mult and us % mult == 0:

@@ -100,7 +100,15 @@ apply_config() {
       ( cd "$PL_REPO" && "$PL_PYTHON" -m nodeagent apply --yes --skip-checks all "$PL_PROFILE" ) >/tmp/apply.out 2>&1
       rc=$?
       sed 's/^/  apply| /' /tmp/apply.out
-      say "APPLY-RC $rc" ;;
+      say "APPLY-RC $rc"
+      # the profile's dest_free schemes follow their destination's free memory: `nodeagent guard` re-plans them
+      # every second, as nodeagent-guard.service does on a node (it idles where no scheme has dest_free)
+      rm -f /tmp/guard.pid
+      ( cd "$PL_REPO" && sh -c 'echo $$ > /tmp/guard.pid; exec "$0" -m nodeagent guard "$1"' "$PL_PYTHON" \
+          "$PL_PROFILE" ) 2>&1 | while IFS= read -r line; do echo "t=$(uptime_s) $line"; done >/tmp/guard.out &
+      GUARDED=$!
+      while [ ! -s /tmp/guard.pid ]; do sleep 0.1; done
+      GUARD=$(cat /tmp/guard.pid) ;;
     *) die "unknown PL_CONFIG $PL_CONFIG" ;;
   esac
   if [ -n "${PL_HOOK:-}" ]; then  # exploration only: a shell snippet run right after the configuration (what
@@ -223,6 +231,10 @@ else
 fi
 wait $WL
 rc=$?
+if [ -n "${GUARD:-}" ]; then
+  kill "$GUARD" 2>/dev/null; wait "$GUARDED"
+  sed 's/^/  guard| /' /tmp/guard.out
+fi
 [ -n "${DS:-}" ] && wait $DS && cat /tmp/dstat.out
 [ -n "${TS:-}" ] && wait $TS && cat /tmp/tstate.out
 cat /tmp/wl.out

@@ -34,6 +34,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from pydantic_core import PydanticCustomError
 
 from ..units import format_duration_us, parse_duration_us, parse_percent, parse_size
+from .checks import Percent
 
 ACTIONS = ("willneed", "cold", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio", "migrate_hot",
            "migrate_cold", "stat")
@@ -275,6 +276,28 @@ class Dest(Strict):
     weight: Weight = 1
 
 
+class DestFree(Strict):
+    """A migrate scheme paused while its destination node is nearly full, and resumed once it has room again.
+
+    DAMON's migrate destination is not strict (6.12-6.18): a page it cannot place on a full destination goes to
+    that node's fallback node (another DRAM node, first in a CXL node's zonelist), where no tier wants it. Free
+    memory of the destination (its ``MemFree``, as a percentage of its ``MemTotal``) under ``pause_below`` pauses
+    the scheme; over ``resume_above`` it runs as written; in between it stays as it is (hysteresis). The kernel
+    has no per-node switch for a scheme before 6.16 (watermarks measure the whole system), so nodeagent does it:
+    the plan's desired state of the scheme follows the destination's free memory (paused: its minimum region
+    size is the largest value, so it matches no region), and ``nodeagent guard`` re-plans it every second."""
+
+    pause_below: Percent
+    resume_above: Percent
+
+    @model_validator(mode="after")
+    def _order(self) -> DestFree:
+        if not 0 < self.pause_below < self.resume_above <= 90:
+            raise ValueError(f"expected 0 < pause_below < resume_above <= 90%, got pause_below "
+                             f"{self.pause_below:g}%, resume_above {self.resume_above:g}%")
+        return self
+
+
 class Scheme(Strict):
     action: Annotated[str, BeforeValidator(_choice(ACTIONS))]
     target_node: NodeRef | None = None
@@ -284,6 +307,7 @@ class Scheme(Strict):
     watermarks: Watermarks | None = None
     filters: list[Filter] = []
     apply_interval: Duration | None = None
+    dest_free: DestFree | None = None
 
     @model_validator(mode="after")
     def _destination(self) -> Scheme:
@@ -294,6 +318,8 @@ class Scheme(Strict):
             raise ValueError(f"`target_node`/`dests` apply only to migrate_hot and migrate_cold, not {self.action}")
         if self.target_node is not None and self.dests:
             raise ValueError("give either `target_node` or `dests`, not both")
+        if self.dest_free is not None and not migrate:
+            raise ValueError(f"`dest_free` applies only to migrate_hot and migrate_cold, not {self.action}")
         return self
 
 

@@ -59,6 +59,7 @@ def build_specs(loaded: LoadedProfile, facts: Facts,
     chk = Checker(damon, loaded.where, facts.kernel_release)
     notes = list(nc.notes) if model and model.kdamonds else []  # what the classes left out matters to kdamonds
     specs: list[Spec] = []
+    mem = {n.id: (n.mem_free, n.mem_total) for n in facts.nodes}
     for i, kd in enumerate(model.kdamonds if model else []):
         base = ("damon", "kdamonds", i)
         sources: list[int] = []
@@ -100,7 +101,7 @@ def build_specs(loaded: LoadedProfile, facts: Facts,
         notes += skipped
         before, kept = len(chk.problems), []
         for p in pairings:
-            spec = kdamond_spec(i, kd, p, nc, chk)
+            spec = kdamond_spec(i, kd, p, nc, chk, mem)
             if spec is not None:
                 kept.append(spec)
         new = chk.problems[before:]

@@ -32,6 +32,7 @@ from ...facts.damon import other_users as users_of
 from ...plan import Change, Problem
 from ...state import Ownership
 from ..base import ResourcePlan
+from . import guard
 from .spec import Spec
 
 KIND = "damon"
@@ -104,14 +105,16 @@ def _kd_data(spec: Spec, index: int, writes: list[tuple[str, str]], command: str
 def _in_place(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned | None,
               can_commit: bool = True) -> Change | None:
     """Build, update or start ``spec`` inside existing slot ``index`` (no count change)."""
+    spec = guard.resolve(spec, kd.config)  # a guarded scheme between its thresholds stays as it is
     writes = diff_writes(spec.writes, kd.config)
     target = f"damon.{spec.name}"
     base = f"kdamond {index}"
+    how = "\n      ".join([spec.how, *guard.reasons(spec, writes, kd.config)])
     if mine and kd.running and not can_commit:  # 5.18: no `commit` yet, so an update is stop, stage, on
         if not writes:
             return None
         return Change(KIND, target, "update", f"running (pid {kd.pid})", spec.summary,
-                      reason=f"{spec.how}\n      this kernel has no online commit (5.19): stop {base}, stage "
+                      reason=f"{how}\n      this kernel has no online commit (5.19): stop {base}, stage "
                       f"{len(writes)} file(s), state=on (a new pid): {_changed(writes, kd.config)}",
                       path=_path(index), before_label=f"{base} running, pid {kd.pid}",
                       after_label=f"{base} restarted", data=_kd_data(spec, index, writes, "on", None, kd.pid))
@@ -119,7 +122,7 @@ def _in_place(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned |
         if not writes:
             return None
         return Change(KIND, target, "update", f"running (pid {kd.pid})", spec.summary,
-                      reason=f"{spec.how}\n      stage {len(writes)} file(s) in {base}, then commit (pid {kd.pid} "
+                      reason=f"{how}\n      stage {len(writes)} file(s) in {base}, then commit (pid {kd.pid} "
                       f"must survive): {_changed(writes, kd.config)}", path=_path(index),
                       before_label=f"{base} running, pid {kd.pid}", after_label=f"{base} committed, same pid",
                       data=_kd_data(spec, index, writes, "commit", kd.pid))
@@ -132,7 +135,7 @@ def _in_place(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned |
     stop = replaces.pid if replaces is not None and kd.running else None
     steps = (f"stop {replaces.name} (pid {stop}), " if stop else "") + f"write {len(writes)} file(s) in {base}, " \
         "then state=on"
-    return Change(KIND, target, op, before, spec.summary, reason=f"{spec.how}\n      {steps}", path=_path(index),
+    return Change(KIND, target, op, before, spec.summary, reason=f"{how}\n      {steps}", path=_path(index),
                   before_label=before, after_label=f"{base} running: {spec.summary}",
                   data=_kd_data(spec, index, writes, "on", None, stop))
 

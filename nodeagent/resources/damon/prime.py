@@ -58,7 +58,7 @@ def marker(kd: Kdamond) -> Scheme:
         "watermarks": None,
         "filters": [{"type": "young", "matching": True, "allow": False, "memcg": None, "range": None,
                      "target": None, "size": None}],
-        "apply_interval": aggr})
+        "apply_interval": aggr, "dest_free": None})
 
 
 def wanted(kd: Kdamond, schemes: list[Scheme], caps: dict, has_apply_interval: bool) -> bool:

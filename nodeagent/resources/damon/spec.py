@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from ..._dataclass import dataclass
 from ...facts.damon import DamonFacts
 from ...facts.damon_caps import ACTION_OPS, CORE_FILTER_TYPES, since_of
-from ...units import format_duration_us, format_size
-from . import prime
+from ...units import approx_size, format_duration_us, format_size
+from . import guard, prime
 from .nodes import NodeClasses, Pairing
 
 if TYPE_CHECKING:
@@ -135,6 +135,8 @@ class Spec:
     summary: str
     #: The scheme files of the priming configuration the kdamond starts with (:mod:`.prime`), or nothing.
     prime: tuple[tuple[str, str], ...] = ()
+    #: The schemes paused while their destination is nearly full (:mod:`.guard`), with what the plan decided.
+    guards: tuple[guard.Guard, ...] = ()
 
     @property
     def config(self) -> dict[str, str]:
@@ -363,7 +365,10 @@ def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_no
     return out
 
 
-def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Checker) -> Spec | None:
+def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Checker,
+                 mem: dict[int, tuple[int, int]] | None = None) -> Spec | None:
+    """The kdamond of pairing ``p``; ``mem``: ``(free, total)`` bytes of each online node, which the schemes
+    with ``dest_free`` follow (:mod:`.guard`)."""
     base = ("damon", "kdamonds", index)
     mon = kd.monitoring
     if kd.operations not in chk.caps["operations"]:
@@ -411,14 +416,25 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
     written: list[Scheme] = []  # the profile's scheme behind each scheme written
     scheme_of: list[int] = []  # the profile's scheme index of each scheme written (pairing repeats some)
     actions: list[str] = []
+    guards: list[guard.Guard] = []
     for j, (s, dests) in enumerate(zip(kd.schemes, p.dests, strict=True)):
         goal_nodes = [_goal_node(g.node, p, dests, nc, chk, base + ("schemes", j, "quota", "goals", i))
                       for i, g in enumerate(s.quota.goals if s.quota else [])]
+        free = getattr(s, "dest_free", None)  # a record from before dest_free reads as without it
         for d in dests or (None,):
-            schemes.append(scheme_writes(base + ("schemes", j), s, kd, d, goal_nodes, chk))
+            w = scheme_writes(base + ("schemes", j), s, kd, d, goal_nodes, chk)
+            what = s.action + (f" → node{d}" if d is not None else "")
+            if free is not None and d is not None:
+                g = guard.guard_for(len(schemes), s.action, d, (mem or {}).get(d), free.pause_below,
+                                    free.resume_above, dict(w).get(guard.SZ_MIN, "0"))
+                guards.append(g)
+                if g.state == "pause":
+                    w = [(k, guard.PAUSED if k == guard.SZ_MIN else v) for k, v in w]
+                    what += f" (paused: node{d} has {approx_size(g.free or 0)} free)"
+            schemes.append(w)
             written.append(s)
             scheme_of.append(j)
-            actions.append(s.action + (f" → node{d}" if d is not None else ""))
+            actions.append(what)
     out.append(("contexts/0/schemes/nr_schemes", str(len(schemes))))
     for j, w in enumerate(schemes):
         out += [(f"contexts/0/schemes/{j}/{k}", v) for k, v in w]
@@ -439,7 +455,7 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
         walk = scheme_writes(base + ("prime",), prime.marker(kd), kd, None, [], chk)
         stage = prime.stage_writes(written, schemes, walk)
         summary += "; primed (one young-filter walk over its memory before it first acts on young pages)"
-    return Spec(p.name, index, p.how, p.sources, dest_nodes, tuple(out), summary, stage)
+    return Spec(p.name, index, p.how, p.sources, dest_nodes, tuple(out), summary, stage, tuple(guards))
 
 
 def _goal_node(ref: int | str | None, p: Pairing, dests: tuple[int, ...], nc: NodeClasses, chk: Checker,

@@ -1,0 +1,186 @@
+"""``nodeagent guard PROFILE``: keeps the profile's ``dest_free`` schemes paused while their destination is full.
+
+A scheme with ``dest_free`` wants to be paused while its destination node has less than ``pause_below`` free, as
+written once it has more than ``resume_above``, and as it is in between (:mod:`nodeagent.resources.damon.guard`):
+the plan follows the node's free memory, so somebody has to re-plan as that memory moves. This loop does, at a
+cost a 1 s tick can afford: every ``interval`` it reads, per guarded scheme of nodeagent's running kdamonds, the
+destination's ``MemFree`` (one meminfo file) and the scheme's minimum region size (one DAMON file) — reads only.
+When the decision differs from what the kernel holds, it runs an apply scoped to that kdamond: the engine's one
+executor (state lock, ownership record, ``commit`` with the same pid, verify, journal), preflight checks skipped
+(they belong to a full apply). Which schemes are guarded, their thresholds in bytes and their kdamond slots are
+re-read from a fresh plan every ``refresh`` seconds and after each apply (a new profile, a hot-added node, a
+rebuilt kdamond). An apply that cannot get the state lock (another run holds it) is tried again at the next tick;
+one that fails otherwise is reported and the loop goes on. SIGTERM or SIGINT stop it between ticks (exit 0).
+
+Why a loop and not the kernel: before 6.16 DAMON has no per-node condition for a scheme (DAMOS watermarks measure
+the whole system), and 6.16's ``node_mem_used_bp`` quota goal throttles a scheme rather than stopping it. Why not
+a faster path that writes the two files itself: the pause must be recorded as nodeagent's (ownership, drift,
+history) like any other change, and one executor does that.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .errors import HostError, LockTimeoutError, NodeagentError
+from .kfmt import parse_meminfo
+from .units import approx_size
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .profile import LoadedProfile
+
+KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds"
+NODE = "/sys/devices/system/node"
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One guarded scheme of one of nodeagent's kdamonds, as the last plan saw it."""
+
+    name: str  # the kdamond (damon.<name>)
+    index: int  # its slot
+    scheme: int
+    action: str
+    node: int
+    pause_below: int  # bytes
+    resume_above: int
+
+    @property
+    def file(self) -> str:
+        return f"{KDAMONDS}/{self.index}/contexts/0/schemes/{self.scheme}/access_pattern/sz/min"
+
+
+def watched(engine: Engine, loaded: LoadedProfile) -> list[Watched]:
+    """The guarded schemes of nodeagent's kdamonds on this node now (from a fresh plan's specs)."""
+    from .facts.damon import from_facts
+    from .resources.damon import build_specs
+    from .resources.damon.plan import owned_kdamonds
+
+    facts = engine.facts(loaded)
+    specs, chk, _ = build_specs(loaded, facts)
+    if chk.problems:
+        return []
+    owned, _ = owned_kdamonds(from_facts(facts), engine.state.plan_state().ownership)
+    slot = {o.name: o.index for o in owned.values() if o.name is not None and o.kdamond.running}
+    return [Watched(s.name, slot[s.name], g.scheme, g.action, g.node, g.pause_below, g.resume_above)
+            for s in specs if s.name in slot for g in s.guards if g.total]
+
+
+def mem_free(engine: Engine, node: int) -> int | None:
+    """The node's free memory in bytes (``None``: it has no meminfo, gone)."""
+    text = engine.host.read_opt(f"{NODE}/node{node}/meminfo")
+    if text is None:
+        return None
+    kb = parse_meminfo(text).get("MemFree")
+    return None if kb is None else kb * 1024
+
+
+@dataclass
+class Guardian:
+    engine: Engine
+    loaded: LoadedProfile
+    interval: float = 1.0
+    refresh: float = 30.0
+    log: Callable[[str], None] = print
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    applies: int = 0
+    ticks: int = 0
+    schemes: list[Watched] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """Stop before the next tick (safe from a signal handler or another thread)."""
+        self.stop_event.set()
+
+    def run(self, *, max_ticks: int | None = None) -> int:
+        from .resources.damon.guard import PAUSED, decide
+
+        previous = self._install_signals()
+        next_refresh = 0.0
+        try:
+            while not self.stop_event.is_set():
+                if time.monotonic() >= next_refresh:
+                    self._refresh()
+                    next_refresh = time.monotonic() + self.refresh
+                due: dict[str, list[str]] = {}
+                for w in self.schemes:
+                    free = mem_free(self.engine, w.node)
+                    now = self.engine.host.read_opt(w.file)
+                    if free is None or now is None:
+                        next_refresh = 0.0  # a node or a kdamond went away: plan again
+                        continue
+                    want = decide(free, w.pause_below, w.resume_above)
+                    paused = now.strip() == PAUSED
+                    if (want == "pause") != paused and want != "hold":
+                        due.setdefault(w.name, []).append(
+                            f"{'pause' if want == 'pause' else 'resume'} {w.action} → node{w.node} "
+                            f"(node{w.node} {approx_size(free)} free; pause under {approx_size(w.pause_below)}, "
+                            f"resume over {approx_size(w.resume_above)})")
+                if due and self._apply(due):
+                    next_refresh = 0.0
+                self.ticks += 1
+                if max_ticks is not None and self.ticks >= max_ticks:
+                    break
+                self.stop_event.wait(self.interval)
+        finally:
+            self._restore_signals(previous)
+        self.log("guard stopped")
+        return 0
+
+    def _refresh(self) -> None:
+        before = {(w.name, w.scheme) for w in self.schemes}
+        try:
+            self.schemes = watched(self.engine, self.loaded)
+        except (NodeagentError, HostError) as exc:
+            self.log(f"cannot plan the guarded schemes: {exc.message}; trying again in {self.refresh:g}s")
+            return
+        if {(w.name, w.scheme) for w in self.schemes} != before:
+            shown = "; ".join(f"damon.{w.name} scheme {w.scheme} ({w.action} → node{w.node}: pause under "
+                              f"{approx_size(w.pause_below)} free, resume over {approx_size(w.resume_above)})"
+                              for w in self.schemes)
+            self.log(f"guarding {shown}" if shown else
+                     "no running kdamond of nodeagent's has a dest_free scheme here: nothing to guard "
+                     f"(looking again every {self.refresh:g}s)")
+
+    def _apply(self, due: dict[str, list[str]]) -> bool:
+        """One apply scoped to the kdamonds in ``due``. True when it ran (whatever its result)."""
+        for name, why in due.items():
+            self.log(f"damon.{name}: {'; '.join(why)}")
+        started = time.monotonic()
+        try:
+            result = self.engine.apply(self.loaded, scope=[f"damon.{n}" for n in due],
+                                       skip_checks=_all_checks())
+        except LockTimeoutError as exc:
+            self.log(f"apply waits: {exc.message}; trying again at the next tick")
+            return False
+        except NodeagentError as exc:
+            self.log(f"apply failed: {exc.render()}")
+            return True
+        except Exception as exc:  # a guard must outlive one bad apply; the next tick plans afresh
+            self.log(f"apply failed unexpectedly: {type(exc).__name__}: {exc}")
+            return True
+        self.applies += 1
+        done = [o.change.target for o in result.outcomes if o.status == "applied"]
+        self.log(f"{result.status} in {time.monotonic() - started:.2f}s"
+                 + (f" ({', '.join(done)})" if done else " (nothing to change)"))
+        return True
+
+    def _install_signals(self) -> dict[int, object]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, lambda *_: self.stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def _restore_signals(self, previous: dict[int, object]) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _all_checks() -> frozenset[str]:
+    from .checks.registry import CHECK_NAMES
+
+    return frozenset(CHECK_NAMES)
