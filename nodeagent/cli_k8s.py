@@ -85,6 +85,9 @@ def labels(ctx: Ctx, profile: str | None, write_file: bool, expires_in: float | 
               help="How often the profile's directory is looked at for a new version (ConfigMap symlink swap).")
 @click.option("--debounce", type=click.FloatRange(min=0), default=2.0, show_default=True, metavar="SECONDS",
               help="Quiet time after hot-plug events before the scoped reconcile.")
+@click.option("--guard-interval", type=click.FloatRange(min=0), default=1.0, show_default=True, metavar="SECONDS",
+              help="With --apply: how often the profile's dest_free schemes are looked at (as `nodeagent guard`); "
+                   "0: never.")
 @click.option("--metrics-listen", default=":10075", show_default=True, metavar="ADDR:PORT",
               help="Serve /metrics here (as `metrics serve`); 'off': no endpoint.")
 @click.option("--labels", "labels_mode", type=click.Choice(["auto", "always", "never"]), default="auto",
@@ -92,7 +95,7 @@ def labels(ctx: Ctx, profile: str | None, write_file: bool, expires_in: float | 
 @prefix_opt
 @click.pass_obj
 def run(ctx: Ctx, profile: str | None, do_apply: bool, allow_disruptive: bool, interval: float, poll: float,
-        debounce: float, metrics_listen: str, labels_mode: str, prefix: str) -> None:
+        debounce: float, guard_interval: float, metrics_listen: str, labels_mode: str, prefix: str) -> None:
     """Long-running entrypoint (the DaemonSet's): reconcile at start and on profile change, hot-plug, drift,
     labels and metrics, until SIGTERM (exit 0). PROFILE: default /etc/nodeagent/profile.yaml."""
     from .cli import _profile
@@ -119,7 +122,7 @@ def run(ctx: Ctx, profile: str | None, do_apply: bool, allow_disruptive: bool, i
         click.echo(escape_controls(f"nodeagent run: {message}"), err=True)
 
     opts = Options(apply=do_apply, interval=interval, poll=poll, debounce=debounce, labels=labels_mode,
-                   prefix=prefix, allow_disruptive=allow_disruptive)
+                   prefix=prefix, allow_disruptive=allow_disruptive, guard=guard_interval)
     try:
         code = Runner(eng, path, opts, log=log).run()
     finally:

@@ -247,13 +247,13 @@ def units_install(ctx: Ctx, profile: str | None, node_profile: str | None, exe: 
     if host.is_real:
         lines = [f"wrote {p}" for p in written]
         lines += ["next: systemctl daemon-reload && udevadm control --reload && "
-                  "systemctl enable --now nodeagent-apply.service nodeagent-drift.timer"]
+                  "systemctl enable --now nodeagent-apply.service nodeagent-drift.timer nodeagent-guard.service"]
     else:  # nothing on this machine changed: say where the files are, and that no systemd here runs them
         what = "simulated node" if host.simulated else "root"
         lines = [f"{what} at {host.root}: wrote the units there, not into this machine's systemd"]
         lines += [f"wrote {under_root(host, p)}" for p in written]
         lines += ["on a real node, next: systemctl daemon-reload && udevadm control --reload && "
-                  "systemctl enable --now nodeagent-apply.service nodeagent-drift.timer"]
+                  "systemctl enable --now nodeagent-apply.service nodeagent-drift.timer nodeagent-guard.service"]
     ctx.emit("\n".join(lines), {"written": written, "root": str(host.root), "simulated": host.simulated})
 
 

@@ -241,6 +241,35 @@ def _module_kdamond(k: Any, directory: str, module: str, on: bool) -> None:
           {**data, "kdamond_pid": pid})
 
 
+@sim.command("fill")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--node", type=int, required=True, help="The NUMA node.")
+@click.option("--free", "free", required=True, metavar="SIZE|PCT",
+              help="What is left free: a size (512MiB) or a percentage of the node's memory (3%).")
+def sim_fill(directory: str, node: int, free: str) -> None:
+    """Use a node's memory until only FREE of it is left (as a workload's pages would fill a CXL node): its
+    meminfo, /proc/meminfo and zoneinfo follow."""
+    from .kfmt import parse_meminfo
+    from .sim import memory
+    from .units import parse_percent, parse_size
+
+    k = _simulated(directory)
+    data: dict[str, Any] = {"directory": directory, "node": node}
+    try:
+        meminfo = f"/sys/devices/system/node/node{node}/meminfo"
+        total = parse_meminfo(k.tree.read(meminfo)).get("MemTotal", 0) * 1024 if k.tree.exists(meminfo) else 0
+        want = int(total * parse_percent(free) / 100) if free.strip().endswith("%") else parse_size(free)
+    except ValueError as exc:
+        raise UsageError(f"--free: {exc}") from None
+    try:
+        with k.locked():
+            total_kb, free_kb = memory.set_free(k, node, want // 1024)
+    except OSError as exc:
+        _refused("fill", exc, data)
+    _emit(f"node{node}: {free_kb * 1024 / 2**30:.1f}GiB of {total_kb * 1024 / 2**30:.1f}GiB free",
+          {**data, "mem_total_kb": total_kb, "mem_free_kb": free_kb})
+
+
 @sim.command("write")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=str))
 @click.argument("path")

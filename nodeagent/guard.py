@@ -92,38 +92,18 @@ class Guardian:
     applies: int = 0
     ticks: int = 0
     schemes: list[Watched] = field(default_factory=list)
+    _next_refresh: float = 0.0
+    _refreshed: bool = False
 
     def stop(self) -> None:
         """Stop before the next tick (safe from a signal handler or another thread)."""
         self.stop_event.set()
 
     def run(self, *, max_ticks: int | None = None) -> int:
-        from .resources.damon.guard import PAUSED, decide
-
         previous = self._install_signals()
-        next_refresh = 0.0
         try:
             while not self.stop_event.is_set():
-                if time.monotonic() >= next_refresh:
-                    self._refresh()
-                    next_refresh = time.monotonic() + self.refresh
-                due: dict[str, list[str]] = {}
-                for w in self.schemes:
-                    free = mem_free(self.engine, w.node)
-                    now = self.engine.host.read_opt(w.file)
-                    if free is None or now is None:
-                        next_refresh = 0.0  # a node or a kdamond went away: plan again
-                        continue
-                    want = decide(free, w.pause_below, w.resume_above)
-                    paused = now.strip() == PAUSED
-                    if (want == "pause") != paused and want != "hold":
-                        due.setdefault(w.name, []).append(
-                            f"{'pause' if want == 'pause' else 'resume'} {w.action} → node{w.node} "
-                            f"(node{w.node} {approx_size(free)} free; pause under {approx_size(w.pause_below)}, "
-                            f"resume over {approx_size(w.resume_above)})")
-                if due and self._apply(due):
-                    next_refresh = 0.0
-                self.ticks += 1
+                self.tick()
                 if max_ticks is not None and self.ticks >= max_ticks:
                     break
                 self.stop_event.wait(self.interval)
@@ -132,13 +112,38 @@ class Guardian:
         self.log("guard stopped")
         return 0
 
+    def tick(self) -> None:
+        """One look at every guarded scheme (planning them afresh first when ``refresh`` is due), and one scoped
+        apply when some scheme's state differs from what its destination's free memory asks for."""
+        from .resources.damon.guard import PAUSED, decide
+
+        if time.monotonic() >= self._next_refresh:
+            self._refresh()
+            self._next_refresh = time.monotonic() + self.refresh
+        due: dict[str, list[str]] = {}
+        for w in self.schemes:
+            free = mem_free(self.engine, w.node)
+            now = self.engine.host.read_opt(w.file)
+            if free is None or now is None:
+                self._next_refresh = 0.0  # a node or a kdamond went away: plan again
+                continue
+            want = decide(free, w.pause_below, w.resume_above)
+            if want != "hold" and (want == "pause") != (now.strip() == PAUSED):
+                due.setdefault(w.name, []).append(
+                    f"{want} {w.action} → node{w.node} (node{w.node} {approx_size(free)} free; pause under "
+                    f"{approx_size(w.pause_below)}, resume over {approx_size(w.resume_above)})")
+        if due and self._apply(due):
+            self._next_refresh = 0.0
+        self.ticks += 1
+
     def _refresh(self) -> None:
-        before = {(w.name, w.scheme) for w in self.schemes}
+        before = {(w.name, w.scheme) for w in self.schemes} if self._refreshed else None
         try:
             self.schemes = watched(self.engine, self.loaded)
         except (NodeagentError, HostError) as exc:
             self.log(f"cannot plan the guarded schemes: {exc.message}; trying again in {self.refresh:g}s")
             return
+        self._refreshed = True
         if {(w.name, w.scheme) for w in self.schemes} != before:
             shown = "; ".join(f"damon.{w.name} scheme {w.scheme} ({w.action} → node{w.node}: pause under "
                               f"{approx_size(w.pause_below)} free, resume over {approx_size(w.resume_above)})"

@@ -3,8 +3,10 @@
 It reconciles (checks, plan, and with ``--apply`` the apply) at start and whenever the profile changes; reacts to
 hot-plugged DAX/CXL/memory devices with a scoped reconcile (the machinery of :mod:`nodeagent.watch`); measures
 drift and rewrites the NFD labels every ``interval`` (with ``--apply`` a drifted node is reconciled again, as a
-controller's resync does); serves the metrics endpoint (:mod:`nodeagent.metrics.exporter`); and stops on SIGTERM
-or SIGINT after the step in progress, exiting 0.
+controller's resync does); with ``--apply``, looks at the profile's ``dest_free`` schemes every ``guard`` seconds
+and pauses or resumes them (:mod:`nodeagent.guard`, what ``nodeagent guard`` does on a systemd host); serves the
+metrics endpoint (:mod:`nodeagent.metrics.exporter`); and stops on SIGTERM or SIGINT after the step in progress,
+exiting 0.
 
 Profile changes: a ConfigMap volume is updated by kubelet writing a new timestamped directory and swapping the
 ``..data`` symlink, so the profile's own file never changes in place (and a ``subPath`` mount never sees an update
@@ -86,6 +88,7 @@ class Options:
     labels: str = "auto"  # auto: when the features.d directory exists; always; never
     prefix: str = lab.DEFAULT_PREFIX
     allow_disruptive: bool = False
+    guard: float = 1.0  # with apply: dest_free schemes (nodeagent.guard); 0: off
 
 
 @dataclass
@@ -98,6 +101,7 @@ class Runner:
     loaded: LoadedProfile | None = None
     reconciles: int = 0
     _fp: tuple[Any, ...] | None = None
+    _guardian: Any = None
 
     # -- control ------------------------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -127,9 +131,12 @@ class Runner:
             self.reconcile("start")
             next_tick = time.monotonic() + self.opts.interval
             next_poll = time.monotonic() + self.opts.poll
+            guarding = self.opts.apply and self.opts.guard > 0
+            next_guard = time.monotonic() + self.opts.guard if guarding else float("inf")
             while not self.stop_event.is_set():
                 now = time.monotonic()
-                deadline = min(next_tick, next_poll, last_event + self.opts.debounce if pending else float("inf"))
+                deadline = min(next_tick, next_poll, next_guard,
+                               last_event + self.opts.debounce if pending else float("inf"))
                 ready = wait_readable([source.fileno(), self._wake_r], max(deadline - now, 0.0))
                 if self._wake_r in ready:
                     try:
@@ -158,6 +165,9 @@ class Runner:
                 if now >= next_tick:
                     next_tick = now + self.opts.interval
                     self.tick()
+                if now >= next_guard:
+                    next_guard = time.monotonic() + self.opts.guard
+                    self.guard()
         finally:
             source.close()
             for s, h in previous.items():
@@ -240,6 +250,19 @@ class Runner:
             self.reconcile("drift")
             return
         self.write_labels(self.loaded, state=state)
+
+    def guard(self) -> None:
+        """One look at the profile's dest_free schemes (:class:`nodeagent.guard.Guardian`, the same loop as
+        ``nodeagent guard``): a scoped apply when one must be paused or resumed."""
+        from ..guard import Guardian
+
+        if self.loaded is None:
+            return
+        g = self._guardian
+        if g is None or g.loaded is not self.loaded:  # a new profile: plan its guarded schemes afresh
+            g = self._guardian = Guardian(self.engine, self.loaded, interval=self.opts.guard,
+                                          log=lambda m: self.log(f"guard: {m}"))
+        g.tick()
 
     def write_labels(self, loaded: LoadedProfile | None, *, state: str | None = None) -> None:
         if self.opts.labels == "never" or (self.opts.labels == "auto"

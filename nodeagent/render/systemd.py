@@ -8,6 +8,8 @@
 ``nodeagent-drift.timer``      runs it every ``--interval`` (default 5min)
 ``90-nodeagent.rules``         ``add`` of dax/cxl/memory devices → ``SYSTEMD_WANTS`` the instance above
 ``nodeagent-exporter.service`` ``metrics serve --listen :10075``: the Prometheus exporter (enable it if wanted)
+``nodeagent-guard.service``    ``guard``: pauses ``dest_free`` schemes while their destination is full (idles
+                               where the profile has none)
 =============================  ===========================================================================
 
 Nothing waits for the deprecated ``systemd-udev-settle.service``: devices present at boot are handled by the
@@ -23,7 +25,7 @@ from pathlib import Path
 from ..errors import UsageError
 
 TEMPLATES = ("nodeagent-apply.service", "nodeagent-apply@.service", "nodeagent-drift.service",
-             "nodeagent-drift.timer", "90-nodeagent.rules", "nodeagent-exporter.service")
+             "nodeagent-drift.timer", "90-nodeagent.rules", "nodeagent-exporter.service", "nodeagent-guard.service")
 UNIT_DIR = "/etc/systemd/system"
 RULES_DIR = "/etc/udev/rules.d"
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.\\@-]+\.(service|target|socket|mount|timer|path|slice|scope)")

@@ -234,6 +234,19 @@ def charge(k: SimKernel, node: int, kb: int) -> None:
         derive(k, {node})
 
 
+def set_free(k: SimKernel, node: int, free_kb: int) -> tuple[int, int]:
+    """Leave ``free_kb`` of ``node``'s online memory free (the rest used, as a workload's pages would): its
+    meminfo, ``/proc/meminfo`` and zoneinfo follow. Returns (MemTotal, MemFree) in kB."""
+    state = k.state()
+    ns = _node_state(state, node)
+    total_kb = sum(c for c in ns["online"].values() if c > 0) * (block_size(k) // 1024)
+    if not k.tree.exists(f"{NODE}/node{node}/meminfo"):
+        raise OSError(errno.ENOENT, f"node{node} is not online")
+    free_kb = min(max(free_kb, 0), total_kb)
+    charge(k, node, total_kb - free_kb - ns["used_kb"])
+    return total_kb, free_kb
+
+
 def remove_node(k: SimKernel, node: int) -> None:
     """A CPU-less node whose last memory was hot-removed goes offline and its directory disappears."""
     base = f"{NODE}/node{node}"

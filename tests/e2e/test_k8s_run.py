@@ -185,3 +185,34 @@ def test_run_with_apply_reconciles_a_drifted_node_on_the_interval(make_node, tmp
     assert proc.returncode == 0, log.read_text()
     assert "drift: drifted (1 item(s))" in log.read_text()
     assert any(e.get("target") == "kernel.demotion_enabled" for e in _journal(root, "drift"))
+
+
+def test_run_with_apply_pauses_a_dest_free_scheme_while_its_destination_is_full(make_node, tmp_path) -> None:
+    """The DaemonSet's loop is where `nodeagent guard` runs on Kubernetes: the shipped profile's demotion scheme
+    is paused once its CXL node is nearly full, with the kdamond's pid kept."""
+    from nodeagent.sim import memory as simmem
+
+    root = make_node("h100-cxl")
+    configmap(root, "v1", (PROFILES / "cxl-inference.yaml").read_text())
+    sz_min = root / "sys/kernel/mm/damon/admin/kdamonds/0/contexts/0/schemes/0/access_pattern/sz/min"
+    log = tmp_path / "run.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "--root", str(root), "run", "--apply",
+                                 "--guard-interval", "0.1", "--poll", "0.2", "--metrics-listen", "off"],
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+    text = log.read_text
+    try:
+        assert _wait(lambda: "reconcile (start): profile cxl-inference: converged" in text()), text()
+        assert sz_min.read_text().strip() == "4096"
+        pid = (root / "sys/kernel/mm/damon/admin/kdamonds/0/pid").read_text()
+        k = SimKernel(root)
+        with k.locked():
+            simmem.set_free(k, 2, 10 * GiB // 1024)  # kB, of 2 TiB: under the profile's 10 %
+        assert _wait(lambda: sz_min.read_text().strip() == str(2**64 - 1)), text()
+        assert (root / "sys/kernel/mm/damon/admin/kdamonds/0/pid").read_text() == pid
+        assert _wait(lambda: "guard: converged in " in text()), text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, text()
+    assert "guard: damon.demote-cold-node0: pause migrate_cold → node2 (node2 10.0GiB free" in text()
