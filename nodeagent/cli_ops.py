@@ -34,6 +34,7 @@ def write_metrics(eng: Engine, path: str, *, loaded: LoadedProfile | None = None
 
 def register(cli: click.Group) -> None:
     cli.add_command(drift)
+    cli.add_command(guard)
     cli.add_command(history)
     cli.add_command(status)
     cli.add_command(revert)

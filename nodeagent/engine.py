@@ -397,6 +397,11 @@ class Engine:
         for change in after.changes:
             o = by_target.get(change.target)
             now, want = change.before_label or change.before, change.after_label or change.after
+            follows = change.detail("follows")
+            if follows and o is not None and o.status == "applied":  # a desired state that follows a measure
+                errors.append(f"{change.target}: wrote {o.change.after_label or o.change.after}, then what it "
+                              f"follows moved while this apply ran — {follows}: the next run follows it")
+                continue
             if o is not None and o.status == "applied":
                 errors.append(f"{change.target}: wrote {o.change.after_label or o.change.after}, but the node now "
                               f"reads {now}")

@@ -29,6 +29,7 @@ def verbs(node: Path) -> dict[str, list[list[str]]]:
         "boot": [["boot", d, "--memhp-default-state", "offline"]],
         "kdamond": [["kdamond", d, "--foreign", "--state", "off"]],
         "write": [["write", d, AUTO_ONLINE, "offline"]],
+        "fill": [["fill", d, "--node", "0", "--free", "50%"], ["fill", d, "--node", "0", "--free", "1GiB"]],
         "fault": [["fault", d, "--write", "nr_kdamonds", "--errno", "EBUSY"], ["fault", d], ["fault", d, "--clear"]],
         "reset": [["reset", "small"]],
     }
@@ -82,11 +83,15 @@ def test_sim_failures_print_one_document_with_the_error(scratch_dir: Path, capsy
     code, out, _ = run(["--format", "json", "sim", "kdamond", str(node), "--foreign"], capsys)  # one is running
     doc = one_document(out)
     assert code == 1 and doc["errno"] == "EBUSY" and doc["error"]["exit_code"] == 1
+    code, out, _ = run(["--format", "json", "sim", "fill", str(node), "--node", "9", "--free", "1GiB"], capsys)
+    doc = one_document(out)  # no such node: the emulator's ENOENT
+    assert code == 1 and doc["errno"] == "ENOENT" and doc["node"] == 9
     # not a simulated node; an existing directory for create; a bad size: usage errors (64)
     for args in (["write", str(scratch_dir), AUTO_ONLINE, "online"],
                  ["create", str(node), "--preset", "small"],
                  ["create", str(scratch_dir / "n2"), "--preset", "no-such-preset"],
-                 ["hot-add", str(node), "--dax", "dax6.0", "--size", "lots", "--node", "1", "--mode", "devdax"]):
+                 ["hot-add", str(node), "--dax", "dax6.0", "--size", "lots", "--node", "1", "--mode", "devdax"],
+                 ["fill", str(node), "--node", "0", "--free", "most"]):
         code, out, err = run(["sim", *args, "--format", "json"], capsys)
         doc = one_document(out)
         assert code == 64 and doc["error"]["exit_code"] == 64 and err.startswith("nodeagent: "), (args, out, err)

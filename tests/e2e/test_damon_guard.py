@@ -97,6 +97,23 @@ def test_between_the_thresholds_either_state_is_what_the_profile_wants(applied, 
     assert kd(k, 0, SZ_MIN) == "4096" and _plan(capsys, root, profile)[0] == 0
 
 
+def test_free_memory_that_moves_while_the_apply_runs_is_said_so_not_blamed_on_the_kernel(applied) -> None:
+    root, k, profile = applied
+    _fill(k, 2, 3)
+
+    def drain(plan) -> bool:  # type: ignore[no-untyped-def]
+        _fill(k, 2, 50)  # after the plan (paused), before the writes: verify sees a node with room again
+        return True
+
+    result = Engine(open_host(root)).apply(load_profile(profile), confirm=drain)
+    assert kd(k, 0, SZ_MIN) == PAUSED
+    assert result.status == "partial"
+    assert list(result.verify_errors) == [
+        "damon.demote-cold-node0: wrote kdamond 0 committed, same pid, then what it follows moved while this apply "
+        "ran — the free memory of node2 (dest_free: resume migrate_cold → node2 paused under 102.4GiB free, resumed "
+        "over 204.8GiB: node2 has 1.0TiB free (50.0 %)): the next run follows it"]
+
+
 def test_a_scheme_drifted_to_another_value_is_written_as_the_profile_says(applied, capsys) -> None:
     root, k, profile = applied
     _fill(k, 2, 7)

@@ -106,6 +106,12 @@ def _in_place(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned |
               can_commit: bool = True) -> Change | None:
     """Build, update or start ``spec`` inside existing slot ``index`` (no count change)."""
     spec = guard.resolve(spec, kd.config)  # a guarded scheme between its thresholds stays as it is
+    change = _in_slot(spec, index, kd, mine, replaces, can_commit)
+    return _follows(change, spec, kd.config) if mine and kd.running else change
+
+
+def _in_slot(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned | None,
+             can_commit: bool) -> Change | None:
     writes = diff_writes(spec.writes, kd.config)
     target = f"damon.{spec.name}"
     base = f"kdamond {index}"
@@ -138,6 +144,19 @@ def _in_place(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned |
     return Change(KIND, target, op, before, spec.summary, reason=f"{how}\n      {steps}", path=_path(index),
                   before_label=before, after_label=f"{base} running: {spec.summary}",
                   data=_kd_data(spec, index, writes, "on", None, stop))
+
+
+def _follows(change: Change | None, spec: Spec, observed: dict[str, str]) -> Change | None:
+    """A change that only pauses or resumes dest_free schemes says what it follows (the engine's verify names
+    it when that moved while the apply ran, rather than blaming the kernel)."""
+    writes = diff_writes(spec.writes, observed)
+    paths = {g.path for g in spec.guards}
+    if change is None or not writes or any(p not in paths for p, _ in writes):
+        return change
+    nodes = sorted({g.node for g in spec.guards if g.path in dict(writes)})
+    why = "; ".join(guard.reasons(spec, writes, observed))
+    return replace(change, data=change.data + (("follows", "the free memory of " + ", ".join(
+        f"node{n}" for n in nodes) + (f" ({why})" if why else "")),))
 
 
 def _path(index: int) -> str:
