@@ -398,6 +398,14 @@ class Collector:
                 if r.get(stat) is not None:
                     fam.add(r[stat], r["kdamond"], r["name"] or "", r["context"], r["scheme"], r.get("action") or "")
             yield fam
+        paused = gauge("nodeagent_damon_scheme_paused", "1 while the scheme matches no region (minimum region size "
+                       "2^64-1): a dest_free scheme whose destination is nearly full, or a young-acting scheme "
+                       "during its priming walk", *labels)
+        for r in rows:
+            if "paused" in r:
+                paused.add(1 if r["paused"] else 0, r["kdamond"], r["name"] or "", r["context"], r["scheme"],
+                           r.get("action") or "")
+        yield paused
         age = gauge("nodeagent_damon_stats_age_seconds", "How old the kdamond's scheme statistics can be: since "
                     "nodeagent's last update_schemes_stats, or the kdamond's refresh_ms", "kdamond", "name")
         refresh = gauge("nodeagent_damon_stats_refresh_interval_seconds", "The kdamond's refresh_ms (6.17+; 0: "

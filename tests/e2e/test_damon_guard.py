@@ -79,6 +79,11 @@ def test_a_full_destination_pauses_the_scheme_with_the_same_pid_and_the_next_pla
     assert _plan(capsys, root, profile)[0] == 0
     code, out, err = run(capsys, root, "--format", "json", "drift", profile)
     assert json.loads(out)["converged"], out + err
+    code, out, err = run(capsys, root, "metrics", "show")
+    paused = {ln.split("{")[1].split("}")[0]: ln.rsplit(" ", 1)[1] for ln in out.splitlines()
+              if ln.startswith("nodeagent_damon_scheme_paused{")}
+    assert paused['kdamond="0",name="demote-cold-node0",context="0",scheme="0",action="migrate_cold"'] == "1"
+    assert paused['kdamond="1",name="demote-cold-node1",context="0",scheme="0",action="migrate_cold"'] == "0"
 
 
 def test_between_the_thresholds_either_state_is_what_the_profile_wants(applied, capsys) -> None:

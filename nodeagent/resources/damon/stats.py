@@ -22,6 +22,7 @@ from ...facts.damon import KDAMONDS, from_facts, retry_busy
 from ...facts.damon import gather as gather_damon
 from ...host import Host
 from ...state import Ownership
+from .guard import PAUSED
 from .plan import owned_kdamonds
 
 STATS = ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds", "sz_ops_filter_passed")
@@ -83,12 +84,14 @@ def scheme_rows(facts: Facts, ownership: Ownership | dict[str, Any]) -> OwnedSch
         out.kdamonds[index] = {"name": o.name, "pid": o.pid, "state": kd.state}
         per: dict[int, dict[str, Any]] = {}
         for path, value in {**kd.config, **kd.status}.items():
-            m = re.fullmatch(r"contexts/0/schemes/(\d+)/(action|stats/(\w+))", path)
+            m = re.fullmatch(r"contexts/0/schemes/(\d+)/(action|access_pattern/sz/min|stats/(\w+))", path)
             if m is None:
                 continue
             row = per.setdefault(int(m.group(1)), {})
             if m.group(2) == "action":
                 row["action"] = value.strip()
+            elif m.group(2) == "access_pattern/sz/min":
+                row["paused"] = value.strip() == PAUSED  # dest_free (or a priming walk) holds it
             elif m.group(3) in STATS and value.strip().isdigit():
                 row[m.group(3)] = int(value)
         out.schemes += [{"kdamond": index, "name": o.name, "context": 0, "scheme": i, **per[i]} for i in sorted(per)]
