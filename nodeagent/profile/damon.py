@@ -279,8 +279,8 @@ class Dest(Strict):
 class DestFree(Strict):
     """A migrate scheme paused while its destination node is nearly full, and resumed once it has room again.
 
-    DAMON's migrate destination is not strict (6.12-6.18): a page it cannot place on a full destination goes to
-    that node's fallback node (another DRAM node, first in a CXL node's zonelist), where no tier wants it. Free
+    DAMON's migrate destination is not strict (measured on 6.12): a page it cannot place on a full destination goes
+    to that node's fallback node (another DRAM node, first in a CXL node's zonelist), where no tier wants it. Free
     memory of the destination (its ``MemFree``, as a percentage of its ``MemTotal``) under ``pause_below`` pauses
     the scheme; over ``resume_above`` it runs as written; in between it stays as it is (hysteresis). The kernel
     has no per-node switch for a scheme before 6.16 (watermarks measure the whole system), so nodeagent does it:

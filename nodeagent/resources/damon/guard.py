@@ -1,11 +1,11 @@
 """A migrate scheme paused while its destination node is nearly full (the profile's ``dest_free``). Pure.
 
-Why: DAMON's migrate destination is not strict (``damon_pa_migrate`` allocates without ``__GFP_THISNODE``,
-6.11-6.18): once the destination is at its low watermark, the pages a migrate_cold scheme moves land on the next
-node of the destination's zonelist — on a CXL node that is a DRAM node, CPU-less nodes first, often not the
-source. Measured on 6.12 (bench/placement/README.md, "Demotion into a full CXL node"): a cold set larger than the
-CXL node ends with 15-18 % of the workload's pages on the other socket's DRAM, and DAMON copying DRAM to DRAM at
-its quota. DAMOS watermarks measure the whole system, and per-node quota goals (6.16) throttle rather than stop.
+Why: DAMON's migrate destination is not strict: measured on 6.12, once the destination is at its low watermark
+the pages a migrate_cold scheme moves land on the next node of the destination's zonelist — on a CXL node that is
+a DRAM node, CPU-less nodes first, often not the source (a kernel whose migration fails there instead keeps the
+scheme trying at its quota, CPU spent for nothing). A cold set larger than the CXL node ended with 15-18 % of the
+workload's pages on the other DRAM node (bench/placement/README.md, "Demotion into a full CXL node, and the
+guard"). DAMOS watermarks measure the whole system, and per-node quota goals (6.16) throttle rather than stop.
 
 How: the desired state of a guarded scheme is a function of the destination's free memory — paused under
 ``pause_below`` (its minimum region size is the largest value, :data:`PAUSED`, so it matches no region: the
