@@ -170,6 +170,8 @@ class Runner:
                     self.guard()
         finally:
             source.close()
+            if self._guardian is not None:
+                self._guardian._last_beat()
             for s, h in previous.items():
                 signal.signal(s, h)
             os.close(self._wake_r)

@@ -188,8 +188,9 @@ def test_the_guard_pauses_and_resumes_as_the_destination_fills_and_drains(applie
         t.join(10)
     assert not t.is_alive()
     assert g.applies == 2, logs
-    assert logs[0].startswith("guarding damon.demote-cold-node0 scheme 0 (migrate_cold → node2: pause under "
-                              "102.4GiB free, resume over 204.8GiB); damon.demote-cold-node1 scheme 0")
+    assert logs[0] == ("guarding damon.demote-cold-node0 scheme 0 (migrate_cold → node2: pause under 5 % free, resume "
+                       "over 10 %); damon.demote-cold-node1 scheme 0 (migrate_cold → node3: pause under 5 % free, "
+                       "resume over 10 %)")
     assert any(m.startswith("damon.demote-cold-node0: pause migrate_cold → node2 (node2 61.4GiB free") for m in logs)
     assert sum(m.startswith("converged in ") for m in logs) == 2, logs
     history = [json.loads(ln) for ln in (root / "var/lib/nodeagent/journal.jsonl").read_text().splitlines()]
@@ -205,3 +206,54 @@ def test_the_guard_idles_where_no_scheme_has_dest_free(make_node, tmp_path) -> N
     g = Guardian(Engine(open_host(root)), load_profile(profile), interval=0.01, log=logs.append)
     assert g.run(max_ticks=3) == 0 and g.applies == 0
     assert logs[0].startswith("no running kdamond of nodeagent's has a dest_free scheme here: nothing to guard")
+
+
+def test_plan_warns_while_no_guard_keeps_the_dest_free_schemes(applied, capsys) -> None:
+    root, k, profile = applied
+    code, out, err = run(capsys, root, "plan", profile)
+    assert "warning: damon: demote-cold-node0, demote-cold-node1 have dest_free schemes, and no `nodeagent guard` " \
+           "keeps them (none has run here)" in out
+    beat = root / "var/lib/nodeagent/guard.json"
+    beat.write_text(json.dumps({"pid": 4242, "profile": "cxl-inference", "time": time.time()}))
+    assert "no `nodeagent guard`" not in run(capsys, root, "plan", profile)[1]
+    beat.write_text(json.dumps({"pid": 4242, "profile": "cxl-inference", "time": time.time() - 600}))
+    code, out, err = run(capsys, root, "plan", profile)
+    assert "no `nodeagent guard` keeps them (its last heartbeat is 600s old (pid 4242))" in out
+
+
+def test_the_guard_says_it_runs_while_it_runs_and_takes_it_back_when_it_stops(applied) -> None:
+    import os
+
+    root, k, profile = applied
+    beat = root / "var/lib/nodeagent/guard.json"
+    g = Guardian(Engine(open_host(root)), load_profile(profile), interval=0.01, log=lambda m: None)
+    seen: list[dict] = []
+    g.tick()  # the first tick plans the guarded schemes and beats
+    seen.append(json.loads(beat.read_text()))
+    assert g.run(max_ticks=2) == 0
+    assert seen[0]["pid"] == os.getpid() and seen[0]["profile"] == "cxl-inference"
+    assert not beat.exists()
+
+
+def test_the_guard_plans_afresh_only_when_its_kdamonds_or_nodes_moved(applied, monkeypatch) -> None:
+    """A full plan gathers every fact (seconds of CPU under TCG): between them a tick reads two files per scheme,
+    and a check of the kdamond slots, the ownership records and the online nodes decides whether to plan again."""
+    import nodeagent.guard as guard_mod
+
+    root, k, profile = applied
+    plans: list[int] = []
+    real = guard_mod.watched
+    monkeypatch.setattr(guard_mod, "watched", lambda e, lp: plans.append(1) or real(e, lp))
+    g = Guardian(Engine(open_host(root)), load_profile(profile), interval=0, refresh=0, log=lambda m: None)
+    for _ in range(5):
+        g.tick()
+    assert len(plans) == 1 and len(g.schemes) == 2
+    _fill(k, 2, 3)  # a pause: the apply commits (same pid) and rewrites the records' timestamps
+    g.tick()
+    assert kd(k, 0, SZ_MIN) == PAUSED and g.applies == 1
+    g.tick()
+    g.tick()
+    assert len(plans) == 1
+    k.write("/sys/kernel/mm/damon/admin/kdamonds/1/state", "off")  # a kdamond stopped: its slot's pid moved
+    g.tick()
+    assert len(plans) == 2 and [w.name for w in g.schemes] == ["demote-cold-node0"]

@@ -149,7 +149,7 @@ class DamonResource:
         rp.warnings += other_users(specs, damon, ctx.state.ownership, rp)
         devices = _devices_by_spec(specs, proj)
         rp.changes = [_before_rezone(_with_profile(c, loaded.name, devices), damon, proj) for c in rp.changes]
-        rp.warnings = notes + chk.warnings + rp.warnings
+        rp.warnings = notes + chk.warnings + rp.warnings + _unguarded(specs, facts)
         return rp
 
     #: The one originals target stands for all of nodeagent's kdamonds (each is in the ownership records).
@@ -174,6 +174,21 @@ class DamonResource:
 
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         return apply_change(host, change, actx, str(change.detail("profile", "")))
+
+
+def _unguarded(specs: list[Spec], facts: Facts) -> list[str]:
+    """A warning when kdamonds have dest_free schemes and no ``nodeagent guard`` keeps them here."""
+    from ...facts.guard import from_facts as guard_facts
+
+    guarded = [s.name for s in specs if s.guards]
+    g = guard_facts(facts)
+    if not guarded or not g.known or g.running:
+        return []
+    seen = f"its last heartbeat is {g.age:.0f}s old (pid {g.pid})" if g.age is not None else "none has run here"
+    return [f"damon: {', '.join(guarded)} ha{'s' if len(guarded) == 1 else 've'} dest_free schemes, and no "
+            f"`nodeagent guard` keeps them ({seen}): they stay as this plan leaves them while their destination's "
+            "free memory moves — enable nodeagent-guard.service (`nodeagent units`), run `nodeagent guard "
+            "PROFILE`, or `nodeagent run --apply` (the DaemonSet)"]
 
 
 def acts_on(kd: Kdamond, proj: NodeProjection) -> tuple[set[int], set[int]]:

@@ -46,6 +46,8 @@ class Guard:
     total: int | None
     state: str
     written: str  # the scheme's minimum region size as the profile writes it
+    pause_pct: float = 0.0  # the profile's thresholds, percentages of the destination's memory
+    resume_pct: float = 0.0
 
     @property
     def path(self) -> str:
@@ -78,10 +80,10 @@ def guard_for(scheme: int, action: str, node: int, mem: tuple[int, int] | None, 
               resume_pct: float, written: str) -> Guard:
     """The guard of one scheme, from the destination's ``(free, total)`` bytes (``None``: not online yet)."""
     if mem is None or not mem[1]:
-        return Guard(scheme, action, node, 0, 0, None, None, "resume", written)
+        return Guard(scheme, action, node, 0, 0, None, None, "resume", written, pause_pct, resume_pct)
     free, total = mem
     lo, hi = thresholds(total, pause_pct, resume_pct)
-    return Guard(scheme, action, node, lo, hi, free, total, decide(free, lo, hi), written)
+    return Guard(scheme, action, node, lo, hi, free, total, decide(free, lo, hi), written, pause_pct, resume_pct)
 
 
 def paused(value: str | None) -> bool:
