@@ -13,6 +13,9 @@ the same thing: a difference of the second kind names the step and the values, a
    exit 5 naming it.
 5. The kernel onlines dax0.0 itself (bound to kmem while auto_online_blocks=online, as dax_cxl/kmem do at
    boot: h100-cxl-autoonline's situation): the plan is disruptive; ``--allow-disruptive`` moves it to Movable.
+6. The CXL node fills (a tmpfs bound to node 2, leaving 5 % of it free): the shipped profile's ``dest_free``
+   pauses both demotion schemes (their minimum region size 2^64-1, committed with the same pid), the next plan
+   is empty; emptied again, the next apply resumes them.
 
 The profile's preflight checks cannot pass in either world (the guest's CPU is QEMU TCG, which the ``cpu``
 check rejects as a virtual model, and it has no /models disk for ``disk``; the qemu-3node preset mirrors
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import harness
@@ -113,6 +117,42 @@ AUTO_ONLINED = [
 ]
 
 
+# The CXL node filled by a tmpfs bound to it until 5 % of it is free (the shipped profile pauses demotion under
+# 10 %), and emptied again; the simulator's node gets the same free memory.
+_NODE2 = "/sys/devices/system/node/node2/meminfo"
+FILL = ("mkdir -p /run/fill && mount -t tmpfs -o size=4g,mpol=bind:2 fill /run/fill && "
+        f"free=$(awk '/MemFree/ {{print $4}}' {_NODE2}) && total=$(awk '/MemTotal/ {{print $4}}' {_NODE2}) && "
+        "dd if=/dev/zero of=/run/fill/x bs=1K count=$((free - total / 20)) 2>/dev/null && "
+        f"grep MemFree {_NODE2}")
+
+
+def _sim_free(pct: int) -> Callable[[Path], None]:
+    def fill(root: Path) -> None:
+        from nodeagent.sim import memory
+
+        k = SimKernel(root)
+        with k.locked():
+            total_kb = memory.set_free(k, 2, 0)[0]
+            memory.set_free(k, 2, total_kb * pct // 100)
+
+    return fill
+
+
+GUARD = [
+    NAMESPACE,
+    Agent("apply", APPLY),
+    Dump("applied"),
+    Setup("fill", FILL, _sim_free(5)),
+    Agent("plan-full", f"plan {PROFILE}"),
+    Agent("apply-pause", APPLY),
+    Dump("paused"),
+    Agent("plan-paused", f"plan --detailed-exitcode {PROFILE}"),
+    Setup("drain", "rm /run/fill/x && umount /run/fill", _sim_free(97)),
+    Agent("apply-resume", APPLY),
+    Dump("resumed"),
+]
+
+
 # --------------------------------------------------------------------------- fixtures: one boot each
 
 
@@ -167,6 +207,11 @@ def refuse(venv: harness.Guest, sim_root) -> Worlds:  # type: ignore[no-untyped-
 @pytest.fixture(scope="module")
 def autoonline(venv: harness.Guest, sim_root) -> Worlds:  # type: ignore[no-untyped-def]
     return _both(venv, sim_root, "autoonline", AUTO_ONLINED)
+
+
+@pytest.fixture(scope="module")
+def guarded(venv: harness.Guest, sim_root) -> Worlds:  # type: ignore[no-untyped-def]
+    return _both(venv, sim_root, "guard", GUARD)
 
 
 def ok(worlds: Worlds, step: str, rc: int = 0) -> tuple[Outcome, Outcome]:
@@ -335,3 +380,42 @@ def test_5_allow_disruptive_moves_to_movable(autoonline: Worlds) -> None:
     assert blocks(moved, "/valid_zones") == {"Movable"} and blocks(moved, "/state") == {"online"}
     assert moved["/sys/devices/system/node/has_normal_memory"] == "0-1"
     assert running(moved) == {"0": "on", "1": "on", "2": "on"}
+
+
+# --------------------------------------------------------------------------- 6
+
+
+SZ_MIN = "contexts/0/schemes/0/access_pattern/sz/min"
+PAUSED = str(2**64 - 1)
+
+
+def _demoters(dump: dict[str, str]) -> dict[str, str]:
+    """kdamond index → its first scheme's minimum region size, for the migrate_cold kdamonds."""
+    return {k.split("/")[1]: dump[k.replace("/action", "/access_pattern/sz/min")] for k, v in dump.items()
+            if k.startswith("damon/") and k.endswith("/contexts/0/schemes/0/action") and v == "migrate_cold"}
+
+
+def test_6_a_full_cxl_node_pauses_demotion_with_the_same_pids(guarded: Worlds) -> None:
+    applied = same_dump(guarded, "applied")
+    assert set(_demoters(applied).values()) == {"4096"} and len(_demoters(applied)) == 2
+    real, sim = ok(guarded, "plan-full")
+    plan = real.doc()
+    demote = [c for c in plan["changes"] if c["target"].startswith("damon.demote-cold")]
+    assert len(demote) == 2 and all("dest_free: pause migrate_cold → node2" in c["reason"] for c in demote), plan
+    # the free memory each world has left differs by a few pages: the changes are compared, not their wording
+    assert_same("the changes for a full CXL node", [(c["target"], c["op"]) for c in plan["changes"]],
+                [(c["target"], c["op"]) for c in sim.doc()["changes"]])
+    real, sim = ok(guarded, "apply-pause")
+    assert real.doc()["status"] == "converged", real.stdout
+    paused = same_dump(guarded, "paused")
+    assert set(_demoters(paused).values()) == {PAUSED}
+    for i in _demoters(paused):
+        assert guarded[0]["paused"].kv()[f"damon/{i}/pid"] == guarded[0]["applied"].kv()[f"damon/{i}/pid"]
+        assert paused[f"damon/{i}/state"] == "on"
+    ok(guarded, "plan-paused")  # --detailed-exitcode: 0, nothing to change while it is full
+
+
+def test_6_emptied_again_the_next_apply_resumes_demotion(guarded: Worlds) -> None:
+    real, sim = ok(guarded, "apply-resume")
+    assert real.doc()["status"] == "converged", real.stdout
+    assert set(_demoters(same_dump(guarded, "resumed")).values()) == {"4096"}
