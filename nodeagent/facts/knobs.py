@@ -42,6 +42,14 @@ def _plain(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+#: Where NUMA balancing's scan and promotion tunables live since 5.13 (debugfs; sysctls before).
+NUMA_BALANCING_DEBUGFS = "/sys/kernel/debug/sched/numa_balancing"
+DEBUGFS_MISSING = ("a debugfs file: debugfs is not mounted at /sys/kernel/debug, or the kernel hides it (lockdown "
+                   "in confidentiality mode, booted with debugfs=off; before 6.14, built without CONFIG_SCHED_DEBUG)",
+                   "mount debugfs (`mount -t debugfs debugfs /sys/kernel/debug`, as systemd's sys-kernel-debug.mount "
+                   "does at boot), or remove the key from the profile")
+
+
 @dataclass(frozen=True)
 class Knob:
     key: str  # the profile's field path
@@ -52,6 +60,9 @@ class Knob:
     label: Callable[[Any], str] = _plain
     value_since: dict[Any, str] = field(default_factory=dict)  # values that need a newer kernel
     disruptive: bool = False
+    #: Why the attribute can be missing on a kernel new enough to have it, and the fix (a debugfs file needs
+    #: debugfs mounted); None: only an older kernel lacks it.
+    missing: tuple[str, str] | None = None
 
 
 KNOBS: tuple[Knob, ...] = (
@@ -70,6 +81,15 @@ KNOBS: tuple[Knob, ...] = (
     # cache is at most min_unmapped_ratio % of it and its reclaimable slab at most min_slab_ratio %.
     Knob("kernel.min_unmapped_ratio", "/proc/sys/vm/min_unmapped_ratio", "2.6.18", _int),
     Knob("kernel.min_slab_ratio", "/proc/sys/vm/min_slab_ratio", "2.6.19", _int),
+    # NUMA balancing's scanner (kernel/sched/fair.c task_numa_work): every scan period it marks the next scan_size
+    # MiB of a task's address space for hint faults — in memory-tiering mode only the pages on lower tiers —, and
+    # a page that faults within hot_threshold of being marked is promoted, to its node strictly (__GFP_THISNODE).
+    # The period starts at scan_delay, adapts between scan_period_min and scan_period_max (doubling while the
+    # faults say nothing needs to move), both divided by the task's size in scan_size windows. Sysctls before 5.13,
+    # debugfs files since (hot_threshold arrived in 6.0 there). tuned's scheduler plugin writes the same files.
+    *(Knob(f"kernel.numa_balancing_{name}", f"{NUMA_BALANCING_DEBUGFS}/{name}", since, _int, missing=DEBUGFS_MISSING)
+      for name, since in (("scan_delay_ms", "5.13"), ("scan_period_min_ms", "5.13"), ("scan_period_max_ms", "5.13"),
+                          ("scan_size_mb", "5.13"), ("hot_threshold_ms", "6.0"))),
 )
 BY_KEY: dict[str, Knob] = {k.key: k for k in KNOBS}
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["Setting", "TunedProfile", "TunedSetting", "UdevRule", "DaxctlSection", "DamonModule", "sysctl_d_files",
            "sysctl_d_setting", "tuned_profile", "tuned_sets", "setters_of", "udev_rules", "memory_udev_rules",
            "daxctl_sections", "daxctl_reconfigures", "read_damon_modules", "damon_modules", "sysctl_key",
-           "computed", "VM_OPTIONS"]
+           "computed", "VM_OPTIONS", "SCHEDULER_OPTIONS"]
 
 SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
 SYSCTL_CONF = "/etc/sysctl.conf"
@@ -51,6 +51,13 @@ VM_OPTIONS = {
     "transparent_hugepages": "/sys/kernel/mm/transparent_hugepage/enabled",
     "transparent_hugepage": "/sys/kernel/mm/transparent_hugepage/enabled",
     "transparent_hugepage.defrag": "/sys/kernel/mm/transparent_hugepage/defrag",
+}
+
+#: TuneD's [scheduler] plugin options that write NUMA balancing's scanner: sysctls before 5.13, the debugfs files
+#: since (as nodeagent's knobs do; TuneD writes whichever the kernel has).
+SCHEDULER_OPTIONS = {
+    f"numa_balancing_{name}": f"/sys/kernel/debug/sched/numa_balancing/{name}"
+    for name in ("scan_delay_ms", "scan_period_min_ms", "scan_period_max_ms", "scan_size_mb")
 }
 
 
@@ -199,12 +206,15 @@ def __getattr__(name: str) -> object:
 
 
 def tuned_sets(s: TunedSetting, path: str) -> bool:
-    """Whether TuneD setting ``s`` writes kernel attribute ``path`` (its [sysctl], [vm] or [sysfs] plugin)."""
+    """Whether TuneD setting ``s`` writes kernel attribute ``path`` (its [sysctl], [vm], [scheduler] or [sysfs]
+    plugin)."""
     if s.plugin == "sysctl":
         key = sysctl_key(path)
         return key is not None and _normal_key(s.key) == key
     if s.plugin == "vm":
         return VM_OPTIONS.get(s.key) == path
+    if s.plugin == "scheduler":
+        return SCHEDULER_OPTIONS.get(s.key) == path
     return s.plugin == "sysfs" and fnmatch.fnmatchcase(path, s.key)
 
 

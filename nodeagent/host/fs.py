@@ -48,6 +48,9 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
         r"/sys/devices/system/memory/auto_online_blocks",
         r"/sys/kernel/mm/damon/admin/kdamonds/.*",
+        # NUMA balancing's scan and promotion tunables (debugfs since 5.13; facts/knobs.py)
+        r"/sys/kernel/debug/sched/numa_balancing/(scan_delay_ms|scan_period_(min|max)_ms|scan_size_mb|"
+        r"hot_threshold_ms)",
         # The placement demotion pass (resources/placement.py): one bounded proactive reclaim of a fast node that
         # kswapd gave up on — the node's own file (6.17), else the root cgroup's memory.reclaim (5.19, below).
         r"/sys/devices/system/node/node[0-9]+/reclaim",

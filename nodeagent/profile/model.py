@@ -13,6 +13,8 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
       zone_reclaim_mode: 0
       min_unmapped_ratio: 1                 # node reclaim's floors, % of the node
       min_slab_ratio: 5
+      numa_balancing_scan_period_max_ms: 60000   # also _scan_delay_ms, _scan_period_min_ms, _scan_size_mb,
+                                            #   _hot_threshold_ms (debugfs, sched/numa_balancing/)
     memory:
       auto_online_blocks: offline           # let daxctl choose the zone, not the kernel
       dax:                                  # DAX devices (CXL.mem expanders), first matching rule decides
@@ -94,6 +96,7 @@ def _int_range(lo: int, hi: int):  # type: ignore[no-untyped-def]
 
 
 NumaBalancing = Annotated[int, BeforeValidator(_numa_balancing)]
+U32 = Annotated[int, BeforeValidator(_int_range(0, 2**32 - 1))]
 StrictBool = Annotated[bool, BeforeValidator(_strict_bool)]
 
 
@@ -126,6 +129,28 @@ class Kernel(Strict):
         "this % of it")
     min_slab_ratio: Annotated[int, BeforeValidator(_int_range(0, 100))] | None = Field(
         None, description="vm.min_slab_ratio: ... and whose reclaimable slab is at most this % of it")
+    # NUMA balancing's scanner (debugfs since 5.13, u32 files; see nodeagent.facts.knobs). scan_size_mb 0 would
+    # divide by zero in task_scan_min(), so it starts at 1.
+    numa_balancing_scan_delay_ms: U32 | None = Field(
+        None, description="sched/numa_balancing/scan_delay_ms: a new task's first scan period")
+    numa_balancing_scan_period_min_ms: U32 | None = Field(
+        None, description="sched/numa_balancing/scan_period_min_ms: the shortest time to scan a task's memory")
+    numa_balancing_scan_period_max_ms: U32 | None = Field(
+        None, description="sched/numa_balancing/scan_period_max_ms: the longest (the scanner backs off to it while "
+        "nothing needs to move): how late a page that turned hot on a lower tier can be found")
+    numa_balancing_scan_size_mb: Annotated[int, BeforeValidator(_int_range(1, 2**32 - 1))] | None = Field(
+        None, description="sched/numa_balancing/scan_size_mb: address space marked per scan period, MiB")
+    numa_balancing_hot_threshold_ms: U32 | None = Field(
+        None, description="sched/numa_balancing/hot_threshold_ms: memory-tiering promotes a page that faults within "
+        "this long of being marked")
+
+    @model_validator(mode="after")
+    def _scan_periods(self) -> Kernel:
+        lo, hi = self.numa_balancing_scan_period_min_ms, self.numa_balancing_scan_period_max_ms
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"numa_balancing_scan_period_min_ms ({lo}) is above numa_balancing_scan_period_max_ms "
+                             f"({hi}): the scan period adapts between the two; set min <= max")
+        return self
 
 
 def _dax_name(value: Any) -> str:

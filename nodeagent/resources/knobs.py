@@ -52,6 +52,11 @@ def diff(want: dict[str, Any], have: dict[str, Any], facts: Facts) -> ResourcePl
     for key, value in want.items():
         knob = BY_KEY[key]
         current = have.get(key)
+        if current is None and knob.missing and not _too_old(facts, knob.since):
+            why, fix = knob.missing
+            out.problems.append(Problem(KIND, key, f"{key}: {knob.path} does not exist on kernel "
+                                        f"{facts.kernel_release or 'unknown'}: {why}", hint=fix))
+            continue
         if current is None:
             out.problems.append(Problem(KIND, key, f"{key}: {knob.path} does not exist on kernel "
                                         f"{facts.kernel_release or 'unknown'} (introduced in {knob.since})",

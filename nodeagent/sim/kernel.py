@@ -235,6 +235,24 @@ def _promote_rate(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, n)
 
 
+#: NUMA balancing's scan and promotion tunables since 5.13 (sysctls before): debugfs u32 files.
+NUMA_BALANCING_DEBUGFS = "/sys/kernel/debug/sched/numa_balancing"
+
+
+@rule(re.escape(NUMA_BALANCING_DEBUGFS) + r"/(scan_delay_ms|scan_period_(min|max)_ms|scan_size_mb|hot_threshold_ms)")
+def _numa_balancing_debugfs(k: SimKernel, path: str, value: str) -> None:
+    """debugfs_create_u32's fops: kstrtoull(buf, 0) (0x10 is 16, 010 is 8, a leading + is taken; a minus sign or a
+    word is EINVAL, over 2^64-1 ERANGE), then stored into the u32 as is: a larger value is truncated, not refused.
+    Nothing checks the value (scan_size_mb 0 would divide by zero in task_scan_min(); the profile refuses it)."""
+    m = re.fullmatch(r"\+?(?:0[xX]([0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*))", value.strip())
+    if not m:
+        raise einval()
+    n = int(m[1], 16) if m[1] else int(m[2], 8) if m[2] else int(m[3])
+    if n > 2**64 - 1:
+        raise OSError(errno.ERANGE, os.strerror(errno.ERANGE))
+    k.tree.set(path, n & 0xFFFFFFFF)
+
+
 @rule(r"/proc/sys/vm/zone_reclaim_mode")
 def _zone_reclaim(k: SimKernel, path: str, value: str) -> None:
     n = parse_int(value)

@@ -42,7 +42,7 @@ from pathlib import Path
 from ..kfmt import format_bracket, format_list
 from . import dax as simdax
 from . import fake_daxctl, memory
-from .kernel import MARKER, THP_DEFRAG, THP_ENABLED, SimKernel
+from .kernel import MARKER, NUMA_BALANCING_DEBUGFS, THP_DEFRAG, THP_ENABLED, SimKernel
 from .tree import RO, RW, Tree
 
 GiB = 1024**3
@@ -231,11 +231,21 @@ DEFAULT_KNOBS = {
     "/sys/kernel/mm/transparent_hugepage/enabled": format_bracket(THP_ENABLED, "madvise"),
     "/sys/kernel/mm/transparent_hugepage/defrag": format_bracket(THP_DEFRAG, "madvise"),
     "/sys/devices/system/memory/auto_online_blocks": "online",
+    # NUMA balancing's scanner and hot threshold, as a 6.12 guest shows them (kernel/sched/fair.c defaults)
+    f"{NUMA_BALANCING_DEBUGFS}/scan_delay_ms": "1000",
+    f"{NUMA_BALANCING_DEBUGFS}/scan_period_min_ms": "1000",
+    f"{NUMA_BALANCING_DEBUGFS}/scan_period_max_ms": "60000",
+    f"{NUMA_BALANCING_DEBUGFS}/scan_size_mb": "256",
+    f"{NUMA_BALANCING_DEBUGFS}/hot_threshold_ms": "1000",
 }
 #: The kernel release that introduced a knob; older simulated kernels do not have its file.
 KNOB_SINCE = {
     "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps": (6, 1),
     "/sys/kernel/mm/numa/demotion_enabled": (5, 15),
+    # sysctls (/proc/sys/kernel/numa_balancing_scan_*) before 5.13; hot_threshold_ms arrived in 6.0
+    **{f"{NUMA_BALANCING_DEBUGFS}/{name}": (5, 13)
+       for name in ("scan_delay_ms", "scan_period_min_ms", "scan_period_max_ms", "scan_size_mb")},
+    f"{NUMA_BALANCING_DEBUGFS}/hot_threshold_ms": (6, 0),
 }
 
 

@@ -910,6 +910,8 @@ mount -t devpts devpts /dev/pts
 mount -t tmpfs shm /dev/shm
 mount -t tmpfs tmpfs /tmp
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+# as systemd's sys-kernel-debug.mount does: NUMA balancing's scan tunables live there since 5.13
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 echo /bin/modprobe > /proc/sys/kernel/modprobe
 log() { echo "$MARK:LOG $*"; }
 die() { echo "$MARK:FATAL $*"; dmesg | tail -n 60; poweroff -f; sleep 5; }

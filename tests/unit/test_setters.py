@@ -213,3 +213,17 @@ def test_udev_rule_that_runs_a_command_to_online_memory(make_node) -> None:
     (rule,) = memory_udev_rules(open_host(root))
     assert (rule.file, rule.line, rule.what) == ("/etc/udev/rules.d/99-hotplug.rules", 2,
                                                  "onlines hot-added memory blocks")
+
+
+def test_tuned_scheduler_plugin_sets_numa_balancing_scan_debugfs_files(make_node) -> None:
+    """TuneD's [scheduler] numa_balancing_scan_* options write the debugfs files nodeagent's scan knobs manage (the
+    sysctls they replaced in 5.13 no longer exist); its other scheduler options touch nothing of ours."""
+    root = make_node("workstation")
+    put(root, "/etc/tuned/numa-scan/tuned.conf", "[main]\nsummary=scan faster\n[scheduler]\n"
+        "numa_balancing_scan_period_max_ms=2000\nsched_min_granularity_ns=3000000\n")
+    put(root, "/etc/tuned/active_profile", "numa-scan\n")
+    host = open_host(root)
+    got = setters_of(host, "/sys/kernel/debug/sched/numa_balancing/scan_period_max_ms")
+    assert [(s.source, s.key, s.value, s.line) for s in got] == [
+        ("tuned", "numa_balancing_scan_period_max_ms", "2000", 4)]
+    assert setters_of(host, "/sys/kernel/debug/sched/numa_balancing/scan_size_mb") == []
