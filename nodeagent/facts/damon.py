@@ -60,17 +60,28 @@ _STATUS_DIRS = {"stats", "tried_regions"}
 T = TypeVar("T")
 
 
-def retry_busy(fn: Callable[..., T], *args: Any, tries: int = 5) -> T:
-    """Call ``fn``, retrying on EBUSY: DAMON's sysfs files take the interface lock with a trylock and answer
-    EBUSY while another process holds it. An EBUSY that persists (a running kdamond) is raised."""
-    for attempt in range(tries):
+#: How long an EBUSY from DAMON's sysfs interface is taken for another process's command (seconds).
+BUSY_FOR = 5.0
+
+
+def retry_busy(fn: Callable[..., T], *args: Any, busy_for: float | None = None) -> T:
+    """Call ``fn``, retrying on EBUSY for up to ``busy_for`` seconds (:data:`BUSY_FOR`). DAMON's sysfs files take
+    the interface lock with a trylock, and a command that needs the kdamond (``update_schemes_stats``, ``commit``
+    on 6.12) stays pending until that kdamond's next aggregation: every command to any kdamond answers EBUSY
+    meanwhile. A tool polling statistics (an exporter, damo, a benchmark) keeps one pending most of the time —
+    measured on 6.12 under QEMU, a loop refreshing three kdamonds every 2 s made five tries over 0.2 s fail an
+    apply. So the budget is time, polled at short steps to catch the gaps between another tool's requests. An
+    EBUSY that persists past it (a running kdamond asked to start) is raised."""
+    deadline = time.monotonic() + (BUSY_FOR if busy_for is None else busy_for)
+    delay = 0.01
+    while True:
         try:
             return fn(*args)
         except BusyError:
-            if attempt == tries - 1:
+            if time.monotonic() >= deadline:
                 raise
-            time.sleep(0.02 * (attempt + 1))
-    raise AssertionError("unreachable")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
 
 def _in_status(rel: str) -> bool:

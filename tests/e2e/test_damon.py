@@ -13,11 +13,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from nodeagent.cli import main
+from nodeagent.errors import BusyError
+from nodeagent.facts.damon import retry_busy
 from nodeagent.resources.damon.plan import COUNTS
 from nodeagent.sim import SimKernel
 from nodeagent.sim import dax as simdax
@@ -324,12 +327,35 @@ def test_facts_and_plan_run_on_a_read_only_node(node, tmp_path) -> None:
 
 
 def test_a_transiently_busy_interface_is_retried(node, tmp_path, capsys) -> None:
+    """Another tool's pending command keeps every DAMON command busy until its kdamond's next aggregation: a
+    dozen EBUSYs over most of a second (more than the five tries over 0.2 s that failed under a stats poller)."""
     root, k = node()
-    contend(k, 3)  # another tool holds DAMON's sysfs lock for a moment
+    contend(k, 12)
     code, out, err = run(capsys, root, "apply", "--yes", profile(tmp_path))
     assert code == 0, out + err
     results = [r for _, _, r in damon_writes(k)]
-    assert results[:4] == ["EBUSY", "EBUSY", "EBUSY", "ok"] and kd(k, 0, "state") == "on"
+    assert results[:13] == ["EBUSY"] * 12 + ["ok"] and kd(k, 0, "state") == "on"
+
+
+def test_busy_that_persists_is_raised_once_its_time_is_up() -> None:
+    calls: list[float] = []
+
+    def busy() -> None:
+        calls.append(time.monotonic())
+        raise BusyError("write /sys/kernel/mm/damon/admin/kdamonds/0/state: Device or resource busy")
+
+    with pytest.raises(BusyError):
+        retry_busy(busy, busy_for=0.3)
+    assert calls[-1] - calls[0] >= 0.3 and len(calls) >= 4
+    answers = iter([BusyError("busy"), BusyError("busy"), "on"])
+
+    def twice_busy() -> str:
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    assert retry_busy(twice_busy, busy_for=0.3) == "on"
 
 
 def test_without_online_commit_an_update_restarts_the_kdamond(node, tmp_path, capsys) -> None:
