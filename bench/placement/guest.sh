@@ -179,7 +179,8 @@ thread_states() {  # every second, with shell builtins only (a process spawned u
   done >/tmp/tstate.out
 }
 
-damon_stats() {  # every 2 s while the workload runs: each running scheme's bytes applied (counters), with shell
+damon_stats() {  # every 2 s while the workload runs: each running scheme's bytes applied and tried, regions
+  # tried and quota exceeds (counters; no region tried is a scheme whose access pattern matched nothing), with shell
   # builtins only, as thread_states (it used to spawn ~18 processes every 2 s, each costing a vCPU tens of ms under
   # TCG; the runs sampled that way had the hot loop standing still for seconds, kv-explore/NOTES.md)
   while kill -0 $WL 2>/dev/null; do
@@ -193,7 +194,11 @@ damon_stats() {  # every 2 s while the workload runs: each running scheme's byte
         read -r up _ < /proc/uptime
         read -r action < $s/action
         read -r sz < $s/stats/sz_applied
-        echo "PL:DSTAT mono=$up kd=${d##*/} scheme=${s##*/} action=$action sz_applied=$sz"
+        read -r tried < $s/stats/sz_tried
+        read -r ntried < $s/stats/nr_tried
+        read -r qx < $s/stats/qt_exceeds
+        echo "PL:DSTAT mono=$up kd=${d##*/} scheme=${s##*/} action=$action sz_applied=$sz sz_tried=$tried" \
+          "nr_tried=$ntried qt_exceeds=$qx"
       done
     done
     sleep 2

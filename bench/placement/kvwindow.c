@@ -61,8 +61,8 @@
 
 static const char *VM_KEYS[] = {"pgmigrate_success", "pgmigrate_fail", "pgpromote_success", "pgdemote_kswapd",
                                 "pgdemote_direct", "pgdemote_khugepaged", "numa_hint_faults", "pgsteal_kswapd",
-                                "pgsteal_direct", NULL};
-#define NKEYS 9
+                                "pgsteal_direct", "numa_pte_updates", "pgpromote_candidate", NULL};
+#define NKEYS 11
 static const char *N0_KEYS[] = {"pgpromote_success", "pgdemote_kswapd", "pgdemote_direct", "pgdemote_khugepaged",
                                 NULL};
 #define N0KEYS 4
