@@ -82,7 +82,7 @@ def test_check_mode_report_diff_and_changed(mod: ModuleType, make_node) -> None:
     loaded = load_profile(PROFILE)
     ret, failed = mod.report(engine.apply(loaded, dry_run=True), True, False, True)
     assert failed is None
-    assert ret["status"] == "dry-run" and ret["msg"] == "check mode: 10 change(s) would be made, 2 unchanged"
+    assert ret["status"] == "dry-run" and ret["msg"] == "check mode: 12 change(s) would be made, 2 unchanged"
     # the plan's summary first, as Ansible prints a prepared diff, then one pair per setting
     assert ret["diff"][0]["prepared"].startswith("nodeagent plan for profile cxl-inference on h100-cxl (simulated "
                                                  "h100-cxl): 10 would "

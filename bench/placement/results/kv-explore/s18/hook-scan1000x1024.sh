@@ -1,0 +1,1 @@
+d=/sys/kernel/debug/sched/numa_balancing; [ -d $d ] || mount -t debugfs none /sys/kernel/debug; echo 1000 > $d/scan_period_max_ms; echo 1024 > $d/scan_size_mb; echo "numa_balancing scan: max=$(cat $d/scan_period_max_ms) min=$(cat $d/scan_period_min_ms) size=$(cat $d/scan_size_mb) delay=$(cat $d/scan_delay_ms) hot=$(cat $d/hot_threshold_ms)"
