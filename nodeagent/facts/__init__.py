@@ -13,9 +13,10 @@ from dataclasses import asdict, field
 from typing import Any
 
 from .._dataclass import dataclass
+from ..errors import PermissionDeniedError
 from ..host import Host
 from ..kfmt import kernel_version, parse_list
-from .knobs import KNOBS
+from .knobs import KNOBS, Knob
 from .numa import _BLOCKS, NumaNode, read_nodes, read_tiers
 
 FORMAT = "nodeagent-facts/v2"  # v2: the hardware section (facts.snapshot documents the version rule)
@@ -90,6 +91,18 @@ def gather(host: Host, *, planning: bool = False, profile: Any = None, need: fro
         _BLOCKS.reset(token)
 
 
+def _read_knob(host: Host, knob: Knob) -> str | None:
+    """A knob's text, ``None`` where the kernel lacks it. A debugfs knob (``knob.missing``) the kernel refuses to
+    open is unavailable too: under lockdown (integrity mode, as Secure Boot sets it) debugfs answers EPERM for
+    any file with a write bit, and its root is root-only; that must not stop the facts of a node."""
+    try:
+        return host.read_opt(knob.path)
+    except PermissionDeniedError:
+        if knob.missing is None:
+            raise
+        return None
+
+
 def _gather(host: Host, planning: bool = False, skip: frozenset[str] = frozenset()) -> Facts:
     tiers = read_tiers(host)
     bs = host.read_opt("/sys/devices/system/memory/block_size_bytes")
@@ -100,7 +113,7 @@ def _gather(host: Host, planning: bool = False, skip: frozenset[str] = frozenset
     return Facts(
         hostname=(host.read_opt("/proc/sys/kernel/hostname") or host.read_opt("/etc/hostname") or "").strip(),
         kernel_release=host.read_opt("/proc/sys/kernel/osrelease") or "",
-        knobs={k.key: host.read_opt(k.path) for k in KNOBS},
+        knobs={k.key: _read_knob(host, k) for k in KNOBS},
         block_size_bytes=int(bs, 16) if bs else None,
         possible_nodes=parse_list(host.read_opt("/sys/devices/system/node/possible") or ""),
         nodes=read_nodes(host, tiers),

@@ -52,10 +52,14 @@ def diff(want: dict[str, Any], have: dict[str, Any], facts: Facts) -> ResourcePl
     for key, value in want.items():
         knob = BY_KEY[key]
         current = have.get(key)
-        if current is None and knob.missing and not _too_old(facts, knob.since):
+        if current is None and knob.missing:
+            # debugfs is no ABI: a tuning that lives there is set where the kernel offers it, and left out with a
+            # warning where it does not, instead of blocking the whole profile (a Secure Boot node locks it down).
             why, fix = knob.missing
-            out.problems.append(Problem(KIND, key, f"{key}: {knob.path} does not exist on kernel "
-                                        f"{facts.kernel_release or 'unknown'}: {why}", hint=fix))
+            if _too_old(facts, knob.since):
+                why, fix = f"introduced in {knob.since}", f"run a kernel >= {knob.since}, or remove {key}"
+            out.warnings.append(f"{key}: {knob.path} is not available on kernel {facts.kernel_release or 'unknown'} "
+                                f"({why}): left out, the kernel's own value applies — {fix}")
             continue
         if current is None:
             out.problems.append(Problem(KIND, key, f"{key}: {knob.path} does not exist on kernel "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.errors import PermissionDeniedError
 from nodeagent.sim import SimKernel
 
 from .cli_helpers import run
@@ -53,21 +54,45 @@ def test_set_then_nothing_left_to_do_then_revert(make_node, tmp_path: Path, caps
             k.tree.read(f"{D}/hot_threshold_ms")) == ("60000", "256", "1000")
 
 
-def test_debugfs_not_mounted_is_a_problem_that_says_so(make_node, tmp_path: Path, capsys) -> None:
-    """On a kernel that has the files, their absence means debugfs is not mounted: the plan says that and how to
-    mount it, not that the kernel is too old; apply writes nothing."""
+def test_debugfs_not_mounted_leaves_them_out_with_a_warning(make_node, tmp_path: Path, capsys) -> None:
+    """debugfs is no ABI: on a kernel that has the files, their absence means debugfs is not mounted, and the plan
+    says so and how to mount it — a warning, the rest of the profile is applied, the next plan is empty."""
     root = make_node("qemu-3node")
     shutil.rmtree(root / "sys/kernel/debug/sched")  # what /sys/kernel/debug holds while debugfs is not mounted
-    prof = profile(tmp_path)
+    prof = profile(tmp_path, SCAN + "  zone_reclaim_mode: 7\n")
     code, plan = plan_json(root, prof, capsys)
-    assert code == 1
-    problems = [p for p in plan["problems"] if p["target"] == "kernel.numa_balancing_scan_period_max_ms"]
-    assert problems and "debugfs is not mounted at /sys/kernel/debug" in problems[0]["message"]
-    assert "mount -t debugfs debugfs /sys/kernel/debug" in problems[0]["hint"]
-    assert "introduced in" not in problems[0]["message"]
+    assert code == 2 and plan["problems"] == []
+    assert [c["target"] for c in plan["changes"]] == ["kernel.zone_reclaim_mode"]
+    warning = next(w for w in plan["warnings"] if "numa_balancing_scan_period_max_ms" in w)
+    assert "debugfs is not mounted at /sys/kernel/debug" in warning and "left out" in warning
+    assert "mount -t debugfs debugfs /sys/kernel/debug" in warning
     code, out, err = run(["--root", str(root), "apply", "--yes", "--skip-checks", "all", prof], capsys)
-    assert code == 1
+    assert code == 0, out + err
+    assert SimKernel(root).tree.read("/proc/sys/vm/zone_reclaim_mode") == "7"
     assert not (root / "sys/kernel/debug/sched").exists()
+    code, plan = plan_json(root, prof, capsys)
+    assert (code, plan["changes"], plan["problems"]) == (0, [], [])
+
+
+def test_debugfs_locked_down_does_not_stop_the_facts(make_node, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Lockdown (integrity mode, as Secure Boot sets it) makes debugfs answer EPERM for files with a write bit:
+    facts and plans go on, the scan knobs are left out with the warning, nothing else changes."""
+    from nodeagent.host.fs import RootedFS
+
+    real = RootedFS.read_opt
+
+    def locked(self, path: str):  # type: ignore[no-untyped-def]
+        if path.startswith("/sys/kernel/debug/"):
+            raise PermissionDeniedError(f"read {path}: Operation not permitted (errno EPERM)")
+        return real(self, path)
+
+    monkeypatch.setattr(RootedFS, "read_opt", locked)
+    root = make_node("qemu-3node")
+    code, out, err = run(["--root", str(root), "facts"], capsys)
+    assert code == 0, out + err
+    code, plan = plan_json(root, profile(tmp_path), capsys)
+    assert code == 0 and plan["problems"] == [] and plan["changes"] == []
+    assert sum("left out" in w for w in plan["warnings"]) == 3
 
 
 @pytest.mark.parametrize("kernel,missing", [("5.10.0", {"scan_period_max_ms", "scan_size_mb", "hot_threshold_ms"}),
@@ -76,11 +101,13 @@ def test_older_kernels_lack_them_and_the_plan_names_the_release(make_node, tmp_p
                                                                 missing: set[str]) -> None:
     root = make_node("qemu-3node", kernel=kernel)
     code, plan = plan_json(root, profile(tmp_path), capsys)
-    assert code == 1
-    found = {p["target"].removeprefix("kernel.numa_balancing_"): p for p in plan["problems"]}
-    assert set(found) == missing
-    for name, p in found.items():
-        assert f"introduced in {'6.0' if name == 'hot_threshold_ms' else '5.13'}" in p["message"]
+    assert plan["problems"] == []
+    left = {w.split(":")[0].removeprefix("kernel.numa_balancing_"): w for w in plan["warnings"] if "left out" in w}
+    assert set(left) == missing
+    for name, w in left.items():
+        assert f"introduced in {'6.0' if name == 'hot_threshold_ms' else '5.13'}" in w
+    assert {c["target"].removeprefix("kernel.numa_balancing_") for c in plan["changes"]} == (
+        {"scan_period_max_ms", "scan_size_mb", "hot_threshold_ms"} - missing)
 
 
 def test_the_simulated_files_take_what_debugfs_u32_takes(make_node) -> None:
