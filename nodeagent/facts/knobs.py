@@ -44,8 +44,8 @@ def _plain(value: Any) -> str:
 
 #: Where NUMA balancing's scan and promotion tunables live since 5.13 (debugfs; sysctls before).
 NUMA_BALANCING_DEBUGFS = "/sys/kernel/debug/sched/numa_balancing"
-DEBUGFS_MISSING = ("a debugfs file: debugfs is not mounted at /sys/kernel/debug, or the kernel hides it (lockdown "
-                   "in confidentiality mode, booted with debugfs=off; before 6.14, built without CONFIG_SCHED_DEBUG)",
+DEBUGFS_MISSING = ("a debugfs file: debugfs is not mounted at /sys/kernel/debug, or the kernel refuses it (lockdown, "
+                   "as Secure Boot sets it; debugfs=off; before 6.14, a kernel without CONFIG_SCHED_DEBUG)",
                    "mount debugfs (`mount -t debugfs debugfs /sys/kernel/debug`, as systemd's sys-kernel-debug.mount "
                    "does at boot), or remove the key from the profile")
 
