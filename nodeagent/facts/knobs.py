@@ -60,8 +60,9 @@ class Knob:
     label: Callable[[Any], str] = _plain
     value_since: dict[Any, str] = field(default_factory=dict)  # values that need a newer kernel
     disruptive: bool = False
-    #: Why the attribute can be missing on a kernel new enough to have it, and the fix (a debugfs file needs
-    #: debugfs mounted); None: only an older kernel lacks it.
+    #: A best-effort knob (a debugfs file: no ABI) — why it can be missing on a kernel new enough to have it, and
+    #: the fix. Such a knob the kernel does not offer (for any reason, an old kernel too) is left out of the plan
+    #: with a warning; None: an ordinary knob, whose absence is a blocking problem.
     missing: tuple[str, str] | None = None
 
 
