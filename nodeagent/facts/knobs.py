@@ -82,6 +82,10 @@ KNOBS: tuple[Knob, ...] = (
     # cache is at most min_unmapped_ratio % of it and its reclaimable slab at most min_slab_ratio %.
     Knob("kernel.min_unmapped_ratio", "/proc/sys/vm/min_unmapped_ratio", "2.6.18", _int),
     Knob("kernel.min_slab_ratio", "/proc/sys/vm/min_slab_ratio", "2.6.19", _int),
+    # The distance between a node's min, low, high and (6.0+, memory tiering) promo watermarks, in 1/10,000 of the
+    # node (mm/page_alloc.c __setup_per_zone_wmarks; min_free_kbytes sets min): kswapd demotes until a node is
+    # back above high, node reclaim starts below low, and NUMA balancing promotes into a node only above high.
+    Knob("kernel.watermark_scale_factor", "/proc/sys/vm/watermark_scale_factor", "4.6", _int),
     # NUMA balancing's scanner (kernel/sched/fair.c task_numa_work): every scan period it marks the next scan_size
     # MiB of a task's address space for hint faults — in memory-tiering mode only the pages on lower tiers —, and
     # a page that faults within hot_threshold of being marked is promoted, to its node strictly (__GFP_THISNODE).

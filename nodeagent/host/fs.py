@@ -44,6 +44,7 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps",
         r"/proc/sys/vm/zone_reclaim_mode",
         r"/proc/sys/vm/min_(unmapped|slab)_ratio",
+        r"/proc/sys/vm/watermark_scale_factor",
         r"/sys/kernel/mm/numa/demotion_enabled",
         r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
         r"/sys/devices/system/memory/auto_online_blocks",

@@ -13,6 +13,7 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
       zone_reclaim_mode: 0
       min_unmapped_ratio: 1                 # node reclaim's floors, % of the node
       min_slab_ratio: 5
+      watermark_scale_factor: 10            # watermark gap, 1/10,000 of a node: the headroom kswapd keeps
       numa_balancing_scan_period_max_ms: 60000   # also _scan_delay_ms, _scan_period_min_ms, _scan_size_mb,
                                             #   _hot_threshold_ms (debugfs, sched/numa_balancing/)
     memory:
@@ -129,6 +130,11 @@ class Kernel(Strict):
         "this % of it")
     min_slab_ratio: Annotated[int, BeforeValidator(_int_range(0, 100))] | None = Field(
         None, description="vm.min_slab_ratio: ... and whose reclaimable slab is at most this % of it")
+    # proc_dointvec_minmax between SYSCTL_ONE and SYSCTL_THREE_THOUSAND (older kernels stopped at 1000).
+    watermark_scale_factor: Annotated[int, BeforeValidator(_int_range(1, 3000))] | None = Field(
+        None, description="vm.watermark_scale_factor: the gap between a node's watermarks in 1/10,000 of the node; "
+        "kswapd demotes until a node has high (min + 2 gaps) free, promo (min + 3) with memory tiering: headroom for "
+        "bursts; node reclaim starts below low (min + 1)")
     # NUMA balancing's scanner (debugfs since 5.13, u32 files; see nodeagent.facts.knobs). scan_size_mb 0 would
     # divide by zero in task_scan_min(), so it starts at 1.
     numa_balancing_scan_delay_ms: U32 | None = Field(

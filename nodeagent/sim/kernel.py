@@ -261,6 +261,15 @@ def _zone_reclaim(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, n)
 
 
+@rule(r"/proc/sys/vm/watermark_scale_factor")
+def _watermark_scale_factor(k: SimKernel, path: str, value: str) -> None:
+    """proc_dointvec_minmax between SYSCTL_ONE and SYSCTL_THREE_THOUSAND, else EINVAL."""
+    n = parse_int(value)
+    if not 1 <= n <= 3000:
+        raise einval()
+    k.tree.set(path, n)
+
+
 @rule(r"/proc/sys/vm/min_(unmapped|slab)_ratio")
 def _node_reclaim_floor(k: SimKernel, path: str, value: str) -> None:
     """proc_dointvec_minmax between SYSCTL_ZERO and SYSCTL_ONE_HUNDRED: a percentage, else EINVAL."""

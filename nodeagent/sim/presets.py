@@ -227,6 +227,7 @@ DEFAULT_KNOBS = {
     "/proc/sys/vm/zone_reclaim_mode": "0",
     "/proc/sys/vm/min_unmapped_ratio": "1",
     "/proc/sys/vm/min_slab_ratio": "5",
+    "/proc/sys/vm/watermark_scale_factor": "10",
     "/sys/kernel/mm/numa/demotion_enabled": "false",
     "/sys/kernel/mm/transparent_hugepage/enabled": format_bracket(THP_ENABLED, "madvise"),
     "/sys/kernel/mm/transparent_hugepage/defrag": format_bracket(THP_DEFRAG, "madvise"),

@@ -70,6 +70,19 @@ def test_node_reclaim_floors_are_percentages(make_node) -> None:
         assert k.tree.read(path) == "37"
 
 
+def test_watermark_scale_factor_takes_1_to_3000(make_node) -> None:
+    """vm.watermark_scale_factor boots at 10 and takes 1..3000 (proc_dointvec_minmax, SYSCTL_ONE..THREE_THOUSAND)."""
+    k = SimKernel(make_node("qemu-3node"))
+    path = "/proc/sys/vm/watermark_scale_factor"
+    assert k.tree.read(path) == "10"
+    for v in ("1", "3000", "1000"):
+        k.write(path, v)
+        assert k.tree.read(path) == v
+    for v in ("0", "3001", "-5", "ten"):
+        assert oserr(k, path, v) == errno.EINVAL
+    assert k.tree.read(path) == "1000"
+
+
 def test_thp_shows_the_selected_word_in_brackets(make_node) -> None:
     k = SimKernel(make_node("workstation"))
     k.write("/sys/kernel/mm/transparent_hugepage/defrag", "defer+madvise")
