@@ -61,8 +61,9 @@ STARTS = ("before", "after")
 LAYOUT = "placement"
 
 #: The moving-window workload's envelope points (kvwindow.c; node0 = 1 GiB, live memory about
-#: seqs x prompt + append x lifetime / 2 = 1.1-1.3x node0). Each is a corner of the issue's envelope: 8-64
-#: sequences, 2-16 MiB/s appended, 1-8 MiB hot window per sequence, 4-64 MiB prompts, 60-300 s lifetimes.
+#: seqs x prompt + append x lifetime / 2 = 1.1-1.3x node0). Each pushes one or two of the issue's envelope's
+#: dimensions to an edge: 8-64 sequences, 2-16 MiB/s appended, 1-8 MiB hot window per sequence, 4-64 MiB prompts,
+#: 60-300 s lifetimes (turnover and short: the shortest lifetimes, which no point before them reached).
 KV_POINTS: dict[str, dict[str, float]] = {
     # the middle of the envelope: 16 sequences, 64 MiB hot, 8 x 32 MiB prompts at the phase change
     "mid": {"seqs": 16, "append": 8, "window": 4, "prompt": 16, "burst": 32, "lifetime": 240},
@@ -74,6 +75,11 @@ KV_POINTS: dict[str, dict[str, float]] = {
     "burst": {"seqs": 32, "append": 8, "window": 2, "prompt": 8, "burst": 64, "lifetime": 240},
     # the slowest appending and the shortest lifetimes the live-memory bound allows with 64 MiB prompts
     "slow": {"seqs": 16, "append": 2, "window": 2, "prompt": 64, "burst": 48, "lifetime": 120},
+    # the highest turnover: the shortest lifetimes at the fastest appending, 64 sequences with the largest windows
+    # (512 MiB hot): a 12 MiB prompt starts about every second, 30 MiB/s of new pages for DRAM to make room for
+    "turnover": {"seqs": 64, "append": 16, "window": 8, "prompt": 12, "burst": 24, "lifetime": 60},
+    # the same turnover with few, large prompts: a 48 MiB prompt every 3.75 s, 8 x 64 MiB at the phase change
+    "short": {"seqs": 16, "append": 16, "window": 4, "prompt": 48, "burst": 64, "lifetime": 60},
 }
 
 

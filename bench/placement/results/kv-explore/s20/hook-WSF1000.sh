@@ -1,0 +1,1 @@
+echo 1000 > /proc/sys/vm/watermark_scale_factor; echo "wsf=$(cat /proc/sys/vm/watermark_scale_factor) zr=$(cat /proc/sys/vm/zone_reclaim_mode)"; awk '/^Node/{n=$2; z=$4} n=="0," && (z=="Normal" || z=="DMA32") && ($1=="min"||$1=="low"||$1=="high"||$1=="promo") {printf "node0 %s %s=%s ", z, $1, $2} END{print ""}' /proc/zoneinfo
