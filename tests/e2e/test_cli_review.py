@@ -134,11 +134,11 @@ def test_markdown_review_comment(make_node, tmp_path: Path, capsys) -> None:
     assert code == 2
     assert md.startswith(f"## nodeagent plan review: `{PROFILE}` (profile `cxl-inference`)\n\n"
                          f"Compared with the baseline `{old}` (profile `cxl-inference`).\n")
-    assert "| h100: h100-cxl (simulated h100-cxl) | `6.12.0-nodeagent-sim` | **yes** | 12 |  |  |" in md
+    assert "| h100: h100-cxl (simulated h100-cxl) | `6.12.0-nodeagent-sim` | **yes** | 13 |  |  |" in md
     assert "| added | `kernel.demotion_enabled` | false | (no change) | true |" in md
     assert "**Cannot be done on this node — apply would write nothing here:**" in md
     assert "- ❌ kernel.numa_balancing: value 2 (memory-tiering) needs kernel 5.18" in md
-    assert "<details><summary>Plan with this change: 7 to change, 2 unchanged</summary>" in md
+    assert "<details><summary>Plan with this change: 8 to change, 2 unchanged</summary>" in md
     # the shipped kdamonds are optional: a kernel without DAMON sysfs leaves them out instead of refusing them
     assert "❌ profiles/cxl-inference.yaml" not in md and "left out (optional)" in md
     code, md, _ = run(["--format", "markdown", "plan", PROFILE, "--facts", str(facts / "h100.json")], capsys)
