@@ -261,22 +261,19 @@ def _zone_reclaim(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, n)
 
 
-@rule(r"/proc/sys/vm/watermark_scale_factor")
-def _watermark_scale_factor(k: SimKernel, path: str, value: str) -> None:
-    """proc_dointvec_minmax between SYSCTL_ONE and SYSCTL_THREE_THOUSAND, else EINVAL."""
-    n = parse_int(value)
-    if not 1 <= n <= 3000:
-        raise einval()
-    k.tree.set(path, n)
+def _dointvec_minmax(pattern: str, lo: int, hi: int) -> None:
+    """A sysctl the kernel parses with proc_dointvec_minmax between extra1 = lo and extra2 = hi: else EINVAL."""
+
+    @rule(pattern)
+    def _write(k: SimKernel, path: str, value: str) -> None:
+        n = parse_int(value)
+        if not lo <= n <= hi:
+            raise einval()
+        k.tree.set(path, n)
 
 
-@rule(r"/proc/sys/vm/min_(unmapped|slab)_ratio")
-def _node_reclaim_floor(k: SimKernel, path: str, value: str) -> None:
-    """proc_dointvec_minmax between SYSCTL_ZERO and SYSCTL_ONE_HUNDRED: a percentage, else EINVAL."""
-    n = parse_int(value)
-    if not 0 <= n <= 100:
-        raise einval()
-    k.tree.set(path, n)
+_dointvec_minmax(r"/proc/sys/vm/watermark_scale_factor", 1, 3000)  # SYSCTL_ONE .. SYSCTL_THREE_THOUSAND
+_dointvec_minmax(r"/proc/sys/vm/min_(unmapped|slab)_ratio", 0, 100)  # a percentage of the node
 
 
 def kstrtobool(value: str) -> bool:
