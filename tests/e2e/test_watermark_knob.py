@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.errors import ExitCode
 from nodeagent.sim import SimKernel
 
 from .cli_helpers import run
@@ -45,7 +46,7 @@ def test_out_of_range_names_the_field_and_the_bounds(make_node, tmp_path: Path, 
     prof = tmp_path / "wsf.yaml"
     prof.write_text(HEAD + "kernel:\n  watermark_scale_factor: 0\n")
     code, out, err = run(["--root", str(root), "plan", str(prof)], capsys)
-    assert code != 0
+    assert code == ExitCode.INVALID_PROFILE
     assert "wsf.yaml" in err and "kernel.watermark_scale_factor" in err and "from 1 to 3000, got 0" in err
     assert "Traceback" not in out + err
     assert SimKernel(root).tree.read(PATH) == "10"
