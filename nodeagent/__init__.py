@@ -17,14 +17,14 @@ __version__ = "0.1.0"
 __all__ = ["Engine", "ExitCode", "NodeagentError", "load_profile", "make_plan", "open_host", "gather"]
 
 if TYPE_CHECKING:
-    from .engine import Engine, make_plan
-    from .errors import ExitCode, NodeagentError
+    from .engine.core import Engine, make_plan
     from .facts import gather
     from .host import open_host
     from .profile import load_profile
+    from .util.errors import ExitCode, NodeagentError
 
-_LAZY = {"Engine": "engine", "make_plan": "engine", "ExitCode": "errors", "NodeagentError": "errors",
-         "gather": "facts", "open_host": "host", "load_profile": "profile"}
+_LAZY = {"Engine": "engine.core", "make_plan": "engine.core", "ExitCode": "util.errors",
+         "NodeagentError": "util.errors", "gather": "facts", "open_host": "host", "load_profile": "profile"}
 
 
 def __getattr__(name: str) -> Any:

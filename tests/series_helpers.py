@@ -23,13 +23,13 @@ PROMETHEUS = {"up", "process_cpu_seconds_total", "process_resident_memory_bytes"
 
 def emitted(make_node) -> dict[str, set[str]]:  # type: ignore[no-untyped-def]
     """Sample name → its label names (with the ``instance`` and ``job`` a scrape adds)."""
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
     from nodeagent.drift import DriftReport
     from nodeagent.host import open_host
+    from nodeagent.kinds.registry import BY_KIND
     from nodeagent.metrics import gpu as gpu_mod
     from nodeagent.metrics.collector import Collector
     from nodeagent.metrics.latency import LatencyReading, measure
-    from nodeagent.resources.registry import BY_KIND
 
     root = make_node("h100-cxl")
     assert main(["--root", str(root), "apply", "--yes", str(REPO / "profiles/cxl-inference.yaml")]) == 0

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HostError
 from ..facts import Facts
 from ..facts.numa import NumaNode
 from ..host import CopyRun, Host
-from ..units import format_size
+from ..util.errors import HostError
+from ..util.units import format_size
 from .base import CheckContext, Finding, Skip
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any, Protocol
 
-from .._dataclass import dataclass
 from ..facts import Facts
 from ..host import Host
+from ..util.dataclass import dataclass
 
 STATUSES = ("pass", "warn", "fail", "skipped")
 

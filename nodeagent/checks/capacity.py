@@ -32,15 +32,15 @@ from __future__ import annotations
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from .._dataclass import dataclass
-from ..errors import CommandError
+from ..engine.projection import project
 from ..facts import Facts
 from ..facts.dax import from_facts as dax_facts
 from ..facts.hardware import read_gpu_memory
 from ..host import Host
-from ..projection import project
-from ..units import format_size
-from ..vocab import DTYPE_BYTES
+from ..util.dataclass import dataclass
+from ..util.errors import CommandError
+from ..util.units import format_size
+from ..util.vocab import DTYPE_BYTES
 from .base import CheckContext, Finding, Skip
 
 if TYPE_CHECKING:

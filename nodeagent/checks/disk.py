@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HostError, MissingError
 from ..facts import Facts
 from ..facts.hardware import CheckedPath, Mount, SavedHardware, existing_ancestor, mount_of, read_mounts
 from ..host import Host, StatVfs
-from ..units import format_size
+from ..util.errors import HostError, MissingError
+from ..util.units import format_size
 from .base import CheckContext, Finding
 
 if TYPE_CHECKING:

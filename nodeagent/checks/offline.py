@@ -28,7 +28,7 @@ NEEDS_HARDWARE = frozenset({"cpu", "disk", "gpu_pcie"})
 
 def run_offline(loaded: LoadedProfile, snap: Snapshot, skip: frozenset[str] = frozenset()) -> CheckReport:
     """The profile's checks judged from one saved node (read-only; nothing of this machine is read)."""
-    from ..resources.knobs import desired
+    from ..kinds.knob import desired
 
     doc = snap.facts.sections.get(HARDWARE)
     ctx = CheckContext(desired_knobs=desired(loaded), loaded=loaded,

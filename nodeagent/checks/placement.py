@@ -1,6 +1,6 @@
 """``placement``: tiering settings that were measured to fail together, before anything is applied.
 
-The same advisories ``plan`` prints (:mod:`nodeagent.resources._placement_advice`), as findings: a stuck fast node
+The same advisories ``plan`` prints (:mod:`nodeagent.kinds.placement.advice`), as findings: a stuck fast node
 without a demotion pass, migrate_hot without a young filter or a strict destination, migrate_cold without a young
 filter, DAMON watermarks on system-wide free memory, demotion without promotion and the reverse, DAMON demotion
 with nothing to promote. Each finding carries what was measured and the fix. Severity ``warning`` by default:
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..facts import Facts
 from ..host import Host
-from ..resources._placement_advice import advisories
+from ..kinds.placement.advice import advisories
 from .base import CheckContext, Finding, Skip
 
 if TYPE_CHECKING:

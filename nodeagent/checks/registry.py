@@ -6,10 +6,10 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HostError, UsageError
 from ..facts import Facts
 from ..host import Host
-from ..vocab import CHECK_NAMES
+from ..util.errors import HostError, UsageError
+from ..util.vocab import CHECK_NAMES
 from .bandwidth import MemoryBandwidthCheckImpl
 from .base import Check, CheckContext, CheckReport, CheckResult, Finding, Skip, fold, skipped
 from .capacity import CapacityCheckImpl
@@ -50,7 +50,7 @@ def parse_skips(names: Iterable[str]) -> frozenset[str]:
 def run_checks(host: Host, loaded: LoadedProfile, facts: Facts, skip: frozenset[str] = frozenset()) -> CheckReport:
     """Run every check the profile configures (read-only). A check that raises is reported, never a crash."""
     from ..facts.hardware import LiveHardware
-    from ..resources.knobs import desired
+    from ..kinds.knob import desired
 
     ctx = CheckContext(desired_knobs=desired(loaded), loaded=loaded, hardware=LiveHardware(host))
     results: list[CheckResult] = []

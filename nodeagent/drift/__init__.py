@@ -1,7 +1,7 @@
 """Drift: how the node has moved away from the profile it was given, since when, and probably why.
 
 ``detect`` re-plans the last applied profile (the validated profile ``last-applied.json`` keeps, read without
-YAML or pydantic) — or a given one — against fresh facts with the same pure :func:`nodeagent.engine.make_plan` that
+YAML or pydantic) — or a given one — against fresh facts with the same pure :func:`nodeagent.engine.core.make_plan` that
 ``apply`` uses: every change that plan would make is a drift item (its resource is the change's kind), every
 problem (a device that vanished, a knob the kernel lost) is reported too. So each resource kind drifts the
 moment it can be planned, with no drift code of its own. Each item gets its likely causes from the finders in
@@ -34,15 +34,15 @@ from contextlib import nullcontext
 from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
-from .._dataclass import dataclass
-from ..errors import NodeagentError
-from ..journal import Journal, iso
-from ..plan import Change, Problem
-from ..resolved import ResolvedProfile, from_record
+from ..engine.plan import Change, Problem
+from ..profile.resolved import ResolvedProfile, from_record
 from ..state import DriftEntry, DriftRecord, LastApplied, Unfixable
+from ..state.journal import Journal, iso
+from ..util.dataclass import dataclass
+from ..util.errors import NodeagentError
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
     from ..profile import LoadedProfile
     from .causes import Cause
 
@@ -128,7 +128,7 @@ class DriftReport:
 
 def desired_profile(last: LastApplied) -> LoadedProfile | ResolvedProfile:
     """The profile of the last apply: the validated profile ``last-applied.json`` keeps (``resolved``, see
-    :mod:`nodeagent.resolved`), used as it is — no YAML, no validation. A record written before that existed (or
+    :mod:`nodeagent.profile.resolved`), used as it is — no YAML, no validation. A record written before that existed (or
     of a version this nodeagent does not read) has only the merged document (``desired``): validated again."""
     desired = last.desired
     if last.fully_reverted:

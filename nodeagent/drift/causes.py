@@ -27,15 +27,15 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HostError
 from ..facts.dax import block_ids
 from ..facts.hardware import cmdline_params, read_cmdline
 from ..facts.knobs import BY_KEY
 from ..facts.setters import computed, damon_modules, memory_udev_rules, setters_of
 from ..host import Host
-from ..kfmt import format_list
 from ..state import LastApplied
-from ..timestamps import parse as parse_time
+from ..util.errors import HostError
+from ..util.kfmt import format_list
+from ..util.timestamps import parse as parse_time
 
 if TYPE_CHECKING:
     from . import DriftItem

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import asdict, field
 from typing import Any
 
-from .._dataclass import dataclass
-from ..errors import PermissionDeniedError
 from ..host import Host
-from ..kfmt import kernel_version, parse_list
+from ..util.dataclass import dataclass
+from ..util.errors import PermissionDeniedError
+from ..util.kfmt import kernel_version, parse_list
 from .knobs import KNOBS, Knob
 from .numa import _BLOCKS, NumaNode, read_nodes, read_tiers
 

@@ -23,8 +23,8 @@ import posixpath
 import re
 from dataclasses import field
 
-from .._dataclass import dataclass
 from ..host import Host
+from ..util.dataclass import dataclass
 
 ACTIVE = "/etc/tuned/active_profile"
 RUNNING = "/run/tuned/tuned.pid"

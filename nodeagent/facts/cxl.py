@@ -392,7 +392,7 @@ SECTIONS["cxl"] = gather
 # -- text ----------------------------------------------------------------------------------------------
 
 def _size(n: int | None) -> str:
-    from ..units import format_size
+    from ..util.units import format_size
 
     return format_size(n) if n is not None else "-"
 

@@ -11,8 +11,8 @@ import json
 import os
 from typing import Any
 
-from ..errors import CommandError
 from ..host import Host
+from ..util.errors import CommandError
 from .cxl import CxlFacts, _sort_key
 
 

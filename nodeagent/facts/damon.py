@@ -27,7 +27,7 @@ set (unset: the module picks System RAM itself). A module's kdamond never shows 
 ``/sys/kernel/mm/damon/admin``: these parameters and its ``kdamond.N`` thread are all there is to see.
 
 :func:`other_users` turns the section into the DAMON users nodeagent does not own (which kdamonds are its own is
-decided by :func:`nodeagent.resources.damon.plan.owned_kdamonds`, from its ownership records), each with what
+decided by :func:`nodeagent.kinds.damon.plan.owned_kdamonds`, from its ownership records), each with what
 it means for a profile (:attr:`DamonUser.effect`).
 """
 
@@ -39,10 +39,10 @@ from collections.abc import Callable, Collection
 from dataclasses import asdict
 from typing import Any, TypeVar
 
-from .._dataclass import dataclass
-from ..errors import BusyError
 from ..host import Host
-from ..kfmt import kernel_version, parse_list
+from ..util.dataclass import dataclass
+from ..util.errors import BusyError
+from ..util.kfmt import kernel_version, parse_list
 from . import SECTIONS, Facts
 from .damon_caps import MODULES, derive, normalize
 from .numa import node_ranges

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .._dataclass import dataclass
+from ..util.dataclass import dataclass
 
 Version = tuple[int, int]
 

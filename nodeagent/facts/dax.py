@@ -21,9 +21,9 @@ import re
 from dataclasses import asdict, field
 from typing import Any
 
-from .._dataclass import dataclass
 from ..host import Host
-from ..kfmt import cmdline_params, parse_list, parse_meminfo
+from ..util.dataclass import dataclass
+from ..util.kfmt import cmdline_params, parse_list, parse_meminfo
 from . import SECTIONS, Facts
 from .numa import node_blocks, read_zones
 from .setters import daxctl_sections, udev_rules

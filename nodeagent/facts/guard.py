@@ -13,8 +13,8 @@ import json
 import time
 from typing import Any
 
-from .._dataclass import dataclass
 from ..host import Host
+from ..util.dataclass import dataclass
 from . import SECTIONS, Facts
 
 HEARTBEAT = "/var/lib/nodeagent/guard.json"

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import asdict, field
 from typing import Any
 
-from .._dataclass import dataclass
-from ..errors import CommandError, HostError
 from ..host import Host
 from ..host.boot_cache import probe
 from ..host.mountinfo import unescape
-from ..kfmt import cmdline_params  # noqa: F401  (re-exported: checks and drift causes use it from here)
+from ..util.dataclass import dataclass
+from ..util.errors import CommandError, HostError
+from ..util.kfmt import cmdline_params  # noqa: F401  (re-exported: checks and drift causes use it from here)
 
 PCI = "/sys/bus/pci/devices"
 #: PCI class codes of GPUs: VGA-compatible (0x0300) and 3D controllers (0x0302, what datacenter GPUs report).

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
-from .._dataclass import dataclass
-from ..kfmt import bracket_choice
-from ..vocab import NUMA_BALANCING
+from ..util.dataclass import dataclass
+from ..util.kfmt import bracket_choice
+from ..util.vocab import NUMA_BALANCING
 
 
 def _int(text: str) -> int | str:

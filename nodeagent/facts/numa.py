@@ -13,9 +13,9 @@ from contextvars import ContextVar
 from dataclasses import field
 from typing import Any
 
-from .._dataclass import dataclass
 from ..host import Host
-from ..kfmt import parse_list, parse_meminfo
+from ..util.dataclass import dataclass
+from ..util.kfmt import parse_list, parse_meminfo
 
 NODE = "/sys/devices/system/node"
 TIERS = "/sys/devices/virtual/memory_tiering"

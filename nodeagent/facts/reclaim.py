@@ -4,7 +4,7 @@ Why it matters: a fast node that filled up while demotion was off is given up by
 reclaimed nothing — ``/proc/zoneinfo`` then shows ``node_unreclaimable: 1`` for it, and the kernel no longer wakes
 kswapd for that node. Switching demotion and NUMA balancing's memory-tiering mode on at that point does nothing
 (no demotion, no promotion) until some reclaim on the node succeeds. nodeagent's demotion pass
-(:mod:`nodeagent.resources.placement`) uses what is gathered here:
+(:mod:`nodeagent.kinds.placement`) uses what is gathered here:
 
 - per node: ``unreclaimable`` and the zone watermarks (``min``/``low``/``high``/``promo``, pages summed over the
   node's zones) from ``/proc/zoneinfo``;
@@ -26,10 +26,10 @@ import re
 from dataclasses import field
 from typing import Any
 
-from .._dataclass import dataclass
 from ..host import Host
 from ..host.mountinfo import memcg_reclaim
-from ..kfmt import parse_list, parse_meminfo
+from ..util.dataclass import dataclass
+from ..util.kfmt import parse_list, parse_meminfo
 from . import SECTIONS, Facts
 
 NODE = "/sys/devices/system/node"

@@ -28,8 +28,8 @@ import re
 from dataclasses import field
 from typing import TYPE_CHECKING
 
-from .._dataclass import dataclass
 from ..host import Host
+from ..util.dataclass import dataclass
 from .damon_caps import MODULES
 
 if TYPE_CHECKING:

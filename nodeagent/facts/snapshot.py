@@ -30,7 +30,7 @@ check says offline which paths it could only place by mount point.
 It holds what the planner and the offline checks read and nothing else: kernel attributes nodeagent manages,
 the NUMA layout, the hardware, and nodeagent's own records (what it created, what it last applied). No
 environment, no credentials, no file contents outside nodeagent's scope. Planning against it
-(:func:`nodeagent.review.plan_offline`) is the same pure
+(:func:`nodeagent.engine.review.plan_offline`) is the same pure
 ``make_plan`` the node runs, so the plan is the one the node would make.
 """
 
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExitCode, NodeagentError, UsageError
 from ..host import Host
+from ..util.errors import ExitCode, NodeagentError, UsageError
 from . import FORMAT, READS, SECTIONS, Facts, gather
 
 SUFFIX = ".json"

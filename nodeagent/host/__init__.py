@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._dataclass import dataclass
-from ..errors import UsageError
+from ..util.dataclass import dataclass
+from ..util.errors import UsageError
 from .commands import CommandResult, CommandRunner
 from .fs import RootedFS, WriteRecord, map_oserror
 

@@ -5,7 +5,7 @@ which a minimal container, a chroot or a unit with ``PrivateDevices=yes`` cannot
 start raises a :class:`CommandError` naming the binary, the errno and the fix.
 
 Every child runs in a process group of its own (a terminal's Ctrl-C reaches nodeagent, which decides: see
-:mod:`nodeagent.signals`), is listed in :data:`RUNNING` while it runs, and is sent SIGTERM by the kernel if
+:mod:`nodeagent.engine.signals`), is listed in :data:`RUNNING` while it runs, and is sent SIGTERM by the kernel if
 nodeagent dies first (``PR_SET_PDEATHSIG``): no daxctl outlives the nodeagent that started it, or its lock.
 
 On the real root (``/``) a binary is resolved on the host's PATH. On a simulated root it is resolved inside the
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import field
 from pathlib import Path
 
-from .._dataclass import dataclass
-from ..errors import CommandError
+from ..util.dataclass import dataclass
+from ..util.errors import CommandError
 
 #: Where binaries are looked up inside a simulated root, like a stock PATH.
 ROOTED_PATH = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin")

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import HostError, UsageError
+from ..util.errors import HostError, UsageError
 from .fs import file_kind, map_oserror, read_bounded, replace_at
 
 

@@ -21,8 +21,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Protocol
 
-from .._dataclass import dataclass
-from ..errors import (
+from ..util.dataclass import dataclass
+from ..util.errors import (
     BusyError,
     HostError,
     LockTimeoutError,

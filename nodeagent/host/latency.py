@@ -33,8 +33,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import HostError
-from ..kfmt import parse_list, parse_meminfo
+from ..util.errors import HostError
+from ..util.kfmt import parse_list, parse_meminfo
 
 if TYPE_CHECKING:
     from . import Host

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..errors import HostError
+from ..util.errors import HostError
 
 #: mbind/get_mempolicy syscall numbers per architecture (asm/unistd.h).
 SYSCALLS = {"x86_64": {"mbind": 237, "get_mempolicy": 239}, "aarch64": {"mbind": 235, "get_mempolicy": 236},

@@ -17,7 +17,7 @@ import os
 import re
 from typing import Protocol
 
-from .._dataclass import dataclass
+from ..util.dataclass import dataclass
 
 MOUNTINFO = "/proc/self/mountinfo"
 

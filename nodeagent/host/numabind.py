@@ -21,7 +21,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
-from ..errors import CommandError
+from ..util.errors import CommandError
 from . import Host
 
 #: set_mempolicy(2) numbers, by machine (asm/unistd.h).

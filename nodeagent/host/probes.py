@@ -11,8 +11,8 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
-from .._dataclass import dataclass
-from ..errors import HostError
+from ..util.dataclass import dataclass
+from ..util.errors import HostError
 from .fs import map_oserror
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def copy_bandwidth(host: Host, node: int, cpus: list[int], *, size: int, iterati
 
 
 def _max_node(host: Host) -> int:
-    from ..kfmt import parse_list
+    from ..util.kfmt import parse_list
 
     ids = parse_list(host.read_opt("/sys/devices/system/node/possible") or "0")
     return max(ids) if ids else 0

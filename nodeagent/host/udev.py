@@ -20,7 +20,7 @@ from itertools import count
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import UsageError
+from ..util.errors import UsageError
 
 if TYPE_CHECKING:
     from . import Host

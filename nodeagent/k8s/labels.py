@@ -19,10 +19,10 @@ import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .._dataclass import dataclass
+from ..util.dataclass import dataclass
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
     from ..facts import Facts
     from ..host import Host
     from ..profile import LoadedProfile
@@ -203,8 +203,8 @@ def parse(text: str) -> tuple[dict[str, str], str | None]:
 # -- reading the node ---------------------------------------------------------------------------------------------
 
 def _gpu_bytes(host: Host) -> int | None:
-    from ..errors import NodeagentError
     from ..facts.hardware import read_gpu_memory
+    from ..util.errors import NodeagentError
 
     try:
         mem = read_gpu_memory(host)
@@ -222,7 +222,7 @@ def gather(engine: Engine, loaded: LoadedProfile | None = None, *, facts: Facts 
     """The node's labels: against ``loaded`` when given, else against the last applied profile (drift says
     converged or drifted); ``checks`` default to the last recorded ones (``last-checks.json``)."""
     from ..drift import detect
-    from ..errors import NodeagentError
+    from ..util.errors import NodeagentError
 
     facts = facts or engine.facts()
     last = engine.state.last_applied()
@@ -243,7 +243,7 @@ def gather(engine: Engine, loaded: LoadedProfile | None = None, *, facts: Facts 
 def features_dir_exists(host: Host) -> bool:
     import os
 
-    from ..layout import under_root
+    from ..profile.locate import under_root
 
     return os.path.isdir(under_root(host, FEATURES_DIR))
 
@@ -257,7 +257,7 @@ def after_apply(engine: Engine, loaded: LoadedProfile, result: Any, *, prefix: s
     """apply's hook: keep the feature file current — only where the features.d directory exists (NFD's worker, or
     the DaemonSet, mounts it there). An apply that succeeded stays a success when the labels cannot be written:
     returns the message to show instead of raising."""
-    from ..errors import NodeagentError
+    from ..util.errors import NodeagentError
 
     try:
         _after_apply(engine, loaded, result, prefix)

@@ -1,10 +1,10 @@
 """``nodeagent run [PROFILE]``: the DaemonSet's one long-running process — a small reconcile loop.
 
 It reconciles (checks, plan, and with ``--apply`` the apply) at start and whenever the profile changes; reacts to
-hot-plugged DAX/CXL/memory devices with a scoped reconcile (the machinery of :mod:`nodeagent.watch`); measures
+hot-plugged DAX/CXL/memory devices with a scoped reconcile (the machinery of :mod:`nodeagent.loops.watch`); measures
 drift and rewrites the NFD labels every ``interval`` (with ``--apply`` a drifted node is reconciled again, as a
 controller's resync does); with ``--apply``, looks at the profile's ``dest_free`` schemes every ``guard`` seconds
-and pauses or resumes them (:mod:`nodeagent.guard`, what ``nodeagent guard`` does on a systemd host); serves the
+and pauses or resumes them (:mod:`nodeagent.loops.guard`, what ``nodeagent guard`` does on a systemd host); serves the
 metrics endpoint (:mod:`nodeagent.metrics.exporter`); and stops on SIGTERM or SIGINT after the step in progress,
 exiting 0.
 
@@ -29,12 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ExitCode, NodeagentError
 from ..host.udev import UEvent, open_events, wait_readable
+from ..util.errors import ExitCode, NodeagentError
 from . import labels as lab
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
     from ..profile import LoadedProfile
 
 #: The host's own boot-time apply: when it is enabled, systemd owns the node and `run` refuses to start.
@@ -50,7 +50,7 @@ class OwnerConflictError(NodeagentError):
 
 def host_unit_enabled(engine: Engine) -> list[str]:
     """The ``*.wants/`` or ``*.requires/`` links that enable nodeagent-apply.service under the root."""
-    from ..layout import under_root
+    from ..profile.locate import under_root
 
     base = under_root(engine.host, SYSTEMD_DIR)
     found = [p for kind in ("wants", "requires") for p in glob.glob(os.path.join(base, f"*.{kind}", HOST_UNIT))
@@ -88,7 +88,7 @@ class Options:
     labels: str = "auto"  # auto: when the features.d directory exists; always; never
     prefix: str = lab.DEFAULT_PREFIX
     allow_disruptive: bool = False
-    guard: float = 1.0  # with apply: dest_free schemes (nodeagent.guard); 0: off
+    guard: float = 1.0  # with apply: dest_free schemes (nodeagent.loops.guard); 0: off
 
 
 @dataclass
@@ -115,7 +115,7 @@ class Runner:
                 pass
 
     def run(self) -> int:
-        from ..watch import SUBSYSTEMS, Watcher
+        from ..loops.watch import SUBSYSTEMS, Watcher
 
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -182,7 +182,7 @@ class Runner:
 
     # -- the steps ----------------------------------------------------------------------------------------------
     def _load(self) -> LoadedProfile | None:
-        from ..profile_cache import load
+        from ..profile.cache import load
 
         try:
             self.loaded = load(self.profile_path)
@@ -254,9 +254,9 @@ class Runner:
         self.write_labels(self.loaded, state=state)
 
     def guard(self) -> None:
-        """One look at the profile's dest_free schemes (:class:`nodeagent.guard.Guardian`, the same loop as
+        """One look at the profile's dest_free schemes (:class:`nodeagent.loops.guard.Guardian`, the same loop as
         ``nodeagent guard``): a scoped apply when one must be paused or resumed."""
-        from ..guard import Guardian
+        from ..loops.guard import Guardian
 
         if self.loaded is None:
             return

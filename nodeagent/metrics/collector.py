@@ -22,9 +22,9 @@ from datetime import datetime
 from typing import Any
 
 from .. import __version__
-from ..errors import NodeagentError
 from ..host import Host
-from ..kfmt import parse_list
+from ..util.errors import NodeagentError
+from ..util.kfmt import parse_list
 from . import gpu as gpu_mod
 from .families import Family, counter, gauge, one
 from .latency import families as latency_families
@@ -147,7 +147,7 @@ class Collector:
 
     def refresh_damon(self, now: float, *, force: bool = False) -> None:
         """``update_schemes_stats`` to owned running kdamonds without ``refresh_ms``, rate-limited."""
-        from ..resources.damon.stats import refresh_stats
+        from ..kinds.damon.stats import refresh_stats
 
         d = self._damon()
         due = [k for k in d.kdamonds if k.owned and k.running and not _refresh_ms(k)
@@ -166,8 +166,8 @@ class Collector:
     # -- reading -----------------------------------------------------------------------------------------------
     def _damon(self) -> _Damon:
         from ..facts.damon import from_facts
-        from ..resources.damon.plan import owned_kdamonds
-        from ..resources.damon.stats import damon_facts
+        from ..kinds.damon.plan import owned_kdamonds
+        from ..kinds.damon.stats import damon_facts
 
         facts = damon_facts(self.host)
         ownership = self.state.ownership()
@@ -386,7 +386,7 @@ class Collector:
         yield from (ratio, win, wp, wd)
 
     def _schemes(self, d: _Damon, now: float) -> Iterator[Family]:
-        from ..resources.damon.stats import scheme_rows
+        from ..kinds.damon.stats import scheme_rows
 
         if not any(k.owned for k in d.kdamonds):
             return

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CommandError
+from ..util.errors import CommandError
 
 if TYPE_CHECKING:
     from ..host import Host

@@ -20,9 +20,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import NodeagentError
 from ..host import Host
 from ..host import latency as probe
+from ..util.errors import NodeagentError
 from .families import Family, gauge, one
 
 #: The exporter's default schedule: at most every 15 minutes (the issue's floor for a probe this heavy).

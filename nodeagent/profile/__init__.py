@@ -13,7 +13,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ProfileError
+from ..util.errors import ProfileError
 from .load import KEY, LNode, Loc, load_tree, parse, resolve_extends, to_plain
 from .model import NodeProfile
 

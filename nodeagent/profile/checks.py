@@ -32,8 +32,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..units import format_size, parse_percent, parse_size
-from ..vocab import CHECK_NAMES, DTYPE_BYTES  # noqa: F401  (re-exported; defined where no pydantic is loaded)
+from ..util.units import format_size, parse_percent, parse_size
+from ..util.vocab import CHECK_NAMES, DTYPE_BYTES  # noqa: F401  (re-exported; defined where no pydantic is loaded)
 
 Severity = Literal["error", "warning"]
 
@@ -224,7 +224,7 @@ class CoexistenceCheck(_Strict):
 
 
 class PlacementCheck(_Strict):
-    """Tiering settings measured to fail together (nodeagent.resources._placement_advice); warnings by default."""
+    """Tiering settings measured to fail together (nodeagent.kinds.placement.advice); warnings by default."""
 
     severity: Severity = "warning"
 

@@ -22,7 +22,7 @@ Example (cold DRAM pages to CXL; the kernel side is DAMON's sysfs interface)::
 
 Node selectors are ``fast`` (nodes of the top memory tier), ``slow`` (nodes of the lower tiers) or a node id.
 Everything is validated here; what depends on the node (which kernel features exist, which nodes a class
-means, how ages convert to aggregation intervals) is decided by the plan (``nodeagent.resources.damon``).
+means, how ages convert to aggregation intervals) is decided by the plan (``nodeagent.kinds.damon``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..units import format_duration_us, parse_duration_us, parse_percent, parse_size
+from ..util.units import format_duration_us, parse_duration_us, parse_percent, parse_size
 from .checks import Percent
 
 ACTIONS = ("willneed", "cold", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio", "migrate_hot",

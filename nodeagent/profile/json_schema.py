@@ -23,8 +23,8 @@ from typing import Any
 
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
-from .. import units
-from ..vocab import NUMA_BALANCING
+from ..util import units
+from ..util.vocab import NUMA_BALANCING
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

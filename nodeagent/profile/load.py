@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from ..errors import ProfileError
 from ..host.files import InputFileError, read_regular
-from ..resolved import Loc  # defined with the plain-form record, which must not load YAML
+from ..util.errors import ProfileError
+from .resolved import Loc  # defined with the plain-form record, which must not load YAML
 
 MAX_BYTES = 1024 * 1024
 KEY = "<key>"  # marks a key's own position in the locations map: (*path, KEY, key)

@@ -36,8 +36,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..units import parse_size
-from ..vocab import (
+from ..util.units import parse_size
+from ..util.vocab import (
     AUTO_ONLINE_BLOCKS,
     DAX_MODES,
     DAX_USES,
@@ -388,7 +388,7 @@ class Memory(Strict):
     dax: tuple[DaxRule, ...] | None = Field(
         None, description="DAX devices (CXL.mem expanders): the first rule that matches a device decides")
     demotion_pass: DemotionPass | None = None  # see DemotionPass; absent: stuck fast nodes are only reported
-    cxl: Cxl | None = None  # CXL regions (see CxlRegionRule and nodeagent.resources.cxl_region)
+    cxl: Cxl | None = None  # CXL regions (see CxlRegionRule and nodeagent.kinds.cxl_region)
 
     @field_validator("dax")
     @classmethod

@@ -14,7 +14,7 @@ from ..metrics.families import Family
 from ..metrics.textfile import render as render_families
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 
 def render(families: Iterable[Family]) -> str:
@@ -26,8 +26,8 @@ def textfile(engine: Engine, *, drift: Any = None, checks: Any = None) -> str:
     textfile is written by commands that may write: apply, drift)."""
     import time
 
+    from ..kinds.registry import BY_KIND
     from ..metrics.collector import Collector
-    from ..resources.registry import BY_KIND
 
     c = Collector(engine.host)
     c.sample(refresh=False, moves=False)

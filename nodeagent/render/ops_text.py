@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..journal import iso
-from ..plan import Result
-from ..units import format_size
+from ..engine.plan import Result
+from ..state.journal import iso
+from ..util.units import format_size
 from .text import change_line
 
 

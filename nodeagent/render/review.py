@@ -10,9 +10,9 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from ..plan import Change, Plan, Problem
+from ..engine.plan import Change, Plan, Problem
+from ..engine.review import NodeReview, PlanDelta
 from ..profile import LoadedProfile
-from ..review import NodeReview, PlanDelta
 from .text import plan_text
 
 _OP_MARK = {"set": "~", "update": "~", "create": "+", "delete": "-", "reconfigure": "~", "start": "+", "stop": "-"}

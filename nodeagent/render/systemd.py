@@ -22,7 +22,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from ..errors import UsageError
+from ..util.errors import UsageError
 
 TEMPLATES = ("nodeagent-apply.service", "nodeagent-apply@.service", "nodeagent-drift.service",
              "nodeagent-drift.timer", "90-nodeagent.rules", "nodeagent-exporter.service", "nodeagent-guard.service")

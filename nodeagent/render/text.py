@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..engine.plan import Change, Plan, Result
 from ..facts import Facts
-from ..plan import Change, Plan, Result
-from ..units import format_size
+from ..util.units import format_size
 from .escape import escape_controls
 
 __all__ = ["escape_controls", "plan_text", "result_text", "facts_text", "change_line", "dax_text"]
@@ -57,7 +57,7 @@ def result_text(result: Result) -> str:
         if result.dry_run and result.plan.changes:
             text += "\n(dry run: nothing was written)"
         return text
-    from ..resources.damon.prime import PRIMING  # here: the read-only commands import this module and no resource
+    from ..kinds.damon.prime import PRIMING  # here: the read-only commands import this module and no resource
 
     out = [f"Applied profile {result.plan.profile}" + (f" on {result.plan.node}" if result.plan.node else "") + ":"]
     for o in result.outcomes:

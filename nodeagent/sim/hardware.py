@@ -28,7 +28,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..kfmt import parse_meminfo
+from ..util.kfmt import parse_meminfo
 from .kernel import MARKER, SimKernel
 from .presets import LAYERS, MountDef, PciDef, Preset, aspeed_bmc, gpu_pci, nvme, qemu_vga, root_port
 from .tree import RO

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..host.udev import UEvent, broadcast
-from ..kfmt import format_list
+from ..util.kfmt import format_list
 from . import dax as simdax
 from . import memory
 from .kernel import SimKernel

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..kfmt import format_bracket, kernel_version
+from ..util.kfmt import format_bracket, kernel_version
 from .tree import Tree
 
 MARKER = ".nodeagent-sim"

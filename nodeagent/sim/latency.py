@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..kfmt import format_list, parse_list
+from ..util.kfmt import format_list, parse_list
 from .hardware import mbind_target
 from .kernel import MARKER, SimKernel
 from .presets import LAYERS, Preset

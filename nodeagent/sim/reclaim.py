@@ -26,7 +26,7 @@ import os
 import re
 from dataclasses import replace
 
-from ..kfmt import parse_list
+from ..util.kfmt import parse_list
 from . import dax as simdax
 from . import memory, presets
 from .kernel import SimKernel, einval, rule

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..kfmt import format_list
+from ..util.kfmt import format_list
 from .hardware import mbind_target
 from .kernel import MARKER
 
@@ -67,7 +67,7 @@ class Mapping:
 def _memory_nodes(root: Path) -> list[int]:
     base = Path(root) / "sys/devices/system/node"
     text = (base / "has_memory").read_text().strip() if (base / "has_memory").is_file() else "0"
-    from ..kfmt import parse_list
+    from ..util.kfmt import parse_list
 
     return parse_list(text)
 

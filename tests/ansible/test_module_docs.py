@@ -17,7 +17,7 @@ import pytest
 import yaml
 from playbook_helpers import BIN, REPO, ansible_env
 
-from nodeagent.engine import Engine
+from nodeagent.engine.core import Engine
 from nodeagent.host import open_host
 from nodeagent.profile import load_profile
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -81,7 +81,7 @@ def make_template(base: Path, preset: Any) -> Path:
 
 
 def _main(args: list[str]) -> int:
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     return main(args)
 

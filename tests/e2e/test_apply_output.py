@@ -15,7 +15,7 @@ from pathlib import Path
 from .cli_helpers import run
 
 PROFILE = str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml")
-EXE = [sys.executable, "-c", "import sys; from nodeagent.cli import main; sys.exit(main())"]
+EXE = [sys.executable, "-c", "import sys; from nodeagent.cli.main import main; sys.exit(main())"]
 SECTIONS = ("Checks for profile", "Plan for profile", "Apply these changes?", "Applied profile", "Result: ")
 
 

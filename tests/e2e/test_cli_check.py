@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.sim import SimKernel
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import cli
+from nodeagent.cli.main import cli
 from nodeagent.sim import SimKernel
 
 from .cli_helpers import run
@@ -117,7 +117,7 @@ def test_completion_prints_clicks_script(shell: str, marker: str, capsys) -> Non
 
 def test_completion_completes_commands_and_presets() -> None:
     env = {**os.environ, "_NODEAGENT_COMPLETE": "bash_complete", "COMP_WORDS": "nodeagent pl", "COMP_CWORD": "1"}
-    exe = [sys.executable, "-c", "import sys; from nodeagent.cli import main; sys.exit(main())"]
+    exe = [sys.executable, "-c", "import sys; from nodeagent.cli.main import main; sys.exit(main())"]
     out = subprocess.run(exe, env=env, capture_output=True, text=True, check=True).stdout
     assert "plain,plan" in out.splitlines()
     env.update(COMP_WORDS="nodeagent apply --simulate sm", COMP_CWORD="3")

@@ -152,10 +152,10 @@ def test_markdown_flags_disruptive_changes_and_shows_captured_checks(make_node, 
                                  {"name": "disk", "status": "warn", "summary": "model disk 94% | full"},
                                  {"name": "pcie", "status": "pass", "summary": "ok"}]}
     (tmp_path / "n.json").write_text(json.dumps(doc))
+    from nodeagent.engine.review import review
     from nodeagent.facts.snapshot import read
     from nodeagent.profile import load_profile
     from nodeagent.render.review import review_markdown
-    from nodeagent.review import review
 
     snap = read(tmp_path / "n.json")
     reviews = review(load_profile(PROFILE), [snap])

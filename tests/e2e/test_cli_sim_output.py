@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli_sim import sim
+from nodeagent.cli.sim import sim
 
 from .cli_helpers import run
 

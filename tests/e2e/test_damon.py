@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
-from nodeagent.errors import BusyError
+from nodeagent.cli.main import main
 from nodeagent.facts.damon import retry_busy
-from nodeagent.resources.damon.plan import COUNTS
+from nodeagent.kinds.damon.plan import COUNTS
 from nodeagent.sim import SimKernel
 from nodeagent.sim import dax as simdax
 from nodeagent.sim.damon import contend
 from nodeagent.sim.damon_presets import start_foreign
+from nodeagent.util.errors import BusyError
 
 K = "/sys/kernel/mm/damon/admin/kdamonds"
 

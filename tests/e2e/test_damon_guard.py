@@ -1,5 +1,5 @@
 """dest_free on a simulated node: a migrate scheme paused while its destination is nearly full, as plan, apply,
-drift and `nodeagent guard` see it (nodeagent/resources/damon/guard.py, nodeagent/guard.py)."""
+drift and `nodeagent guard` see it (nodeagent/kinds/damon/guard.py, nodeagent/loops/guard.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.engine import Engine
-from nodeagent.guard import Guardian
+from nodeagent.engine.core import Engine
 from nodeagent.host import open_host
+from nodeagent.loops.guard import Guardian
 from nodeagent.profile import load_profile
 from nodeagent.sim import SimKernel
 from nodeagent.sim import memory as simmem
@@ -238,7 +238,7 @@ def test_the_guard_says_it_runs_while_it_runs_and_takes_it_back_when_it_stops(ap
 def test_the_guard_plans_afresh_only_when_its_kdamonds_or_nodes_moved(applied, monkeypatch) -> None:
     """A full plan gathers every fact (seconds of CPU under TCG): between them a tick reads two files per scheme,
     and a check of the kdamond slots, the ownership records and the online nodes decides whether to plan again."""
-    import nodeagent.guard as guard_mod
+    import nodeagent.loops.guard as guard_mod
 
     root, k, profile = applied
     plans: list[int] = []

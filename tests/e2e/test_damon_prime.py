@@ -1,4 +1,4 @@
-"""A kdamond whose schemes act on young pages is primed at its start (nodeagent/resources/damon/prime.py).
+"""A kdamond whose schemes act on young pages is primed at its start (nodeagent/kinds/damon/prime.py).
 
 The shipped profile's promotion kdamond skips pages not accessed since the last check, and DAMON's young test
 passes a page DAMON never checked: it starts with one more scheme that walks its memory with a young filter,

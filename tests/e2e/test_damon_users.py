@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.facts import gather
 from nodeagent.facts.damon import from_facts
 from nodeagent.host import open_host

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 
 ADMIN = Path("/sys/kernel/mm/damon/admin/kdamonds")
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
-from nodeagent.engine import Engine
+from nodeagent.cli.main import main
+from nodeagent.engine.core import Engine
 from nodeagent.host import open_host
 from nodeagent.profile import load_profile
 from nodeagent.sim import SimKernel
@@ -273,10 +273,10 @@ def test_auto_online_policy_put_back_by_another_agent_is_caught_before_daxctl(ma
 
 def test_daxctl_exit_0_with_memory_in_the_wrong_zone_is_a_failure(make_node) -> None:
     """Never trust the summary: --no-movable under an online_movable policy exits 0, memory is Movable."""
-    from nodeagent.plan import Change
-    from nodeagent.resources._dax_apply import Applier
-    from nodeagent.resources._daxctl import run
-    from nodeagent.resources.base import ApplyContext
+    from nodeagent.engine.plan import Change
+    from nodeagent.kinds.base import ApplyContext
+    from nodeagent.kinds.dax.apply import Applier
+    from nodeagent.kinds.dax.daxctl import run
 
     root = make_node("qemu-3node")
     SimKernel(root).write("/sys/devices/system/memory/auto_online_blocks", "online_movable")
@@ -320,7 +320,7 @@ def test_json_mode_prints_no_progress(make_node, capsys) -> None:
 
 
 def test_facts_round_trip_plans_offline_as_live(make_node, capsys, tmp_path: Path) -> None:
-    from nodeagent.engine import make_plan
+    from nodeagent.engine.core import make_plan
     from nodeagent.facts import Facts, gather
 
     root = make_node("h100-cxl-autoonline")
@@ -332,10 +332,10 @@ def test_facts_round_trip_plans_offline_as_live(make_node, capsys, tmp_path: Pat
 
 def test_daxctl_auto_online_abort_is_explained(make_node) -> None:
     """If the policy flips between nodeagent's own check and daxctl's, daxctl's exit 240 is explained."""
-    from nodeagent.plan import Change
-    from nodeagent.resources._dax_apply import Applier
-    from nodeagent.resources._daxctl import run
-    from nodeagent.resources.base import ApplyContext
+    from nodeagent.engine.plan import Change
+    from nodeagent.kinds.base import ApplyContext
+    from nodeagent.kinds.dax.apply import Applier
+    from nodeagent.kinds.dax.daxctl import run
 
     root = make_node("qemu-3node")  # auto_online_blocks=online
     host = open_host(root)

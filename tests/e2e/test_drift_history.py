@@ -171,8 +171,8 @@ def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> No
 
 def test_revert_refuses_disruptive_changes_without_the_flag(make_node, capsys) -> None:
     """A kind whose revert is disruptive (a stand-in kind owning zone_reclaim_mode), through the one executor."""
-    from nodeagent.plan import Change
-    from nodeagent.resources.registry import BY_KIND
+    from nodeagent.engine.plan import Change
+    from nodeagent.kinds.registry import BY_KIND
 
     path = "/proc/sys/vm/zone_reclaim_mode"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
-from nodeagent.engine import Engine
+from nodeagent.cli.main import main
+from nodeagent.engine.core import Engine
 from nodeagent.host import open_host
 from nodeagent.profile import load_profile_text
 from nodeagent.sim import SimKernel
@@ -95,11 +95,11 @@ def test_apply_as_non_root_on_the_real_root_exits_77_before_touching_anything(mo
 def test_interactive_apply_asks_and_declining_writes_nothing(make_node, monkeypatch) -> None:
     from click.testing import CliRunner
 
-    from nodeagent.cli import cli
+    from nodeagent.cli.main import cli
 
     root = make_node("h100-cxl")
     before = SimKernel(root).journal()
-    monkeypatch.setattr("nodeagent.cli._is_interactive", lambda: True)
+    monkeypatch.setattr("nodeagent.cli.main._is_interactive", lambda: True)
     res = CliRunner().invoke(cli, ["--root", str(root), "apply", PROFILE], input="n\n")
     assert "~ kernel.numa_balancing  0 (disabled) → 2 (memory-tiering)" in res.output
     assert "Apply these changes? [y/N]: n" in res.output
@@ -115,7 +115,7 @@ def test_an_unexpected_error_is_one_line_not_a_traceback(monkeypatch, capsys) ->
     def boom(*a, **k):
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr("nodeagent.cli._load", boom)
+    monkeypatch.setattr("nodeagent.cli.main._load", boom)
     assert main(["validate", PROFILE]) == 1
     err = capsys.readouterr().err
     assert "internal error: RuntimeError: simulated bug" in err and "Traceback" not in err

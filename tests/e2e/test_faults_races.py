@@ -145,7 +145,7 @@ def _ansible_module():  # type: ignore[no-untyped-def]
 def test_ansible_reports_changed_with_the_failure_when_the_record_fails(make_node) -> None:
     pytest.importorskip("ansible")
     from nodeagent.checks import parse_skips
-    from nodeagent.engine import Engine
+    from nodeagent.engine.core import Engine
     from nodeagent.host import open_host
     from nodeagent.profile import load_profile
 

@@ -16,7 +16,7 @@ PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")
 
 PROBE = """\
 import json, sys
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 rc = main(sys.argv[1:])
 std = sys.stdlib_module_names
 third = sorted({m.split(".")[0] for m in sys.modules} - std - {"nodeagent", "__main__", "sitecustomize",
@@ -67,8 +67,8 @@ def test_read_only_commands_import_click_and_nothing_else(node: tuple[Path, Path
 #: facts document and reviews), the simulator (its in-process answers are for writes and probes), and the
 #: modules of other commands (loaded when one of their commands is looked up).
 NOT_ON_READ_PATHS = ("nodeagent.profile", "nodeagent.checks", "nodeagent.facts.hardware", "nodeagent.facts.cxl",
-                     "nodeagent.sim", "nodeagent.cli_sim", "nodeagent.cli_metrics", "nodeagent.cli_serving",
-                     "nodeagent.cli_k8s")
+                     "nodeagent.sim", "nodeagent.cli.sim", "nodeagent.cli.metrics", "nodeagent.cli.serving",
+                     "nodeagent.cli.k8s")
 
 
 @pytest.mark.parametrize("args", [
@@ -113,7 +113,7 @@ def test_every_command_of_another_module_is_listed_where_the_cli_finds_it() -> N
     """A command a module registers but ``cli._ELSEWHERE`` does not name would be missing from the CLI."""
     import click
 
-    from nodeagent import cli
+    from nodeagent.cli import main as cli
 
     for module in sorted({m for m, _ in cli._ELSEWHERE.values()}):
         mod = __import__(f"nodeagent.{module}", fromlist=["register"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.k8s import labels as lab
 from nodeagent.sim import PRESETS
 

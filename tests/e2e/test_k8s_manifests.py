@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from nodeagent.cli import cli, main
+from nodeagent.cli.main import cli, main
 from nodeagent.k8s.labels import FEATURES_DIR
 from nodeagent.k8s.run import SYSTEMD_DIR
 from nodeagent.metrics.exporter import DEFAULT_PORT

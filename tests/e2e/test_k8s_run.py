@@ -14,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.k8s.labels import FEATURES_FILE, parse
 from nodeagent.sim import SimKernel
 from nodeagent.sim.dax import DaxDef

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.sim import SimKernel
 from tests.series_helpers import promtool
 

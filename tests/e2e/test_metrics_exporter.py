@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.host import open_host
 from nodeagent.metrics.collector import Collector
 from nodeagent.metrics.exporter import Exporter, parse_listen

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.host import open_host
 from nodeagent.metrics import exporter as exporter_mod
 from nodeagent.metrics.collector import Collector

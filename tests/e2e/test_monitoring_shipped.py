@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from tests.series_helpers import MONITORING, REPO
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import PermissionDeniedError
 from nodeagent.sim import SimKernel
+from nodeagent.util.errors import PermissionDeniedError
 
 from .cli_helpers import run
 

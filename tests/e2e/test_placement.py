@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.facts.reclaim import parse_zoneinfo
 from nodeagent.sim import SimKernel
 from nodeagent.sim import reclaim as simreclaim
@@ -260,7 +260,7 @@ def test_placement_check_reports_what_plan_warns(make_node, tmp_path: Path,
 
 def test_the_pass_stops_at_its_timeout(make_node) -> None:
     from nodeagent.host import open_host
-    from nodeagent.resources.placement import run_pass
+    from nodeagent.kinds.placement import run_pass
 
     root = make_node("qemu-placement-full")
     SimKernel(root).write("/sys/kernel/mm/numa/demotion_enabled", "true")

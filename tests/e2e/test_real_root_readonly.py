@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 
 PROFILE = """\
 apiVersion: nodeagent/v1

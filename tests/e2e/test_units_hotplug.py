@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.host.udev import UEvent
 from nodeagent.render.systemd import render_units
 from nodeagent.sim import SimKernel
@@ -230,9 +230,9 @@ def test_watch_reacts_to_hot_add_ignores_the_rest_survives_errors_and_stops_on_s
 
 
 def test_event_sources_by_root(tmp_path: Path) -> None:
-    from nodeagent.errors import UsageError
     from nodeagent.host import open_host
     from nodeagent.host.udev import PyudevSource, open_events
+    from nodeagent.util.errors import UsageError
 
     with pytest.raises(UsageError, match="no device events can be watched under another root"):
         open_events(open_host(tmp_path), ("dax",))

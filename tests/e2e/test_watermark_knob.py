@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import ExitCode
 from nodeagent.sim import SimKernel
+from nodeagent.util.errors import ExitCode
 
 from .cli_helpers import run
 

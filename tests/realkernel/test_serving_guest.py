@@ -18,7 +18,7 @@ from pathlib import Path
 import harness
 import pytest
 
-from nodeagent.verify_serving import parse_numa_maps, parse_numa_stat
+from nodeagent.serving.verify import parse_numa_maps, parse_numa_stat
 
 pytestmark = pytest.mark.realkernel
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nodeagent.engine import Engine
+from nodeagent.engine.core import Engine
 from nodeagent.host import open_host
 from nodeagent.host.boot_cache import BOOT_ID
 from nodeagent.profile import load_profile

@@ -49,7 +49,7 @@ def test_listed_nodes_without_memory_fail(make_node) -> None:
 
 
 def test_another_root_refuses_to_measure(tmp_path) -> None:
-    from nodeagent.errors import HostError
+    from nodeagent.util.errors import HostError
 
     (tmp_path / "sys").mkdir()
     with pytest.raises(HostError, match="it would measure this machine"):

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from nodeagent.errors import MissingError
 from nodeagent.host import open_host
 from nodeagent.sim import SimKernel
 from nodeagent.sim.hardware import set_usage
+from nodeagent.util.errors import MissingError
 from tests.checks_helpers import messages, one, set_file
 
 CPU = {"require_flags": ["avx2", "fma"], "reject_virtual_models": True}

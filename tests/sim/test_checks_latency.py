@@ -83,7 +83,7 @@ def test_simulated_chase_refuses_a_node_without_memory(make_node) -> None:
 
 
 def test_another_root_refuses_to_measure(tmp_path) -> None:
-    from nodeagent.errors import HostError
+    from nodeagent.util.errors import HostError
 
     (tmp_path / "sys/devices/system/node/node0").mkdir(parents=True)
     (tmp_path / "sys/devices/system/node/online").write_text("0\n")

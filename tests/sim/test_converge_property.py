@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.sim import SimKernel, build, get, hotplug
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ class Run:
 def _next_device(k: SimKernel, beside: bool = False) -> tuple[str, int] | None:
     """A new device name and its target node: a possible node nothing uses yet, or (``beside``) the node of a
     device there is already (a second region in the same CXL window)."""
-    from nodeagent.kfmt import parse_list
+    from nodeagent.util.kfmt import parse_list
 
     possible = parse_list(k.tree.read("/sys/devices/system/node/possible"))
     used = sorted({int(d["node"]) for d in k.state().get("dax", {}).values()})

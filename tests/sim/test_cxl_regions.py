@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.engine import Engine
-from nodeagent.errors import ProfileError
+from nodeagent.engine.core import Engine
 from nodeagent.facts.cxl import from_facts as cxl_of
 from nodeagent.facts.dax import from_facts as dax_of
 from nodeagent.host import open_host
+from nodeagent.kinds.cxl_region.wait import wait_for_memdevs
 from nodeagent.profile import load_profile
-from nodeagent.resources.cxl_region.wait import wait_for_memdevs
 from nodeagent.sim import SimKernel, create
 from nodeagent.state import Ownership, StateStore
+from nodeagent.util.errors import ProfileError
 
 S1, S2 = 0x4C454F0001, 0x4C454F0002  # qemu-cxl: mem1 and mem0
 DAX = "  dax:\n    - {name: all, match: {all: true}, mode: system-ram, zone: movable}\n"
@@ -266,7 +266,7 @@ def test_apply_device_memN_plans_that_memdevs_region(tmp_path: Path) -> None:
 def test_device_scope_reads_the_region_changes_fields_not_their_data(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from nodeagent.scope import restrict
+    from nodeagent.engine.scope import restrict
 
     root = node(tmp_path)
     pl = plan(root, profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n"))

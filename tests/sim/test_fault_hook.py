@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from nodeagent.errors import HostError
 from nodeagent.host import open_host
 from nodeagent.sim import SimKernel, faults
+from nodeagent.util.errors import HostError
 from tests.e2e.cli_helpers import run
 
 KNOB = "/sys/kernel/mm/numa/demotion_enabled"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import BusyError, MissingError, NotAllowedError, RejectedError
 from nodeagent.facts import Facts, gather
 from nodeagent.host import open_host
 from nodeagent.sim import SimKernel
 from nodeagent.sim import dax as simdax
+from nodeagent.util.errors import BusyError, MissingError, NotAllowedError, RejectedError
 
 
 def oserr(k: SimKernel, path: str, value: str) -> int:
@@ -183,7 +183,7 @@ def test_facts_round_trip_json_and_never_write(make_node) -> None:
 
 
 def test_host_commands_resolve_inside_a_simulated_root_only(make_node, tmp_path: Path) -> None:
-    from nodeagent.errors import CommandError
+    from nodeagent.util.errors import CommandError
 
     plain = tmp_path / "plainroot"
     plain.mkdir()

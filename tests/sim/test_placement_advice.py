@@ -9,8 +9,8 @@ import pytest
 
 from nodeagent.facts import gather
 from nodeagent.host import open_host
+from nodeagent.kinds.placement.advice import advisories
 from nodeagent.profile import load_profile
-from nodeagent.resources._placement_advice import advisories
 
 REPO = Path(__file__).resolve().parents[2]
 

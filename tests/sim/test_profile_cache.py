@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import profile_cache
-from nodeagent.engine import Engine, make_plan
-from nodeagent.errors import ProfileError
+from nodeagent.engine.core import Engine, make_plan
 from nodeagent.host import open_host
 from nodeagent.profile import LoadedProfile, load_profile
-from nodeagent.resolved import ResolvedProfile, from_record, to_record
+from nodeagent.profile import cache as profile_cache
+from nodeagent.profile.resolved import ResolvedProfile, from_record, to_record
+from nodeagent.util.errors import ProfileError
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 from nodeagent.sim import serving as simserving
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import pytest
 from nodeagent.facts import numa
 from nodeagent.facts.numa import _merge, node_blocks, node_ranges, parse_zones
 from nodeagent.host import open_host
-from nodeagent.kfmt import parse_list
 from nodeagent.sim import SimKernel
+from nodeagent.util.kfmt import parse_list
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "zoneinfo"
 PROFILE = str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import ProfileError
 from nodeagent.profile import load_profile
+from nodeagent.util.errors import ProfileError
 from tests.checks_helpers import profile
 
 REPO = Path(__file__).resolve().parents[2]

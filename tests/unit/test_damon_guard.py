@@ -1,4 +1,4 @@
-"""The dest_free decision (nodeagent/resources/damon/guard.py): thresholds, hysteresis, and how a plan resolves
+"""The dest_free decision (nodeagent/kinds/damon/guard.py): thresholds, hysteresis, and how a plan resolves
 a guarded scheme against what the kernel holds. Pure."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.resources.damon import guard
-from nodeagent.resources.damon.spec import Spec
+from nodeagent.kinds.damon import guard
+from nodeagent.kinds.damon.spec import Spec
 
 GiB = 2**30
 PATH = "contexts/0/schemes/0/access_pattern/sz/min"

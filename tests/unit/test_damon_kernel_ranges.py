@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
-from nodeagent.resources.damon.spec import KERNEL_RANGES, KERNEL_TYPES, kernel_type
+from nodeagent.cli.main import main
+from nodeagent.kinds.damon.spec import KERNEL_RANGES, KERNEL_TYPES, kernel_type
 
 HEAD = "apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: ranges}\n"
 
@@ -125,8 +125,8 @@ def test_the_type_table_only_names_types_with_ranges() -> None:
 @pytest.mark.parametrize(("value", "ok"), [(2**31 - 1, True), (2**31, False), (2**32 - 1, False), (-1, False)])
 def test_knob_values_fit_the_sysctl_s_type(tmp_path, value, ok) -> None:
     """numa_balancing_promote_rate_limit_MBps is proc_dointvec_minmax: an int from 0."""
-    from nodeagent.errors import ProfileError
     from nodeagent.profile import load_profile
+    from nodeagent.util.errors import ProfileError
 
     p = tmp_path / "k.yaml"
     p.write_text(HEAD + f"kernel:\n  numa_balancing_promote_rate_limit_mbps: {value}\n")

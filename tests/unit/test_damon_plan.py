@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.engine import Engine
+from nodeagent.engine.core import Engine
 from nodeagent.facts import gather
 from nodeagent.facts.damon import DamonFacts, Kdamond, from_facts
 from nodeagent.host import open_host
+from nodeagent.kinds.base import PlanContext
+from nodeagent.kinds.damon import DamonResource, build_specs
+from nodeagent.kinds.damon.nodes import NodeClasses, pair
+from nodeagent.kinds.damon.plan import diff_writes, owned_kdamonds
+from nodeagent.kinds.damon.stats import read_stats, refresh_stats
 from nodeagent.profile import LoadedProfile, load_profile
-from nodeagent.resources.base import PlanContext
-from nodeagent.resources.damon import DamonResource, build_specs
-from nodeagent.resources.damon.nodes import NodeClasses, pair
-from nodeagent.resources.damon.plan import diff_writes, owned_kdamonds
-from nodeagent.resources.damon.stats import read_stats, refresh_stats
 from nodeagent.sim import SimKernel
 from nodeagent.sim import dax as simdax
 from nodeagent.sim.damon_presets import start_foreign
@@ -103,11 +103,11 @@ def test_conversions_pairing_and_pending_dax_nodes(make_node, tmp_path) -> None:
 def test_apply_refuses_to_start_toward_a_node_that_did_not_come_online(make_node, tmp_path) -> None:
     # The plan counts dax0.0's future node 2 as the slow node; then the DAX step does not happen (here: it is
     # simply not executed) and the DAMON step must refuse on its own before writing anything.
-    from nodeagent.engine import make_plan
-    from nodeagent.errors import HostError
-    from nodeagent.resources.base import ApplyContext
-    from nodeagent.resources.registry import BY_KIND
+    from nodeagent.engine.core import make_plan
+    from nodeagent.kinds.base import ApplyContext
+    from nodeagent.kinds.registry import BY_KIND
     from nodeagent.state import StateStore
+    from nodeagent.util.errors import HostError
 
     root = make_node("qemu-3node")
     host = open_host(root)
@@ -245,7 +245,7 @@ def test_stats_never_touch_a_foreign_kdamond(make_node) -> None:
     ("regions: {min: 2}", "the kernel needs at least 3 regions"),
 ])
 def test_profile_validation_of_monitoring(tmp_path, field: str, message: str) -> None:
-    from nodeagent.errors import ProfileError
+    from nodeagent.util.errors import ProfileError
 
     with pytest.raises(ProfileError) as exc:
         load(tmp_path, f"kdamonds: [{{name: a, targets: [{{node: 0}}], monitoring: {{{field}}}}}]\n")
@@ -263,8 +263,8 @@ def test_from_facts_reads_a_saved_section(make_node) -> None:
 
 
 def test_taking_over_a_stopped_foreign_configuration_is_still_disruptive() -> None:
-    from nodeagent.resources.damon.plan import plan_kdamonds
-    from nodeagent.resources.damon.spec import Spec
+    from nodeagent.kinds.damon.plan import plan_kdamonds
+    from nodeagent.kinds.damon.spec import Spec
 
     foreign = Kdamond(0, "off", -1, {"contexts/nr_contexts": "1", "contexts/0/operations": "paddr"}, {})
     damon = DamonFacts(True, 1, (foreign,), {}, {}, {}, (), None)

@@ -1,4 +1,4 @@
-"""Which kdamonds are primed, and the priming configuration (nodeagent/resources/damon/prime.py)."""
+"""Which kdamonds are primed, and the priming configuration (nodeagent/kinds/damon/prime.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from nodeagent.kinds.damon import prime
 from nodeagent.profile.damon import Kdamond, Scheme
-from nodeagent.resources.damon import prime
 
 CAPS = {"actions": ["stat", "lru_deprio", "migrate_hot", "migrate_cold"], "filter_types": ["anon", "young"]}
 

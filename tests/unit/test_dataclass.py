@@ -1,4 +1,4 @@
-"""nodeagent._dataclass.dataclass behaves as dataclasses.dataclass: the same class is declared with both and
+"""nodeagent.util.dataclass.dataclass behaves as dataclasses.dataclass: the same class is declared with both and
 every observable behaviour is compared (construction, defaults, repr, equality, hash, frozenness, the
 dataclasses helpers)."""
 
@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from nodeagent._dataclass import dataclass, field
+from nodeagent.util.dataclass import dataclass, field
 
 
 def _pair(**params: Any) -> tuple[type, type]:

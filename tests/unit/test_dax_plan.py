@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import ProfileError
 from nodeagent.facts import Facts
 from nodeagent.facts.dax import DaxDevice, block_ids
 from nodeagent.facts.numa import NumaNode
+from nodeagent.kinds.base import PlanContext
+from nodeagent.kinds.dax import assign, diff_device, plan
 from nodeagent.profile import load_profile, load_profile_text
-from nodeagent.resources.base import PlanContext
-from nodeagent.resources.dax import assign, diff_device, plan
+from nodeagent.util.errors import ProfileError
 
 REPO = Path(__file__).resolve().parents[2]
 TiB, GiB = 1024**4, 1024**3
@@ -242,7 +242,7 @@ def test_device_smaller_than_a_block_cannot_become_system_ram() -> None:
 # -- revert: back to the recorded original ----------------------------------------------------------------
 
 def test_revert_change_puts_a_device_back_as_recorded() -> None:
-    from nodeagent.resources.dax import revert_change
+    from nodeagent.kinds.dax import revert_change
     from nodeagent.state import Original
 
     online = dev(mode="system-ram", online=1024, zones={"Movable": 1024})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.resources._daxctl import DaxctlDevice, classify, parse_device_json
+from nodeagent.kinds.dax.daxctl import DaxctlDevice, classify, parse_device_json
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "reference" / "realkernel"
 

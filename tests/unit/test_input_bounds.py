@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
-from nodeagent.errors import ProfileError
+from nodeagent.cli.main import main
 from nodeagent.profile import load_profile
 from nodeagent.profile.load import MAX_DEPTH, MAX_FILES
+from nodeagent.util.errors import ProfileError
 
 HEAD = "apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: x}\n"
 

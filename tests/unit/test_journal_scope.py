@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from nodeagent.errors import UsageError
+from nodeagent.engine.plan import Change, Plan, Problem
+from nodeagent.engine.scope import expand, in_scope, restrict
 from nodeagent.host import open_host
-from nodeagent.journal import Journal, parse_since
-from nodeagent.plan import Change, Plan, Problem
-from nodeagent.scope import expand, in_scope, restrict
 from nodeagent.sim import SimKernel
 from nodeagent.sim.dax import to_system_ram
+from nodeagent.state.journal import Journal, parse_since
+from nodeagent.util.errors import UsageError
 
 
 def test_journal_rotates_and_stays_bounded(make_node) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import HostError
 from nodeagent.host import latency as probe
 from nodeagent.host import open_host
+from nodeagent.util.errors import HostError
 
 MiB = 1024**2
 

@@ -10,8 +10,8 @@ import ctypes
 
 import pytest
 
-from nodeagent.errors import HostError
 from nodeagent.host import CopyRun, membw
+from nodeagent.util.errors import HostError
 
 
 def test_copy_run_arithmetic_follows_streams_copy_convention() -> None:

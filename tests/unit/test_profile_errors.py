@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import main
-from nodeagent.errors import ProfileError
+from nodeagent.cli.main import main
 from nodeagent.profile import load_profile, load_profile_text
+from nodeagent.util.errors import ProfileError
 
 HEAD = "apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: t}\n"
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import ProfileError
 from nodeagent.profile import load_profile
 from nodeagent.profile.load import LNode, Loc, merge, to_plain
+from nodeagent.util.errors import ProfileError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,13 +17,13 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from nodeagent.cli import main
-from nodeagent.errors import ProfileError
+from nodeagent.cli.main import main
 from nodeagent.profile import checks as checks_mod
 from nodeagent.profile import damon as damon_mod
 from nodeagent.profile import load_profile, schema
 from nodeagent.profile import model as model_mod
 from nodeagent.profile.model import NodeProfile
+from nodeagent.util.errors import ProfileError
 
 REPO = Path(__file__).resolve().parents[2]
 HEAD = {"apiVersion": "nodeagent/v1", "kind": "NodeProfile", "metadata": {"name": "t"}}

@@ -1,14 +1,15 @@
-"""The node's projection after the earlier kinds (nodeagent.projection): one answer for DAMON, placement, checks."""
+"""The node's projection after the earlier kinds (nodeagent.engine.projection): one answer for DAMON, placement,
+checks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from nodeagent.engine.projection import project
 from nodeagent.facts import gather
 from nodeagent.host import open_host
+from nodeagent.kinds.damon.nodes import NodeClasses, classes
 from nodeagent.profile import load_profile
-from nodeagent.projection import project
-from nodeagent.resources.damon.nodes import NodeClasses, classes
 from nodeagent.sim import SimKernel, hotplug
 from nodeagent.sim import dax as simdax
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import LockTimeoutError, NotAllowedError, UsageError
 from nodeagent.host import fs as fsmod
 from nodeagent.host.fs import EscapeError, RootedFS
+from nodeagent.util.errors import LockTimeoutError, NotAllowedError, UsageError
 
 SECRET = "root:$6$secret-hash:19000:0:99999:7:::\n"
 STATE = "/var/lib/nodeagent"

@@ -27,7 +27,7 @@ from nodeagent.state import (
     Reverted,
     StateStore,
 )
-from nodeagent.timestamps import parse, rfc3339
+from nodeagent.util.timestamps import parse, rfc3339
 
 
 @pytest.fixture
@@ -176,9 +176,9 @@ def test_one_timestamp_format_and_the_old_spellings_parse(t: float) -> None:
 def test_a_kind_without_revert_shows_a_non_blocking_problem(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kind built against the plain protocol (plan, apply, original) still works: revert lists what it
     recorded as a problem that does not block the rest."""
-    from nodeagent.engine import make_revert_plan
+    from nodeagent.engine.core import make_revert_plan
     from nodeagent.facts import Facts
-    from nodeagent.resources import registry
+    from nodeagent.kinds import registry
     from nodeagent.state import PlanState
 
     class Region:

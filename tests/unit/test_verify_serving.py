@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nodeagent.verify_serving import parse_numa_maps, parse_numa_stat
+from nodeagent.serving.verify import parse_numa_maps, parse_numa_stat
 
 DATA = Path(__file__).parent.parent / "data" / "numa_maps"
 

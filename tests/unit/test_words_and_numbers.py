@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import ProfileError
-from nodeagent.journal import iso
 from nodeagent.profile import load_profile
 from nodeagent.render.ops_text import LINE, _event_line, fold_names
-from nodeagent.timestamps import rfc3339
+from nodeagent.state.journal import iso
+from nodeagent.util.errors import ProfileError
+from nodeagent.util.timestamps import rfc3339
 
 REPO = Path(__file__).resolve().parents[2]
 RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
@@ -68,8 +68,8 @@ def test_the_readme_exit_code_table_is_the_exit_code_enum() -> None:
     each one is: a caller scripting around nodeagent reads that table, not the source."""
     import signal
 
-    from nodeagent.errors import ExitCode
-    from nodeagent.signals import exit_code
+    from nodeagent.engine.signals import exit_code
+    from nodeagent.util.errors import ExitCode
 
     assert len(ExitCode.__members__) == len(ExitCode), "two ExitCode names share one value"
     readme = (REPO / "README.md").read_text()

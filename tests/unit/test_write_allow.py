@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from nodeagent.host import open_host
 from nodeagent.host.fs import WRITE_ALLOW, WRITE_ALLOW_MOUNTED
 from nodeagent.k8s.labels import FEATURES_FILE
+from nodeagent.kinds.registry import RESOURCES
 from nodeagent.render.systemd import RULES_DIR, UNIT_DIR
-from nodeagent.resources.registry import RESOURCES
 from nodeagent.state import STATE_DIR
 
 #: What nodeagent writes that is not a resource kind's: its state directory, its own units and udev rule
@@ -67,7 +67,7 @@ def test_every_kind_declares_and_the_mounted_entries_are_the_kinds_too() -> None
 def test_what_apply_and_revert_write_is_what_the_kinds_declare(make_node, capsys, preset: str) -> None:
     """Every write of a real apply, a drift repair and a full revert is declared by a kind (or is state)."""
     from nodeagent.checks import parse_skips
-    from nodeagent.engine import Engine
+    from nodeagent.engine.core import Engine
     from nodeagent.profile import load_profile
     from nodeagent.sim import SimKernel
 

@@ -212,10 +212,10 @@ import traceback  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
 try:
-    from nodeagent.engine import Engine
-    from nodeagent.errors import ExitCode, NodeagentError, ProfileError, UsageError
+    from nodeagent.engine.core import Engine
     from nodeagent.host import open_host
     from nodeagent.profile import load_profile, load_profile_text
+    from nodeagent.util.errors import ExitCode, NodeagentError, ProfileError, UsageError
 except ImportError:
     NODEAGENT_IMPORT_ERROR = traceback.format_exc()
 else:

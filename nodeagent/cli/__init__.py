@@ -1,0 +1,1 @@
+"""The command line: one module per command group, and the command table in :mod:`.main`."""

@@ -1,0 +1,259 @@
+"""DAMON kdamonds built, updated, started and stopped through ``/sys/kernel/mm/damon/admin``.
+
+The profile's ``damon:`` section (:mod:`nodeagent.profile.damon`) names kdamonds by purpose; the plan resolves
+node classes from memory tiers (:mod:`.nodes`), converts human units to the kernel's files (:mod:`.spec`),
+checks every file, action and filter against the kernel's capabilities (found without writing, see
+:mod:`nodeagent.facts.damon_caps`), and diffs with what the kernel shows and what nodeagent owns
+(:mod:`.plan`). Apply writes in the kernel's order and verifies each ``on``/``commit`` (:mod:`.apply`).
+Statistics of nodeagent's own kdamonds: :mod:`.stats`.
+
+A ``damon:`` section is the complete set of nodeagent's kdamonds: one of nodeagent's that it no longer names is
+stopped and its slot released (a foreign kdamond never is); ``damon: {kdamonds: []}`` removes them all. A kdamond it
+stops because it acts on a node that becomes a pinned pool (``memory.dax`` ``use: pinned-pool``; such nodes are
+never ``slow``) is stopped before the DAX devices are rezoned. A profile without ``damon:`` leaves nodeagent's
+kdamonds alone, and warns about each that acts on a pinned-pool node.
+A kdamond whose classes resolve to no node here (no CXL node, say) is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ...engine.plan import Change, Problem
+from ...engine.projection import NodeProjection, project
+from ...facts import Facts
+from ...facts.damon import KDAMONDS, DamonFacts, Kdamond, from_facts
+from ...host import Host
+from ...state import Original, Ownership, PlanState
+from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
+from .apply import apply_change
+from .nodes import NodeClasses, classes, pair
+from .plan import ALL, KIND, other_users, owned_kdamonds, plan_kdamonds, revert_kdamonds
+from .spec import Checker, Spec, kdamond_spec
+
+if TYPE_CHECKING:
+    from ...profile import LoadedProfile
+
+__all__ = ["DamonResource", "KIND", "build_specs", "revert_kdamonds"]
+
+
+def _resolve(ref: int | str, nc: NodeClasses, facts: Facts, chk: Checker, path: tuple) -> tuple[int, ...] | None:
+    """Nodes a selector means; ``None`` (after recording a problem) for a node id that cannot be used."""
+    if isinstance(ref, int):
+        if facts.node(ref) is None and ref not in nc.pending:
+            chk.fail(path, f"node {ref} is not online here" + (" (and no DAX device brings it online)"
+                                                              if ref not in facts.possible_nodes else ""),
+                     "use fast/slow or an online node id")
+            return None
+        return (ref,)
+    return nc.resolve(ref)
+
+
+def build_specs(loaded: LoadedProfile, facts: Facts,
+                proj: NodeProjection | None = None) -> tuple[list[Spec], Checker, list[str]]:
+    """The kdamonds the profile asks for on this node, with the problems and warnings found on the way."""
+    model = loaded.profile.damon
+    damon = from_facts(facts)
+    nc = classes(proj if proj is not None else project(loaded, facts))
+    chk = Checker(damon, loaded.where, facts.kernel_release)
+    notes = list(nc.notes) if model and model.kdamonds else []  # what the classes left out matters to kdamonds
+    specs: list[Spec] = []
+    mem = {n.id: (n.mem_free, n.mem_total) for n in facts.nodes}
+    for i, kd in enumerate(model.kdamonds if model else []):
+        base = ("damon", "kdamonds", i)
+        sources: list[int] = []
+        for t, target in enumerate(kd.targets):
+            got = _resolve(target.node, nc, facts, chk, base + ("targets", t, "node"))
+            sources += [n for n in got or () if n not in sources]
+        if not sources:
+            notes.append(f"{kd.name}: targets {', '.join(str(t.node) for t in kd.targets)} resolve to no node "
+                         "here: kdamond not created")
+            continue
+        if (kd.targets and any(isinstance(t.node, str) for t in kd.targets)) and not facts.tiers:
+            chk.fail(base + ("targets",), "fast/slow need memory tiers, which this kernel does not show",
+                     "use node ids")
+        scheme_dests: list[tuple[int, ...] | None] = []
+        empty: list[str] = []
+        for j, s in enumerate(kd.schemes):
+            refs = [s.target_node] if s.target_node is not None else [d.node for d in s.dests or []]
+            if not refs:
+                scheme_dests.append(None)
+                continue
+            dests: list[int] = []
+            for ref in refs:
+                dests += [n for n in _resolve(ref, nc, facts, chk, base + ("schemes", j, "target_node")) or ()
+                          if n not in dests]
+            if not dests:
+                empty += [str(r) for r in refs]
+            scheme_dests.append(tuple(dests))
+        if empty:
+            notes.append(f"{kd.name}: destination {', '.join(dict.fromkeys(empty))} resolves to no node here "
+                         "(no such memory tier): kdamond not created")
+            continue
+        if kd.pairing == "nearest" and any(t.node == "slow" for t in kd.targets):
+            chk.warn_at(base + ("pairing",),
+                        "nearest makes one kdamond per source node, and these sources are the lower-tier (CXL) "
+                        "nodes: a hot-added expander will need a new kdamond slot, and adding one rewrites "
+                        "nr_kdamonds, which stops every kdamond (a disruptive change); pairing: gather makes one "
+                        "kdamond per destination, which a new expander joins by a commit")
+        pairings, skipped = pair(kd.name, kd.pairing, tuple(sources), scheme_dests, nc)
+        notes += skipped
+        before, kept = len(chk.problems), []
+        for p in pairings:
+            spec = kdamond_spec(i, kd, p, nc, chk, mem)
+            if spec is not None:
+                kept.append(spec)
+        new = chk.problems[before:]
+        if kd.optional and new and all(entry in chk.missing for entry in new):
+            del chk.problems[before:]
+            notes.append(f"{kd.name}: left out (optional) — this kernel ({facts.kernel_release or 'unknown'}) lacks "
+                         + "; ".join(m.split(": ", 2)[-1] for _, m, _ in new))
+            continue
+        specs += kept
+    names = [s.name for s in specs]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        chk.fail(("damon", "kdamonds"), f"two kdamonds would be named {dup} after pairing", "rename one")
+    return specs, chk, notes
+
+
+class DamonResource:
+    kind = KIND
+    writes: tuple[str, ...] = (rf"{KDAMONDS}/.*",)  # every file under the kdamonds directory, nothing else
+
+    def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
+        model = loaded.profile.damon
+        proj = projection_of(loaded, facts, ctx)
+        if model is None:
+            unmanaged = _unmanaged(from_facts(facts), ctx.state.ownership, proj)
+            unmanaged.warnings += other_users([], from_facts(facts), ctx.state.ownership, unmanaged)
+            return unmanaged
+        damon = from_facts(facts)
+        if not damon.sysfs:
+            rp = ResourcePlan()
+            if model.kdamonds and all(kd.optional for kd in model.kdamonds):
+                rp.warnings.append(f"damon: {', '.join(kd.name for kd in model.kdamonds)} left out (optional) — this "
+                                   f"kernel ({facts.kernel_release or 'unknown'}) has no DAMON sysfs interface "
+                                   "(kernel 5.18 with CONFIG_DAMON_SYSFS)")
+            elif model.kdamonds:
+                rp.problems.append(Problem(KIND, "damon", f"{loaded.where('damon')}: damon: this kernel "
+                                           f"({facts.kernel_release or 'unknown'}) has no DAMON sysfs interface "
+                                           "(/sys/kernel/mm/damon/admin: kernel 5.18 with CONFIG_DAMON_SYSFS)",
+                                           hint="remove the damon section, or run a kernel with DAMON sysfs"))
+            return rp
+        specs, chk, notes = build_specs(loaded, facts, proj)
+        if chk.problems:
+            return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
+                                warnings=notes + chk.warnings)
+        rp = plan_kdamonds(specs, damon, ctx.state.ownership, model.coexist, ctx.allow_disruptive)
+        rp.warnings += other_users(specs, damon, ctx.state.ownership, rp)
+        devices = _devices_by_spec(specs, proj)
+        rp.changes = [_before_rezone(_with_profile(c, loaded.name, devices), damon, proj) for c in rp.changes]
+        rp.warnings = notes + chk.warnings + rp.warnings + _unguarded(specs, facts)
+        return rp
+
+    #: The one originals target stands for all of nodeagent's kdamonds (each is in the ownership records).
+    covers_kind = frozenset({ALL})
+
+    def original(self, change: Change, facts: Facts) -> tuple[str, Original]:
+        """What revert needs: how many kdamond slots there were before nodeagent's first DAMON change (the
+        kdamonds themselves are in the ownership records)."""
+        return ALL, Original(KIND, f"{KDAMONDS}/nr_kdamonds", {"nr_kdamonds": from_facts(facts).nr_kdamonds})
+
+    def current(self, target: str, facts: Facts) -> tuple[str, Original] | None:
+        return self.original(Change(KIND, target, "keep", None, None), facts) if from_facts(facts).sysfs else None
+
+    def revert(self, target: str, rec: Original, facts: Facts, state: PlanState) -> list[Change]:
+        """Stop and empty every kdamond nodeagent owns (never another's); ``nr_kdamonds`` back when every slot
+        is nodeagent's."""
+        count = rec.value.get("nr_kdamonds", 0) if isinstance(rec.value, dict) else 0
+        return revert_kdamonds(from_facts(facts), state.ownership, int(count))
+
+    def forget(self, target: str, ownership: Ownership) -> None:
+        ownership.kdamonds.clear()
+
+    def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
+        return apply_change(host, change, actx, str(change.detail("profile", "")))
+
+
+def _unguarded(specs: list[Spec], facts: Facts) -> list[str]:
+    """A warning when kdamonds have dest_free schemes and no ``nodeagent guard`` keeps them here."""
+    from ...facts.guard import from_facts as guard_facts
+
+    guarded = [s.name for s in specs if s.guards]
+    g = guard_facts(facts)
+    if not guarded or not g.known or g.running:
+        return []
+    seen = f"its last heartbeat is {g.age:.0f}s old (pid {g.pid})" if g.age is not None else "none has run here"
+    return [f"damon: {', '.join(guarded)} ha{'s' if len(guarded) == 1 else 've'} dest_free schemes, and no "
+            f"`nodeagent guard` keeps them ({seen}): they stay as this plan leaves them while their destination's "
+            "free memory moves — enable nodeagent-guard.service (`nodeagent units`), run `nodeagent guard "
+            "PROFILE`, or `nodeagent run --apply` (the DaemonSet)"]
+
+
+def acts_on(kd: Kdamond, proj: NodeProjection) -> tuple[set[int], set[int]]:
+    """(nodes a kdamond monitors, nodes its schemes migrate to), from what its files hold now: its paddr regions
+    against the projected node ranges, and its schemes' ``target_nid``."""
+    cfg = kd.config
+    monitored: set[int] = set()
+    for key, start in cfg.items():
+        if not key.endswith("/start") or "/regions/" not in key:
+            continue
+        end = cfg.get(key[: -len("start")] + "end")
+        if not (start.isdigit() and end and end.isdigit()):
+            continue
+        lo, hi = int(start), int(end)
+        monitored |= {n for n, rs in proj.ranges.items() for a, b in rs if a < hi and lo < b}
+    dests = {int(v) for k, v in cfg.items() if k.endswith("/target_nid") and v.strip().lstrip("-").isdigit()
+             and cfg.get(k.rsplit("/", 1)[0] + "/action", "").startswith("migrate_") and int(v) >= 0}
+    return monitored, dests
+
+
+def _pinned_by(kd: Kdamond, proj: NodeProjection) -> tuple[list[int], bool]:
+    """The pinned-pool nodes ``kd`` acts on, and whether it migrates pages (over or into them)."""
+    monitored, dests = acts_on(kd, proj)
+    migrates = any(k.endswith("/action") and v.startswith("migrate_") for k, v in kd.config.items())
+    return sorted((monitored | dests) & set(proj.pinned)), migrates
+
+
+def _before_rezone(change: Change, damon: DamonFacts, proj: NodeProjection) -> Change:
+    """A kdamond of nodeagent's stopped because it acts on a node that becomes a pinned pool goes before the DAX
+    changes (it would migrate pages into, or out of, memory being offlined and rezoned)."""
+    kd = damon.kdamond(int(change.detail("index", -1))) if change.op == "delete" else None
+    if kd is None or not _pinned_by(kd, proj)[0]:
+        return change
+    return replace(change, before_dax=True)
+
+
+def _unmanaged(damon: DamonFacts, ownership: dict[str, Any], proj: NodeProjection) -> ResourcePlan:
+    """A profile without ``damon:`` leaves nodeagent's kdamonds alone, but warns about each that acts on a node the
+    profile declares a pinned pool (a migrate kdamond there moves pages over or into the pool)."""
+    rp = ResourcePlan()
+    if not damon.sysfs or not proj.pinned:
+        return rp
+    owned, _ = owned_kdamonds(damon, ownership)
+    for o in sorted(owned.values(), key=lambda o: o.index):
+        nodes, migrates = _pinned_by(o.kdamond, proj)
+        if not nodes or o.name is None:
+            continue
+        where = ", ".join(f"node{n}" for n in nodes)
+        what = "migrates pages over or into" if migrates else "acts on"
+        rp.warnings.append(f"damon.{o.name} ({o.kdamond.describe()}, nodeagent's) {what} {where}, which this profile "
+                           "declares a pinned pool (memory.dax use: pinned-pool); without a damon: section nodeagent "
+                           "leaves its kdamonds as they are — add `damon: {kdamonds: []}` to stop them (before the "
+                           "DAX devices are rezoned)")
+    return rp
+
+
+def _devices_by_spec(specs: list[Spec], proj: NodeProjection) -> dict[str, list[str]]:
+    """Per kdamond to build: the DAX devices behind the nodes it monitors or migrates to."""
+    return {s.name: sorted({d for n in (*s.sources, *s.dest_nodes) for d in proj.devices_on(n)}) for s in specs}
+
+
+def _with_profile(change: Change, profile: str, devices: dict[str, list[str]]) -> Change:
+    """The change with the profile's name and the DAX devices behind the nodes of the kdamonds it builds: a
+    hot-plugged device's scoped apply finds the kdamonds it affects, and leaves out one that needs another
+    device the scope does not online (:mod:`nodeagent.engine.scope`)."""
+    names = [str(kd["name"]) for kd in change.detail("kdamonds", ())] or [change.target.removeprefix("damon.")]
+    devs = sorted({d for n in names for d in devices.get(n, ())})
+    return replace(change, data=change.data + (("profile", profile),), devices=tuple(devs), needs=tuple(devs))

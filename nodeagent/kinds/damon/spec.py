@@ -1,0 +1,474 @@
+"""From the profile's ``damon:`` section to the exact sysfs files of each kdamond, in the order the kernel needs.
+
+Conversion rules (the profile reference repeats them):
+
+- durations → microseconds (``*_us`` files), quota time and reset interval → whole milliseconds;
+- ``age`` → aggregation intervals: ``min`` rounds up, ``max`` down (a warning says so when the age is not a
+  multiple of ``aggregate``); with ``intervals_goal`` the kernel retunes ``sample`` and ``aggregate`` together
+  (their ratio stays) and rescales each region's age, but a scheme's age bounds stay counts, so their time
+  meaning follows the tuned interval — the plan warns with the resulting range;
+- ``nr_accesses`` percentages → counts of the ``aggregate / sample`` samples an interval holds;
+- an omitted ``max`` is written as the type's largest value (2^64-1 bytes, 2^32-1 accesses or intervals): the
+  kernel's default max is 0, which matches nothing; an omitted ``min`` is 0;
+- filters: on kernels with ``core_filters/`` and ``ops_filters/`` (6.15) ``addr``/``target`` go to the former,
+  every other type to the latter, and the deprecated ``filters/`` is never written; ``allow: true`` needs the
+  ``allow`` file (6.14) — older kernels only exclude, which is ``allow: false``;
+- destinations: one destination is ``target_nid`` (6.11) and ``dests/`` stays empty; ``dests/`` weights are
+  honoured only by vaddr/fvaddr migration (6.17), paddr migration reads ``target_nid`` alone — so several
+  destinations are expressed by pairing (``nearest``/``split``), never by ``dests/`` on paddr.
+
+Every writable file of the kdamond is specified (defaults included), so what the kernel shows can be compared
+file by file with what nodeagent wants; type-specific filter files of other types are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from ...facts.damon import DamonFacts
+from ...facts.damon_caps import ACTION_OPS, CORE_FILTER_TYPES, since_of
+from ...util.dataclass import dataclass
+from ...util.units import approx_size, format_duration_us, format_size
+from . import guard, prime
+from .nodes import NodeClasses, Pairing
+
+if TYPE_CHECKING:
+    from ...profile.damon import Filter, Goal, Kdamond, Scheme
+
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+Writes = list[tuple[str, str]]
+
+#: What each numeric file under a kdamond holds, as mm/damon/sysfs.c and sysfs-schemes.c parse it: ``kstrtoul``
+#: is an unsigned long (64 bits on the LP64 machines nodeagent runs on), ``kstrtouint`` an unsigned int,
+#: ``kstrtoint`` an int. ``age`` and ``nr_accesses`` are parsed as unsigned long but land in the unsigned int
+#: fields of ``struct damos_access_pattern``: 32 bits is what they hold, and a larger value is silently cut.
+#: A value outside its file's range is a plan problem, so apply never starts a kdamond it cannot finish.
+KERNEL_RANGES = {"unsigned long": (0, U64_MAX), "unsigned int": (0, U32_MAX), "int": (-(2**31), 2**31 - 1)}
+_S = r"contexts/0/schemes/(\d+)/"
+KERNEL_TYPES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = tuple(
+    (re.compile(rx), ctype, field) for rx, ctype, field in (
+        # (file, relative to the kdamond; its C type; the profile field it comes from, below the kdamond)
+        (r"refresh_ms", "unsigned int", ("stats_refresh",)),
+        (r"(contexts/nr_contexts|.*/nr_(targets|regions|schemes|filters|goals|dests))", "int", ()),
+        (r"contexts/0/addr_unit", "unsigned long", ()),
+        (r".*/intervals/sample_us", "unsigned long", ("monitoring", "sample")),
+        (r".*/intervals/aggr_us", "unsigned long", ("monitoring", "aggregate")),
+        (r".*/intervals/update_us", "unsigned long", ("monitoring", "update")),
+        (r".*/intervals_goal/access_bp", "unsigned long", ("monitoring", "intervals_goal", "access")),
+        (r".*/intervals_goal/aggrs", "unsigned long", ("monitoring", "intervals_goal", "aggregations")),
+        (r".*/intervals_goal/min_sample_us", "unsigned long", ("monitoring", "intervals_goal", "min_sample")),
+        (r".*/intervals_goal/max_sample_us", "unsigned long", ("monitoring", "intervals_goal", "max_sample")),
+        (r".*/monitoring_attrs/nr_regions/(min|max)", "unsigned long", ("monitoring", "regions", "{1}")),
+        (r".*/pid_target", "int", ()),
+        (r".*/regions/\d+/(start|end)", "unsigned long", ()),
+        (_S + r"target_nid", "int", ("schemes", "{s}", "target_node")),
+        (_S + r"apply_interval_us", "unsigned long", ("schemes", "{s}", "apply_interval")),
+        (_S + r"access_pattern/sz/(min|max)", "unsigned long", ("schemes", "{s}", "access", "size", "{2}")),
+        (_S + r"access_pattern/nr_accesses/(min|max)", "unsigned int",
+         ("schemes", "{s}", "access", "nr_accesses", "{2}")),
+        (_S + r"access_pattern/age/(min|max)", "unsigned int", ("schemes", "{s}", "access", "age", "{2}")),
+        (_S + r"quotas/ms", "unsigned long", ("schemes", "{s}", "quota", "time")),
+        (_S + r"quotas/bytes", "unsigned long", ("schemes", "{s}", "quota", "size")),
+        (_S + r"quotas/reset_interval_ms", "unsigned long", ("schemes", "{s}", "quota", "reset_interval")),
+        (_S + r"quotas/weights/(sz|nr_accesses|age)_permil", "unsigned int", ("schemes", "{s}", "quota", "weights")),
+        (_S + r"quotas/goals/(\d+)/(target|current)_value", "unsigned long",
+         ("schemes", "{s}", "quota", "goals", "{2}", "{3}")),
+        (_S + r"quotas/goals/(\d+)/nid", "int", ("schemes", "{s}", "quota", "goals", "{2}", "node")),
+        (_S + r"watermarks/(interval_us|high|mid|low)", "unsigned long", ("schemes", "{s}", "watermarks")),
+        (_S + r"\w+/\d+/(addr_start|addr_end|min|max)", "unsigned long", ("schemes", "{s}", "filters")),
+        (_S + r"\w+/\d+/damon_target_idx", "int", ("schemes", "{s}", "filters")),
+    ))
+
+
+def kernel_type(file: str) -> tuple[str, tuple[str, ...], re.Match[str]] | None:
+    """The C type of the kdamond file ``file`` (relative to the kdamond) and the profile field behind it."""
+    for rx, ctype, field in KERNEL_TYPES:
+        m = rx.fullmatch(file)
+        if m:
+            return ctype, field, m
+    return None
+
+
+def check_kernel_ranges(base: tuple, writes: Writes, scheme_of: list[int], chk: Checker) -> None:
+    """Every numeric value fits the type of the kernel file it goes to (see :data:`KERNEL_TYPES`); one that
+    does not is a problem at the profile field it came from, with the converted value and the file's type."""
+    for file, value in writes:
+        if not re.fullmatch(r"-?\d+", value):
+            continue
+        found = kernel_type(file)
+        if found is None:
+            continue
+        ctype, field, m = found
+        lo, hi = KERNEL_RANGES[ctype]
+        if lo <= int(value) <= hi:
+            continue
+        path = base + tuple(_field_part(part, m, scheme_of) for part in field)
+        age = "/age/" in file
+        unit = " aggregation intervals" if age else ""
+        chk.fail(path, f"becomes {value}{unit} for the kernel's {file.rsplit('/', 2)[-2] + '/' if age else ''}"
+                 f"{file.rsplit('/', 1)[-1]}, which holds an {ctype} ({lo} to {hi})",
+                 "lower it, or raise monitoring.aggregate (ages are counted in aggregation intervals)" if age
+                 else f"lower it to what an {ctype} holds")
+
+
+def _field_part(part: str, m: re.Match[str], scheme_of: list[int]) -> str | int:
+    if part == "{s}":
+        return scheme_of[int(m.group(1))]
+    if part.startswith("{"):
+        g = m.group(int(part[1:-1]))
+        return int(g) if g.isdigit() else g
+    return part
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One kdamond to build: its name, where it came from, and every file value in write order."""
+
+    name: str
+    profile_index: int
+    how: str
+    sources: tuple[int, ...]
+    dest_nodes: tuple[int, ...]
+    writes: tuple[tuple[str, str], ...]
+    summary: str
+    #: The scheme files of the priming configuration the kdamond starts with (:mod:`.prime`), or nothing.
+    prime: tuple[tuple[str, str], ...] = ()
+    #: The schemes paused while their destination is nearly full (:mod:`.guard`), with what the plan decided.
+    guards: tuple[guard.Guard, ...] = ()
+
+    @property
+    def config(self) -> dict[str, str]:
+        return dict(self.writes)
+
+
+class Checker:
+    """Collects what the profile needs that this kernel lacks, as ``file:line:col: field: message`` lines."""
+
+    def __init__(self, damon: DamonFacts, where: Any, kernel: str) -> None:
+        self.caps = damon.capabilities
+        self.damon = damon
+        self.where = where
+        self.kernel = kernel or "unknown"
+        self.problems: list[tuple[str, str, str]] = []  # (target, message, hint)
+        self.missing: list[tuple[str, str, str]] = []  # the problems that are a feature this kernel lacks
+        self.warnings: list[str] = []
+
+    def fail(self, path: tuple, message: str, hint: str) -> None:
+        entry = (_dotted(path), f"{self.where(*path)}: {_dotted(path)}: {message}", hint)
+        if entry not in self.problems:  # paired kdamonds share the profile's scheme: report it once
+            self.problems.append(entry)
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def warn_at(self, path: tuple, message: str) -> None:
+        """A warning about one profile field, as ``file:line:col: field: message``."""
+        self.warn(f"{self.where(*path)}: {_dotted(path)}: {message}")
+
+    def lacks(self, path: tuple, message: str, hint: str) -> None:
+        """A problem that is a kernel feature missing here (an ``optional`` kdamond is left out for it)."""
+        self.fail(path, message, hint)
+        entry = (_dotted(path), f"{self.where(*path)}: {_dotted(path)}: {message}", hint)
+        if entry not in self.missing:
+            self.missing.append(entry)
+
+    def need(self, path: tuple, feature: str, what: str) -> bool:
+        if self.damon.has(feature):
+            return True
+        since = since_of(feature)
+        self.lacks(path, f"{what} needs kernel {since}; this node runs {self.kernel}",
+                   f"remove it from the profile, or run a kernel >= {since}")
+        return False
+
+    def vocab(self, path: tuple, kind: str, value: str, noun: str) -> bool:
+        if value in self.caps[kind]:
+            return True
+        since = since_of(value)
+        self.lacks(path, f"{noun} {value} needs kernel {since}; this node runs {self.kernel} "
+                   f"(available: {', '.join(self.caps[kind]) or 'none'})",
+                   f"use one of the available {noun}s, or run a kernel >= {since}")
+        return False
+
+    def supports_goal(self, g: Goal) -> bool:
+        """Whether this kernel can write goal ``g`` (its metric, and per-node or memcg goals)."""
+        if not self.damon.has("quota_goals"):
+            return False
+        if self.damon.has("goal_metric") and g.metric not in self.caps["goal_metrics"]:
+            return False
+        if not self.damon.has("goal_metric") and g.metric != "user_input":
+            return False
+        if g.metric.startswith("node_") and not self.damon.has("goal_nid"):
+            return False
+        return not ("memcg" in g.metric and not self.damon.has("goal_path"))
+
+
+def _dotted(path: tuple) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _yn(value: bool) -> str:
+    return "Y" if value else "N"
+
+
+def _age(path: tuple, us: int | None, aggr: int, upper: bool, chk: Checker) -> int:
+    if us is None:
+        return U32_MAX if upper else 0
+    count = us // aggr if upper else -(-us // aggr)
+    if us % aggr:
+        chk.warn(f"{_dotted(path)}: {format_duration_us(us)} is not a multiple of aggregate "
+                            f"{format_duration_us(aggr)}: written as {count} intervals "
+                            f"({format_duration_us(count * aggr)})")
+    return count
+
+
+def _accesses(value: int | str | None, max_acc: int, upper: bool) -> int:
+    if value is None:
+        return U32_MAX if upper else 0
+    if isinstance(value, int):
+        return value
+    exact = float(value.rstrip("%")) * max_acc / 100
+    return int(exact) if upper else -int(-exact // 1)
+
+
+def _filter(path: tuple, f: Filter, chk: Checker) -> Writes:
+    chk.vocab(path + ("type",), "filter_types", f.type, "filter type")
+    if f.allow:
+        chk.need(path + ("allow",), "filter_allow", "allow: true (filters that restrict the action to pages)")
+    out = [("type", f.type), ("matching", _yn(f.matching))]
+    if chk.damon.has("filter_allow"):
+        out.append(("allow", _yn(f.allow)))
+    if f.type == "memcg":
+        out.append(("memcg_path", f.memcg or ""))
+    elif f.type == "addr" and f.range is not None:
+        out += [("addr_start", str(f.range.start)), ("addr_end", str(f.range.end))]
+    elif f.type == "target":
+        out.append(("damon_target_idx", str(f.target or 0)))
+    elif f.type == "hugepage_size" and f.size is not None:
+        chk.need(path + ("size",), "filter_size", "hugepage_size bounds")
+        out += [("min", str(f.size.min or 0)), ("max", str(f.size.max if f.size.max is not None else U64_MAX))]
+    return out
+
+
+def _filters(path: tuple, s: Scheme, chk: Checker) -> Writes:
+    if not s.filters:
+        if not chk.damon.has("filters"):
+            return []
+    elif not chk.need(path + ("filters",), "filters", "DAMOS filters"):
+        return []
+    per = [(f, _filter(path + ("filters", i), f, chk)) for i, f in enumerate(s.filters)]
+    if chk.damon.has("core_ops_filters"):
+        out: Writes = []
+        for layer, pick in (("core_filters", True), ("ops_filters", False)):
+            chosen = [w for f, w in per if (f.type in CORE_FILTER_TYPES) == pick]
+            out.append((f"{layer}/nr_filters", str(len(chosen))))
+            for i, w in enumerate(chosen):
+                out += [(f"{layer}/{i}/{k}", v) for k, v in w]
+        return out
+    out = [("filters/nr_filters", str(len(per)))]
+    for i, (_, w) in enumerate(per):
+        out += [(f"filters/{i}/{k}", v) for k, v in w]
+    return out
+
+
+def _goal(path: tuple, g: Goal, node: int | None, chk: Checker) -> Writes:
+    out: Writes = []
+    if chk.damon.has("goal_metric"):
+        if chk.vocab(path + ("metric",), "goal_metrics", g.metric, "quota goal metric"):
+            out.append(("target_metric", g.metric))
+    elif g.metric != "user_input":
+        chk.need(path + ("metric",), "goal_metric", f"quota goal metric {g.metric}")
+    out.append(("target_value", str(g.target)))
+    if g.current is not None:
+        out.append(("current_value", str(g.current)))
+    if g.metric.startswith("node_") and chk.need(path + ("node",), "goal_nid", "a per-node quota goal"):
+        out.append(("nid", str(node if node is not None else 0)))
+    if "memcg" in g.metric and chk.need(path + ("memcg",), "goal_path", "a memcg quota goal"):
+        out.append(("path", g.memcg or ""))
+    return out
+
+
+def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_nodes: list[int | None],
+                  chk: Checker) -> Writes:
+    chk.vocab(path + ("action",), "actions", s.action, "DAMOS action")
+    if s.action in chk.caps["actions"] and kd.operations not in ACTION_OPS[s.action]:
+        chk.fail(path + ("action",), f"{s.action} does nothing with {kd.operations} operations "
+                 f"(works with {', '.join(ACTION_OPS[s.action])})", "pick an action for these operations")
+    if s.dests:
+        chk.fail(path + ("dests",), "dests/ weights are honoured only by vaddr/fvaddr migration (6.17); paddr "
+                 "migration uses target_nid alone", "use target_node with pairing: nearest or split")
+    mon = kd.monitoring
+    aggr = mon.aggregate
+    max_acc = max(aggr // mon.sample, 1)
+    a = s.access
+    out: Writes = [("action", s.action)]
+    if chk.damon.has("migrate"):
+        out.append(("target_nid", str(dest if dest is not None else -1)))
+    if s.apply_interval is not None:
+        chk.need(path + ("apply_interval",), "apply_interval", "apply_interval")
+    if chk.damon.has("apply_interval"):
+        out.append(("apply_interval_us", str(s.apply_interval or 0)))
+    out += [
+        ("access_pattern/sz/min", str(a.size.min or 0)),
+        ("access_pattern/sz/max", str(a.size.max if a.size.max is not None else U64_MAX)),
+        ("access_pattern/nr_accesses/min", str(_accesses(a.nr_accesses.min, max_acc, False))),
+        ("access_pattern/nr_accesses/max", str(_accesses(a.nr_accesses.max, max_acc, True))),
+        ("access_pattern/age/min", str(_age(path + ("access", "age", "min"), a.age.min, aggr, False, chk))),
+        ("access_pattern/age/max", str(_age(path + ("access", "age", "max"), a.age.max, aggr, True, chk))),
+    ]
+    q = s.quota
+    ms = 0
+    reset = 0
+    if q is not None:
+        for key, us in (("time", q.time or 0), ("reset_interval", q.reset_interval)):
+            if us % 1000:
+                chk.fail(path + ("quota", key), f"{format_duration_us(us)} is not a whole number of milliseconds "
+                         "(the kernel takes milliseconds)", "round it to milliseconds")
+        ms, reset = (q.time or 0) // 1000, q.reset_interval // 1000
+    w = q.weights if q is not None else None
+    out += [("quotas/ms", str(ms)), ("quotas/bytes", str(q.size or 0) if q else "0"),
+            ("quotas/reset_interval_ms", str(reset)),
+            ("quotas/weights/sz_permil", str(w.size if w else 0)),
+            ("quotas/weights/nr_accesses_permil", str(w.nr_accesses if w else 0)),
+            ("quotas/weights/age_permil", str(w.age if w else 0))]
+    goals = []
+    for i, g in enumerate(q.goals if q is not None else []):
+        if g.optional and not chk.supports_goal(g):
+            chk.warn_at(path + ("quota", "goals", i), f"this kernel ({chk.kernel}) cannot run a "
+                        f"{g.metric} goal{' per node' if g.metric.startswith('node_') else ''} (needs "
+                        f"{since_of('goal_nid') if g.metric.startswith('node_') else since_of(g.metric)}): left out, "
+                        "the fixed quota applies")
+            continue
+        goals.append((i, g))
+    if goals:
+        chk.need(path + ("quota", "goals"), "quota_goals", "quota goals")
+    if chk.damon.has("quota_goals"):
+        out.append(("quotas/goals/nr_goals", str(len(goals))))
+        for n, (i, g) in enumerate(goals):
+            out += [(f"quotas/goals/{n}/{k}", v)
+                    for k, v in _goal(path + ("quota", "goals", i), g, goal_nodes[i], chk)]
+    wm = s.watermarks
+    if wm is not None:
+        chk.vocab(path + ("watermarks", "metric"), "wmark_metrics", wm.metric, "watermark metric")
+    out += [("watermarks/metric", wm.metric if wm else "none"),
+            ("watermarks/interval_us", str(wm.interval if wm else 0)),
+            ("watermarks/high", str(wm.high if wm else 0)), ("watermarks/mid", str(wm.mid if wm else 0)),
+            ("watermarks/low", str(wm.low if wm else 0))]
+    out += _filters(path, s, chk)
+    if chk.damon.has("dests"):
+        out.append(("dests/nr_dests", "0"))
+    return out
+
+
+def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Checker,
+                 mem: dict[int, tuple[int, int]] | None = None) -> Spec | None:
+    """The kdamond of pairing ``p``; ``mem``: ``(free, total)`` bytes of each online node, which the schemes
+    with ``dest_free`` follow (:mod:`.guard`)."""
+    base = ("damon", "kdamonds", index)
+    mon = kd.monitoring
+    if kd.operations not in chk.caps["operations"]:
+        chk.fail(base + ("operations",), f"operations {kd.operations} are not available on this kernel "
+                 f"(avail_operations: {' '.join(chk.caps['operations']) or 'none'})",
+                 "use an operations set the kernel offers")
+    if kd.operations != "paddr":
+        chk.fail(base + ("operations",), f"targets given by node need paddr operations, not {kd.operations}",
+                 "set operations: paddr")
+    ranges = sorted(r for n in p.sources for r in nc.ranges.get(n, ()))
+    if not ranges:
+        chk.warn(f"{p.name}: node{'s' if len(p.sources) > 1 else ''} {', '.join(map(str, p.sources))} "
+                 "have no memory to monitor: kdamond not created")
+        return None
+    out: Writes = []
+    if kd.stats_refresh is not None:
+        chk.need(base + ("stats_refresh",), "refresh_ms", "stats_refresh")
+        if kd.stats_refresh % 1000:
+            chk.fail(base + ("stats_refresh",), "expected whole milliseconds", "round it to milliseconds")
+    if chk.damon.has("refresh_ms"):
+        # Unset in the profile: 5 s, so that the exporter reads fresh statistics without writing (6.17+).
+        out.append(("refresh_ms", str((5_000_000 if kd.stats_refresh is None else kd.stats_refresh) // 1000)))
+    out += [("contexts/nr_contexts", "1"), ("contexts/0/operations", kd.operations)]
+    if chk.damon.has("addr_unit"):
+        out.append(("contexts/0/addr_unit", "1"))
+    iv = "contexts/0/monitoring_attrs/intervals"
+    out += [(f"{iv}/sample_us", str(mon.sample)), (f"{iv}/aggr_us", str(mon.aggregate)),
+            (f"{iv}/update_us", str(mon.update))]
+    goal = mon.intervals_goal
+    if goal is not None:
+        chk.need(base + ("monitoring", "intervals_goal"), "intervals_goal", "intervals_goal (interval auto-tuning)")
+    if chk.damon.has("intervals_goal"):
+        out += [(f"{iv}/intervals_goal/access_bp", str(goal.access if goal else 0)),
+                (f"{iv}/intervals_goal/aggrs", str(goal.aggregations if goal else 0)),
+                (f"{iv}/intervals_goal/min_sample_us", str(goal.min_sample if goal else 0)),
+                (f"{iv}/intervals_goal/max_sample_us", str(goal.max_sample if goal else 0))]
+    out += [("contexts/0/monitoring_attrs/nr_regions/min", str(mon.regions.min)),
+            ("contexts/0/monitoring_attrs/nr_regions/max", str(mon.regions.max)),
+            ("contexts/0/targets/nr_targets", "1"), ("contexts/0/targets/0/pid_target", "0"),
+            ("contexts/0/targets/0/regions/nr_regions", str(len(ranges)))]
+    for i, (start, end) in enumerate(ranges):
+        out += [(f"contexts/0/targets/0/regions/{i}/start", str(start)),
+                (f"contexts/0/targets/0/regions/{i}/end", str(end))]
+    schemes: list[Writes] = []
+    written: list[Scheme] = []  # the profile's scheme behind each scheme written
+    scheme_of: list[int] = []  # the profile's scheme index of each scheme written (pairing repeats some)
+    actions: list[str] = []
+    guards: list[guard.Guard] = []
+    for j, (s, dests) in enumerate(zip(kd.schemes, p.dests, strict=True)):
+        goal_nodes = [_goal_node(g.node, p, dests, nc, chk, base + ("schemes", j, "quota", "goals", i))
+                      for i, g in enumerate(s.quota.goals if s.quota else [])]
+        free = getattr(s, "dest_free", None)  # a record from before dest_free reads as without it
+        for d in dests or (None,):
+            w = scheme_writes(base + ("schemes", j), s, kd, d, goal_nodes, chk)
+            what = s.action + (f" → node{d}" if d is not None else "")
+            if free is not None and d is not None:
+                g = guard.guard_for(len(schemes), s.action, d, (mem or {}).get(d), free.pause_below,
+                                    free.resume_above, dict(w).get(guard.SZ_MIN, "0"))
+                guards.append(g)
+                if g.state == "pause":
+                    w = [(k, guard.PAUSED if k == guard.SZ_MIN else v) for k, v in w]
+                    what += f" (paused: node{d} has {approx_size(g.free or 0)} free)"
+            schemes.append(w)
+            written.append(s)
+            scheme_of.append(j)
+            actions.append(what)
+    out.append(("contexts/0/schemes/nr_schemes", str(len(schemes))))
+    for j, w in enumerate(schemes):
+        out += [(f"contexts/0/schemes/{j}/{k}", v) for k, v in w]
+    check_kernel_ranges(base, out, scheme_of, chk)
+    if goal is not None:
+        ratio = mon.aggregate / mon.sample
+        chk.warn(
+            f"{p.name}: intervals_goal lets the kernel retune the aggregation interval between "
+            f"{format_duration_us(int(goal.min_sample * ratio))} and {format_duration_us(int(goal.max_sample * ratio))}"
+            f"; scheme ages are counts of aggregation intervals (computed with aggregate "
+            f"{format_duration_us(mon.aggregate)}), so their time meaning scales with it")
+    size = sum(end - start for start, end in ranges)
+    summary = (f"{kd.operations} over node{','.join(map(str, p.sources))} ({len(ranges)} region"
+               f"{'s' if len(ranges) > 1 else ''}, {format_size(size)}); " + ("; ".join(actions) or "no schemes"))
+    dest_nodes = tuple(sorted({d for ds in p.dests for d in ds}))
+    stage: tuple[tuple[str, str], ...] = ()
+    if prime.wanted(kd, written, chk.caps, chk.damon.has("apply_interval")):
+        walk = scheme_writes(base + ("prime",), prime.marker(kd), kd, None, [], chk)
+        stage = prime.stage_writes(written, schemes, walk)
+        summary += "; primed (one young-filter walk over its memory before it first acts on young pages)"
+    return Spec(p.name, index, p.how, p.sources, dest_nodes, tuple(out), summary, stage, tuple(guards))
+
+
+def _goal_node(ref: int | str | None, p: Pairing, dests: tuple[int, ...], nc: NodeClasses, chk: Checker,
+               path: tuple) -> int | None:
+    if ref is None or isinstance(ref, int):
+        return ref
+    members = set(nc.resolve(ref))
+    for group in (p.sources, dests):
+        hit = [n for n in group if n in members]
+        if len(hit) == 1:
+            return hit[0]
+    if len(members) == 1:
+        return next(iter(members))
+    chk.fail(path + ("node",), f"`{ref}` is ambiguous for kdamond {p.name} (nodes {sorted(members)})",
+             "give a node id")
+    return None

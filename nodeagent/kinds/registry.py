@@ -1,0 +1,19 @@
+"""The resource kinds, in the order their changes are applied (auto-online policy first, before DAX)."""
+
+from __future__ import annotations
+
+from .base import Resource
+from .cxl_region import CxlRegionResource
+from .damon import DamonResource
+from .dax import DaxResource
+from .knob import LATE, KnobResource
+from .placement import PlacementResource
+
+# Knobs first (auto_online_blocks must be off before daxctl runs or a CXL region is committed, demotion on before
+# anything demotes), then the CXL regions (their DAX devices appear, kmem-bound and offline), then DAX
+# (the CXL nodes come online), then the placement pass (a fast node kswapd gave up on gets room, by demotion to
+# those nodes), then DAMON (its slow-node targets need those nodes online; its promotion must find room on the
+# fast node, or it lands on another node), and NUMA balancing last (see knobs.LATE).
+RESOURCES: tuple[Resource, ...] = (KnobResource(exclude=LATE), CxlRegionResource(), DaxResource(),
+                                   PlacementResource(), DamonResource(), KnobResource(only=LATE))
+BY_KIND: dict[str, Resource] = {r.kind: r for r in RESOURCES}
