@@ -8,10 +8,10 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test test-fast lint bench bench-placement clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./sim
 	touch $@
 
 demo: $(STAMP)

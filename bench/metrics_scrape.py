@@ -34,7 +34,7 @@ def value(text: str, name: str) -> float:
 
 
 def bench(preset: str, scrapes: int) -> dict[str, float]:
-    from nodeagent.sim import cached
+    from nodeagent_sim import cached
 
     root = cached(preset)
     subprocess.run([sys.executable, "-m", "nodeagent", "--root", str(root), "apply", "--yes", "--allow-disruptive",

@@ -33,8 +33,9 @@ def best(fn, runs: int) -> float:  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
+    from nodeagent_sim import cached
+
     from nodeagent.host.fs import RootedFS
-    from nodeagent.sim import cached
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="h100-cxl")

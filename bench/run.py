@@ -152,7 +152,7 @@ class Nodes:
 
     def remove(self, root: Path) -> None:
         """Delete a simulated node (``rm -rf``: a million-block node is millions of files)."""
-        if not (root / ".nodeagent-sim" / "meta.json").is_file() and root.exists():
+        if not (root / ".nodeagent-machine" / "meta.json").is_file() and root.exists():
             raise SystemExit(f"bench: {root} is not a simulated node; not removing it")
         subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=True)
 
@@ -161,16 +161,16 @@ class Nodes:
         root = (base or self.work / "nodes") / name
         self.remove(root)
         root.parent.mkdir(parents=True, exist_ok=True)
-        self.python(f"from pathlib import Path; from nodeagent.sim import presets as p\n"
+        self.python(f"from pathlib import Path; from nodeagent_sim import presets as p\n"
                     f"p.build({preset_expr}, Path({str(root)!r}))")
         return root
 
     def reused(self, name: str, preset_expr: str) -> Path:
         """A node kept between bench runs while the simulator's code and the preset are unchanged."""
-        key = self.python(f"import hashlib; from nodeagent.sim import fingerprint\n"
+        key = self.python(f"import hashlib; from nodeagent_sim import fingerprint\n"
                           f"print(fingerprint() + hashlib.sha256({preset_expr!r}.encode()).hexdigest()[:8])").strip()
         root = self.work / "nodes" / f"{name}-{key}"
-        if (root / ".nodeagent-sim" / "meta.json").is_file():
+        if (root / ".nodeagent-machine" / "meta.json").is_file():
             return root
         for old in (self.work / "nodes").glob(f"{name}-*"):
             self.remove(old)

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from nodeagent_sim import SimKernel
 
 from nodeagent.checks import CheckReport, CheckResult, run_checks
 from nodeagent.facts import gather
 from nodeagent.host import open_host
 from nodeagent.profile import LoadedProfile, load_profile_text
-from nodeagent.sim import SimKernel
 
 
 def profile(checks: dict[str, Any], **top: Any) -> LoadedProfile:

@@ -40,7 +40,7 @@ def _real_kernel_path(path: object) -> str | None:
 
 def _inside_sim_root(exe: str) -> bool:
     p = Path(os.path.realpath(exe))
-    return any((parent / ".nodeagent-sim").is_dir() for parent in p.parents)
+    return any((parent / ".nodeagent-machine").is_dir() for parent in p.parents)
 
 
 def _audit(event: str, args: tuple) -> None:
@@ -124,7 +124,7 @@ def make_node(_templates: dict[str, Path], sim_base: Path) -> Iterator[Callable[
     """``make_node(preset, kernel=None)`` → a fresh simulated root (copied from a per-session template), removed
     after the test. Identical block attributes inside a node are hard links to one pooled file: tamper with a
     node through ``SimKernel.write``/``Tree.set``, or replace a file (new inode) rather than edit it in place."""
-    from nodeagent.sim import create
+    from nodeagent_sim import create
 
     made = Path(tempfile.mkdtemp(prefix="t-", dir=sim_base))
 

@@ -109,3 +109,17 @@ class MemoryBandwidthCheckImpl:
         if spec.min_single_gbps is not None and single.gbps < spec.min_single_gbps:
             return Finding("fail", f"{text} — one CPU is below min_single_gbps {spec.min_single_gbps:g}", fix)
         return Finding("pass", text)
+
+
+def measure_bandwidth(host: Host, facts: Any) -> dict[str, Any]:
+    """Copy bandwidth of every node with memory, as the memory_bandwidth check measures it (takes seconds: only
+    on request, ``facts --save FILE --measure-bandwidth``); the check's evidence, figures per node."""
+    from ..profile.checks import MemoryBandwidthCheck
+
+    try:
+        findings, evidence = MemoryBandwidthCheckImpl().run(host, MemoryBandwidthCheck(min_gbps=0.001), facts,
+                                                            CheckContext())
+    except Skip as exc:
+        return {"nodes": [], "error": str(exc)}
+    errors = [f.message for f in findings if f.status != "pass"]
+    return {**evidence, **({"errors": errors} if errors else {})}

@@ -32,11 +32,11 @@ from __future__ import annotations
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from ..engine.projection import project
 from ..facts import Facts
 from ..facts.dax import from_facts as dax_facts
 from ..facts.hardware import read_gpu_memory
 from ..host import Host
+from ..kinds.projection import project
 from ..util.dataclass import dataclass
 from ..util.errors import CommandError
 from ..util.units import format_size

@@ -43,16 +43,20 @@ class Ctx:
 
             root = self.root
             if self.simulate:
-                from ..sim import cached, cached_path
+                from ..host.machine import plugin
 
+                machine = plugin()
                 try:
-                    if sys.stderr.isatty() and not cached_path(self.simulate).exists():
+                    if sys.stderr.isatty() and not machine.laid_out(self.simulate):
                         click.echo(f"nodeagent: laying out a simulated {self.simulate} node (first use; reused "
                                    "afterwards)...", err=True)
-                    root = str(cached(self.simulate))
+                    root = str(machine.lay_out(self.simulate))
                 except KeyError as exc:
                     raise UsageError(f"--simulate: {exc.args[0]}") from None
             self._host = open_host(root)
+            from ..state.boot_cache import attach
+
+            attach(self._host)  # read-only commands read this boot's probe answers too
         return self._host
 
     def engine(self) -> Engine:
@@ -103,9 +107,9 @@ profile_arg = click.argument("profile", required=False, type=click.Path(dir_okay
 
 
 def _presets(prefix: str) -> list[str]:
-    from ..sim import PRESETS
+    from ..host.machine import presets
 
-    return [name for name in PRESETS if name.startswith(prefix)]
+    return presets(prefix)
 
 
 class _Seconds(click.ParamType):
@@ -125,11 +129,11 @@ class _Seconds(click.ParamType):
         return seconds
 
 
-#: The commands other modules define, by name: (module, attribute). Each module is imported when one of its
-#: commands is looked up (to run it, or for --help and shell completion, which list them all): the timer's
-#: ``drift`` loads ``cli.ops``, never the simulator's, the exporter's or the DaemonSet's commands.
+#: The command table: the commands other modules define, by name: (module, attribute). Each module is imported
+#: when one of its commands is looked up (to run it, or for --help and shell completion, which list them all):
+#: the timer's ``drift`` loads ``cli.ops``, never the exporter's or the DaemonSet's commands. Installed plugins
+#: add theirs (the simulator's ``sim``) through :func:`nodeagent.host.machine.commands`.
 _ELSEWHERE = {
-    "sim": ("cli.sim", "sim"),  # create, hot-add, boot, kdamond, write...
     **{name: ("cli.ops", name) for name in ("drift", "guard", "history", "status", "revert", "units", "watch")},
     "metrics": ("cli.metrics", "metrics"),  # the exporter
     "render": ("cli.serving", "render"), "verify-serving": ("cli.serving", "verify_serving"),
@@ -138,13 +142,20 @@ _ELSEWHERE = {
 
 
 class _Commands(dict[str, click.Command]):
-    """``cli.commands``: a command of another module (``_ELSEWHERE``) is imported on first lookup."""
+    """``cli.commands``: a command of another module (``_ELSEWHERE``) or of a plugin is imported on first
+    lookup."""
 
     def __missing__(self, name: str) -> click.Command:
-        if name not in _ELSEWHERE:
-            raise KeyError(name)
-        module, attr = _ELSEWHERE[name]
-        command = getattr(__import__(f"nodeagent.{module}", fromlist=[attr]), attr)
+        if name in _ELSEWHERE:
+            module, attr = _ELSEWHERE[name]
+            command = getattr(__import__(f"nodeagent.{module}", fromlist=[attr]), attr)
+        else:
+            from ..host.machine import commands
+
+            plugged = commands()
+            if name not in plugged:
+                raise KeyError(name)
+            command = plugged[name].load()
         self[name] = command
         return command
 
@@ -164,7 +175,9 @@ class _Cli(click.Group):
         self.commands = _Commands(self.commands)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*self.commands, *_ELSEWHERE})
+        from ..host.machine import commands
+
+        return sorted({*self.commands, *_ELSEWHERE, *commands()})
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         from .args import hoist
@@ -218,6 +231,7 @@ def validate(ctx: Ctx, profile: str | None) -> None:
 def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool, profile: str | None) -> None:
     """Show what the node looks like now. Read-only: never writes to the node."""
     from ..facts import snapshot
+    from ..ops.capture import capture
     from ..render.text import facts_text
 
     checked = None
@@ -226,7 +240,7 @@ def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool, profile: str | No
 
         loaded = _load(profile)
         checked = (loaded.name, disk_check_paths(loaded.data))
-    snap = snapshot.capture(ctx.host, hardware=True, bandwidth=measure_bandwidth, checked=checked)
+    snap = capture(ctx.host, hardware=True, bandwidth=measure_bandwidth, checked=checked)
     if save:
         try:
             snapshot.save(snap, save)
@@ -322,6 +336,7 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
     """plan --facts / --baseline / --format markdown: plan against snapshots (saved, or this node's)."""
     from ..engine.review import exit_code, review, to_dict
     from ..facts import snapshot
+    from ..ops.capture import capture
     from ..render.review import review_markdown, review_text
 
     if facts_path is not None and (ctx.simulate or ctx.root != "/"):
@@ -329,7 +344,7 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
                          hint="drop --root/--simulate, or drop --facts to plan against that node")
     loaded = _load(profile)
     old = _load(baseline) if baseline is not None else None
-    snaps = snapshot.read_all(facts_path) if facts_path is not None else [snapshot.capture(ctx.host, hardware=True)]
+    snaps = snapshot.read_all(facts_path) if facts_path is not None else [capture(ctx.host, hardware=True)]
     reviews = review(loaded, snaps, baseline=old, allow_disruptive=allow_disruptive)
     if ctx.fmt == "markdown":
         click.echo(escape_controls(review_markdown(reviews, loaded, old, offline=facts_path is not None)), nl=False)

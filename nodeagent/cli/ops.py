@@ -21,7 +21,7 @@ def write_metrics(eng: Engine, path: str, *, loaded: LoadedProfile | None = None
                   checks: Any = None) -> None:
     """Measure what the metrics need and write the textfile at ``path`` (an operator's path, not under --root)."""
     from ..drift import detect
-    from ..render.metrics import textfile, write_textfile
+    from ..metrics.node_textfile import textfile, write_textfile
     from ..util.errors import NodeagentError
 
     if drift is None:
@@ -129,7 +129,7 @@ def status(ctx: Ctx, events: int) -> None:
 @click.pass_obj
 def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: tuple[str, ...]) -> None:
     """Restore the values the node had before nodeagent changed them, then forget them."""
-    from ..engine.plan import Result
+    from ..plan import Result
     from ..render.ops_text import revert_text
     from .main import _is_interactive, _TerminalProgress
 

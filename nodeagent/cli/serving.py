@@ -38,10 +38,10 @@ def build_plan(ctx: Ctx, engine: str, profile: str | None, ranks: int | None, co
     """The plan from the node's facts; ``credit``: bytes per node counted as free (verify-serving: the engine's
     own memory, so that the plan is the one rendered before the engine took it)."""
     from ..checks.capacity import workload
-    from ..engine.projection import project
     from ..facts import gather
     from ..facts.hardware import LiveHardware
     from ..host.numabind import probe
+    from ..kinds.projection import project
     from ..serving.plan import plan
     from ..util.vocab import DTYPE_BYTES
 

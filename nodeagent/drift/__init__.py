@@ -34,7 +34,7 @@ from contextlib import nullcontext
 from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..engine.plan import Change, Problem
+from ..plan import Change, Problem
 from ..profile.resolved import ResolvedProfile, from_record
 from ..state import DriftEntry, DriftRecord, LastApplied, Unfixable
 from ..state.journal import Journal, iso

@@ -1,3 +1,4 @@
-"""The pipeline: profile + facts → plan (:mod:`.core`, :mod:`.projection`, :mod:`.scope`) → apply
-(one executor, deferred :mod:`.signals`) → verify → record; plans and results are :mod:`.plan`'s
-records, and :mod:`.review` plans offline against saved facts."""
+"""The pipeline: profile + facts → plan (:mod:`.core`'s ``make_plan``, over the projection of
+:mod:`nodeagent.kinds.projection`, narrowed by :mod:`.scope`) → apply (one executor, signals deferred by
+:mod:`.signals`) → verify → record. Plans and results are :mod:`nodeagent.plan`'s records; :mod:`.review` plans
+offline against saved facts."""

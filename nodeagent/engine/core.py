@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING
 from ..facts import Facts, gather
 from ..host import Host
 from ..kinds.base import ApplyContext, PlanContext
+from ..kinds.projection import project
 from ..kinds.registry import BY_KIND, RESOURCES
+from ..plan import Change, Outcome, Plan, Problem, Result
 from ..state import (
     STATE_DIR,
     CheckResult,
@@ -47,8 +49,6 @@ from ..util.dataclass import dataclass
 from ..util.errors import ChangeSkipped, HostError, NeedsRootError, NotRecorded
 from ..util.timestamps import rfc3339
 from . import signals
-from .plan import Change, Outcome, Plan, Problem, Result
-from .projection import project
 from .scope import expand, restrict
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 def make_plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext | None = None) -> Plan:
     """Pure: what applying ``loaded`` to a node with ``facts`` would change, and what it cannot do. Every kind
-    plans against the same projection of the node after the kinds before it (:mod:`nodeagent.engine.projection`)."""
+    plans against the same projection of the node after the kinds before it (:mod:`nodeagent.kinds.projection`)."""
     ctx = ctx or PlanContext()
     if ctx.projection is None:
         ctx = replace(ctx, projection=project(loaded, facts, ctx.allow_disruptive))

@@ -22,11 +22,11 @@ from typing import Any
 
 from ..facts.snapshot import Snapshot
 from ..kinds.base import PlanContext
+from ..plan import Change, Plan, Problem
 from ..profile import LoadedProfile
 from ..profile.checks import CHECK_NAMES
 from ..util.errors import ExitCode
 from .core import make_plan
-from .plan import Change, Plan, Problem
 
 
 def plan_offline(loaded: LoadedProfile, snap: Snapshot, *, allow_disruptive: bool = False) -> Plan:

@@ -34,7 +34,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import replace
 
 from ..host import Host
-from .plan import Change, Plan
+from ..plan import Change, Plan
 
 DAX_DEVICES = "/sys/bus/dax/devices"
 KMEM = "/sys/bus/dax/drivers/kmem"

@@ -108,7 +108,7 @@ def _gather(host: Host, planning: bool = False, skip: frozenset[str] = frozenset
     bs = host.read_opt("/sys/devices/system/memory/block_size_bytes")
     simulated = None
     if host.simulated:
-        meta = json.loads((host.root / ".nodeagent-sim" / "meta.json").read_text())
+        meta = json.loads((host.root / ".nodeagent-machine" / "meta.json").read_text())
         simulated = meta.get("preset")
     return Facts(
         hostname=(host.read_opt("/proc/sys/kernel/hostname") or host.read_opt("/etc/hostname") or "").strip(),

@@ -15,7 +15,6 @@ from dataclasses import asdict, field
 from typing import Any
 
 from ..host import Host
-from ..host.boot_cache import probe
 from ..host.mountinfo import unescape
 from ..util.dataclass import dataclass
 from ..util.errors import CommandError, HostError
@@ -132,7 +131,7 @@ def read_virtualization(host: Host, cpu: CpuInfo | None) -> Virtualization:
             break
     if host.commands.which("systemd-detect-virt"):
         try:
-            out = probe(host, "systemd-detect-virt --vm",  # per boot: a VM does not stop being one
+            out = host.cached_probe("systemd-detect-virt --vm",  # per boot: a VM does not stop being one
                         lambda: host.run(["systemd-detect-virt", "--vm"], timeout=10).stdout).strip()
             if out and out != "none":
                 evidence.append(f"systemd-detect-virt --vm: {out}")
@@ -497,7 +496,7 @@ def read_gpu_memory(host: Host) -> GpuMemory | None:
         return res.stdout
 
     # Asked once per boot (host/boot_cache.py); a failure is not kept.
-    stdout = probe(host, "nvidia-smi --query-gpu=name,memory.total", query)
+    stdout = host.cached_probe("nvidia-smi --query-gpu=name,memory.total", query)
     names, mibs = [], []
     for line in stdout.splitlines():
         name, sep, mib = line.rpartition(",")
@@ -712,22 +711,6 @@ def pci_from_dict(d: dict[str, Any]) -> PciGpu:
                       for h in d.get("hops", ()))
     d["path"] = tuple(d.get("path", ()))
     return PciGpu(**d)
-
-
-def measure_bandwidth(host: Host, facts: Any) -> dict[str, Any]:
-    """Copy bandwidth of every node with memory, as the memory_bandwidth check measures it (takes seconds: only
-    on request, ``facts --save FILE --measure-bandwidth``); the check's evidence, figures per node."""
-    from ..checks.bandwidth import MemoryBandwidthCheckImpl
-    from ..checks.base import CheckContext, Skip
-    from ..profile.checks import MemoryBandwidthCheck
-
-    try:
-        findings, evidence = MemoryBandwidthCheckImpl().run(host, MemoryBandwidthCheck(min_gbps=0.001), facts,
-                                                            CheckContext())
-    except Skip as exc:
-        return {"nodes": [], "error": str(exc)}
-    errors = [f.message for f in findings if f.status != "pass"]
-    return {**evidence, **({"errors": errors} if errors else {})}
 
 
 def gather(host: Host, *, commands: bool = True, checked: tuple[str | None, list[str]] | None = None) -> dict[str, Any]:

@@ -39,14 +39,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..host import Host
 from ..util.errors import ExitCode, NodeagentError, UsageError
-from . import FORMAT, READS, SECTIONS, Facts, gather
+from . import FORMAT, READS, SECTIONS, Facts
 
 SUFFIX = ".json"
 
@@ -80,35 +78,7 @@ class Snapshot:
         return node if stem == self.facts.hostname else f"{stem}: {node}"
 
 
-def capture(host: Host, *, hardware: bool = False, bandwidth: bool = False,
-            checked: tuple[str | None, list[str]] | None = None) -> Snapshot:
-    """Gather the node's facts and nodeagent's records (read-only: a corrupt record is reported, not moved).
-    ``hardware``: also the hardware facts (``facts``, ``facts --save``, reviews) — never for plan or drift;
-    ``bandwidth``: and measure each node's memory bandwidth into them (seconds of copying); ``checked``: the
-    profile whose disk-check paths to record (name, paths) — by default the last applied profile's, if any."""
-    from .. import __version__
-    from ..state import StateStore
-    from .hardware import gather as gather_hardware
-
-    store = StateStore(host)
-    state = store.load_all()
-    facts = gather(host)
-    if hardware:
-        last = state.get("last_applied") or {}
-        if checked is None and isinstance(last.get("desired"), dict) and last.get("status") != "reverted":
-            from .hardware import disk_check_paths
-
-            checked = (str(last.get("profile")), disk_check_paths(last["desired"]))
-        facts.sections[HARDWARE] = gather_hardware(host, checked=checked)
-        if bandwidth:
-            from .hardware import measure_bandwidth
-
-            facts.sections[HARDWARE]["memory_bandwidth"] = measure_bandwidth(host, facts)
-    return Snapshot("live", facts, state, tuple(store.warnings),
-                    {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "nodeagent": __version__})
-
-
-#: The section of the hardware facts (gathered only on request: see :func:`capture`).
+#: The section of the hardware facts (gathered only on request: see :func:`nodeagent.ops.capture.capture`).
 HARDWARE = "hardware"
 
 

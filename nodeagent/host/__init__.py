@@ -7,8 +7,8 @@ the simulator's fake executables inside the root.
 
 from __future__ import annotations
 
-import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 __all__ = ["Host", "open_host", "CommandResult", "CopyRun", "StatVfs", "WriteRecord", "map_oserror", "SIM_MARKER"]
 
 #: A simulated root has this directory (``meta.json``, its lock and its write journal).
-SIM_MARKER = ".nodeagent-sim"
-#: The simulated node's injected faults (:mod:`nodeagent.sim.faults`), under ``SIM_MARKER``: without this file no
-#: write has a fault to check, and the simulator is not loaded for it.
+SIM_MARKER = ".nodeagent-machine"
+#: The simulated node's injected faults (the machine plugin's), under ``SIM_MARKER``: without this file no
+#: write has a fault to check, and the plugin is not loaded for it.
 SIM_FAULTS = "faults.json"
 
 
@@ -35,6 +35,12 @@ class Host:
     fs: RootedFS
     commands: CommandRunner
     simulated: bool
+    #: Answers probes from a cache (set by the state, :func:`nodeagent.state.boot_cache.attach`); None: ask.
+    probe_cache: Callable[[str, Callable[[], str]], str] | None = None
+
+    def cached_probe(self, key: str, run: Callable[[], str]) -> str:
+        """``run()``'s answer for ``key``, from the probe cache when one is attached. Exceptions of ``run`` pass."""
+        return self.probe_cache(key, run) if self.probe_cache is not None else run()
 
     @property
     def is_real(self) -> bool:
@@ -68,24 +74,28 @@ class Host:
 
 
 class _SimWriter:
-    """The simulator's kernel behind a simulated root, loaded at the first write: a read-only command never
-    imports the simulator."""
+    """The simulated machine's kernel behind a simulated root (:mod:`nodeagent.host.machine`), loaded at the first
+    write: a read-only command never loads the plugin."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._kernel: Any = None
 
     def write(self, path: str, value: str) -> None:
+        from .machine import plugin
+
         if self._kernel is None:
-            self._kernel = importlib.import_module("nodeagent.sim.kernel").SimKernel(self.root)
+            self._kernel = plugin().kernel(self.root)
         self._kernel.write(path, value)
 
     def before_file(self, path: str) -> None:
         """Before nodeagent replaces, appends to or renames one of its own files on the simulated node: the
-        simulator's injected faults (``nodeagent sim fault``) apply to those writes too. Without a fault file
+        machine plugin's injected faults apply to those writes too. Without a fault file
         this is one ``stat``: taking the state lock (``drift --record``) does not load the simulator."""
         if (self.root / SIM_MARKER / SIM_FAULTS).exists():
-            importlib.import_module("nodeagent.sim.faults").check(self.root, path)
+            from .machine import plugin
+
+            plugin().check_fault(self.root, path)
 
 
 def open_host(root: str | os.PathLike[str] = "/") -> Host:

@@ -14,14 +14,13 @@ cache), refused when the memory node has less ``MemFree`` than the buffer, and t
 ``budget`` seconds (the helper stops its chains there; the process is killed one second after). The firmware's
 declared figures (HMAT: ``nodeN/access0/initiators/read_latency``, ns) are read beside the measured ones.
 
-On a simulated root the simulator answers (:mod:`nodeagent.sim.latency`); on any other root the probe is
+On a simulated root the machine plugin answers (:mod:`nodeagent.host.machine`); on any other root the probe is
 refused: it would measure this machine. Nothing is written but the helper's own binary in the cache.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import shutil
@@ -231,7 +230,9 @@ def _one(host: Host, runner: Runner, i: int, t: int, cpus: list[int], size: int,
 
 def _runner(host: Host) -> Runner:
     if host.simulated:
-        sim = importlib.import_module("nodeagent.sim.latency")
+        from .machine import plugin
+
+        sim = plugin()
 
         def simulated(i: int, t: int, cpu: int, size: int, limits: Limits) -> Pair:
             try:

@@ -7,7 +7,7 @@ with EPERM or EINVAL even for a good node. The probe asks, in a short-lived chil
 
 - with ``numactl --membind=N true`` (then ``--preferred=N``) where numactl is installed — what the wrapper runs;
 - else a ``set_mempolicy`` syscall through ctypes in a child Python;
-- on a simulated root the simulator answers (:func:`nodeagent.sim.serving.set_mempolicy`);
+- on a simulated root the simulator answers (its machine plugin's ``set_mempolicy``, :mod:`nodeagent.host.machine`);
 - on any other root nothing is run: a policy this host accepts says nothing about the node under the root.
 
 The fallback is the engines' own: MPOL_BIND, else MPOL_PREFERRED (on the first node: ``--preferred`` takes one),
@@ -16,7 +16,6 @@ else no policy (the kernel's default: the allocating CPU's node).
 
 from __future__ import annotations
 
-import importlib
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -98,7 +97,9 @@ def probe(host: Host, nodes: tuple[int, ...]) -> BindProbe:
     if not nodes:
         return BindProbe("none", (), "no node to bind to")
     if host.simulated:
-        sim = importlib.import_module("nodeagent.sim.serving")
+        from .machine import plugin
+
+        sim = plugin()
 
         def attempt(mode: str, ns: tuple[int, ...]) -> str | None:
             try:

@@ -2,7 +2,7 @@
 
 On the real root (``/``) it is nvidia-ml-py's module, when that optional dependency is installed
 (``pip install nodeagent[nvidia]``); whether the driver's library loads is only known at ``nvmlInit()``. On a
-simulated root it is the simulator's provider (:mod:`nodeagent.sim.nvidia`), which answers from the preset's
+simulated root it is the machine plugin's provider (:mod:`nodeagent.host.machine`), which answers from the preset's
 GPUs — never this machine's driver. On any other root there is none: this machine's GPUs are not the node's.
 """
 
@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 def open_nvml(host: Host) -> Any | None:
     """A pynvml-shaped provider for ``host``, or None when there is none to ask."""
     if host.simulated:
-        return importlib.import_module("nodeagent.sim.nvidia").nvml(host.root)
+        from .machine import plugin
+
+        return plugin().nvml(host.root)
     if not host.is_real:
         return None
     try:

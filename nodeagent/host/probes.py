@@ -7,7 +7,6 @@ under the root (a mounted image is what it is), and bandwidth is refused: it wou
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import TYPE_CHECKING
 
@@ -55,7 +54,9 @@ class StatVfs:
 
 
 def _sim() -> object:
-    return importlib.import_module("nodeagent.sim.hardware")
+    from .machine import plugin
+
+    return plugin().hardware()
 
 
 def statvfs(host: Host, path: str) -> StatVfs:

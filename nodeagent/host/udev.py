@@ -3,8 +3,8 @@
 On the machine's own root the source is a pyudev netlink monitor (events after udev has processed them, as
 TuneD listens), filtered in the kernel by subsystem. pyudev cannot be rooted at a fake sysfs, so a simulated
 root has its own source built the way pyudev's test suite builds its fake monitor — on real file descriptors
-that ``select()`` works on: each listener makes a FIFO in ``<root>/.nodeagent-sim/uevents/`` and the simulator
-(:func:`broadcast`, called by ``nodeagent.sim.hotplug``) writes one JSON line per event into every FIFO that has
+that ``select()`` works on: each listener makes a FIFO in ``<root>/.nodeagent-machine/uevents/`` and the simulator
+(:func:`broadcast`, called by the machine plugin's hot-plug) writes one JSON line per event into every FIFO that has
 a reader, the way the kernel multicasts a uevent to every netlink listener; a FIFO whose reader is gone is
 removed. Any other root has no event source.
 """
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from . import Host
 
 #: Where listeners of a simulated root keep their FIFOs (relative to the root).
-SIM_EVENTS = ".nodeagent-sim/uevents"
+SIM_EVENTS = ".nodeagent-machine/uevents"
 _serial = count()
 
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..engine.plan import Change, Problem
 from ..facts import Facts
 from ..host import Host
+from ..plan import Change, Problem
 from ..state import Original, Ownership, PlanState
 from ..util.dataclass import dataclass
 
@@ -33,7 +33,7 @@ class PlanContext:
     allow_disruptive: bool = False
     # the records planning reads (ownership, last applied, originals); a facts document's JSON is validated
     state: PlanState = field(default_factory=PlanState)
-    # nodeagent.engine.projection.NodeProjection: the node once the earlier kinds are done (make_plan fills it in)
+    # nodeagent.kinds.projection.NodeProjection: the node once the earlier kinds are done (make_plan fills it in)
     projection: Any = None
 
     def __post_init__(self) -> None:
@@ -45,7 +45,7 @@ def projection_of(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> Any:
     """The node's projection the planner put in ``ctx`` (made here when a kind is planned on its own)."""
     if ctx.projection is not None:
         return ctx.projection
-    from ..engine.projection import project  # the projection reads the DAX rules, so it sits above the kinds
+    from .projection import project  # the projection reads the DAX rules, so it sits above the kinds
 
     return project(loaded, facts, ctx.allow_disruptive)
 

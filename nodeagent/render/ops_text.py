@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.plan import Result
+from ..plan import Result
 from ..state.journal import iso
 from ..util.units import format_size
 from .text import change_line

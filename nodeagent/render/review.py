@@ -10,8 +10,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from ..engine.plan import Change, Plan, Problem
 from ..engine.review import NodeReview, PlanDelta
+from ..plan import Change, Plan, Problem
 from ..profile import LoadedProfile
 from .text import plan_text
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..engine.plan import Change, Plan, Result
 from ..facts import Facts
+from ..plan import Change, Plan, Result
 from ..util.units import format_size
 from .escape import escape_controls
 

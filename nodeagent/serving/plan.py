@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..engine.projection import NodeProjection
     from ..facts import Facts
     from ..host.numabind import BindProbe
+    from ..kinds.projection import NodeProjection
 
 GiB = 1024**3
 STEP = GiB // 4  # pool sizes are multiples of 256 MiB (vLLM and LMCache take fractional GiB)

@@ -13,7 +13,7 @@ writes those files. Every other module asks it for a typed record and hands it a
   --record``);
 - ``last-checks.json`` (:class:`LastChecks`): the last preflight check results (for the metrics and labels);
 - ``probes.json`` (:class:`Probes`): answers of commands only a reboot changes, for this boot
-  (:mod:`nodeagent.host.boot_cache`);
+  (:mod:`nodeagent.state.boot_cache`);
 - ``journal.jsonl``: the history journal (:mod:`nodeagent.state.journal`, at :data:`JOURNAL`);
 - ``progress.json`` (:class:`Progress`) and ``.reserve``: while an apply runs, what it is doing (each change
   before its first write, each outcome after) and room held for its records (:meth:`StateStore.reserve`).
@@ -641,6 +641,9 @@ SLACK = 64 * 1024
 # -- the store -----------------------------------------------------------------------------------------------
 class StateStore:
     def __init__(self, host: Host) -> None:
+        from .boot_cache import attach
+
+        attach(host)  # the probes' per-boot cache is a state file: the state answers the host's probes
         self.host = host
         self.warnings: list[str] = []
         self.writable = False  # set while a writing command holds the lock: only then is a bad file moved
@@ -651,8 +654,8 @@ class StateStore:
 
     @contextmanager
     def locked(self, timeout: float = 60.0) -> Iterator[None]:
-        from ..host.boot_cache import PERSIST
         from ..util.errors import HostError
+        from .boot_cache import PERSIST
 
         with ExitStack() as stack:
             try:

@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 from playbook_helpers import REPO, ansible_env, playbook, write_inventory
-
-from nodeagent.sim import SimKernel
 
 pytestmark = pytest.mark.ansible
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeagent.sim import faults
+from nodeagent_sim import faults
+
 from tests.conftest import clone
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,8 +57,8 @@ def small_preset() -> Any:
     every kind of write the shipped profile makes (knobs, daxctl's driver binds and block onlining, four kdamond
     builds, state files) — ``nodeagent sim create DIR --preset h100-cxl --devices 2 --device-size 8GiB
     --dram-size 32GiB``."""
-    from nodeagent.sim import get
-    from nodeagent.sim.hotplug import generated
+    from nodeagent_sim import get
+    from nodeagent_sim.hotplug import generated
 
     return generated(get("h100-cxl"), 2, 8 * GiB, 2 * GiB, 32 * GiB)
 
@@ -65,7 +66,7 @@ def small_preset() -> Any:
 def make_template(base: Path, preset: Any) -> Path:
     """A node of ``preset`` that has seen nodeagent once: the probes only a reboot changes are cached
     (``probes.json``), as on any node where nodeagent ran before; nothing else is."""
-    from nodeagent.sim import build
+    from nodeagent_sim import build
 
     tpl = build(preset, base / "template")
     warm = base / "warm"
@@ -242,7 +243,7 @@ def _json(p: Path) -> dict[str, Any]:
 
 
 def _ok_kernel_writes(root: Path, since: int) -> int:
-    log = root / ".nodeagent-sim" / "writes.log"
+    log = root / ".nodeagent-machine" / "writes.log"
     lines = log.read_text().splitlines()[since:] if log.exists() else []
     return sum(json.loads(line)["result"] == "ok" for line in lines)
 
@@ -268,7 +269,7 @@ def sweep(template: Path, work: Path, rules: Iterable[tuple[int, faults.Rule]], 
     todo = list(rules)
     running: dict[int, tuple[Point, str]] = {}
     done: list[Point] = []
-    log = template / ".nodeagent-sim" / "writes.log"
+    log = template / ".nodeagent-machine" / "writes.log"
     base_log = len(log.read_text().splitlines()) if log.exists() else 0
 
     def start(p: Point) -> None:

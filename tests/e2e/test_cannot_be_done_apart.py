@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 from prometheus_client.parser import text_string_to_metric_families
-
-from nodeagent.sim import SimKernel
 
 from .cli_helpers import run
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 
 from nodeagent.cli.main import main
-from nodeagent.sim import SimKernel
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 
 from nodeagent.cli.main import cli
-from nodeagent.sim import SimKernel
 
 from .cli_helpers import run
 

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 
-from nodeagent.sim import SimKernel
 from tests.e2e.cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from nodeagent.cli.sim import sim
+from nodeagent_sim.cli import sim
 
 from .cli_helpers import run
 

@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from nodeagent.sim import SimKernel
-from nodeagent.sim import dax as simdax
+from nodeagent_sim import SimKernel
+from nodeagent_sim import dax as simdax
 
 from .cli_helpers import run
 

@@ -17,14 +17,14 @@ import time
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import dax as simdax
+from nodeagent_sim.damon import contend
+from nodeagent_sim.damon_presets import start_foreign
 
 from nodeagent.cli.main import main
 from nodeagent.facts.damon import retry_busy
 from nodeagent.kinds.damon.plan import COUNTS
-from nodeagent.sim import SimKernel
-from nodeagent.sim import dax as simdax
-from nodeagent.sim.damon import contend
-from nodeagent.sim.damon_presets import start_foreign
 from nodeagent.util.errors import BusyError
 
 K = "/sys/kernel/mm/damon/admin/kdamonds"

@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import memory as simmem
 
 from nodeagent.engine.core import Engine
 from nodeagent.host import open_host
 from nodeagent.loops.guard import Guardian
 from nodeagent.profile import load_profile
-from nodeagent.sim import SimKernel
-from nodeagent.sim import memory as simmem
 from tests.e2e.test_damon import damon_writes, kd, online, run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,14 +10,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import dax as simdax
+from nodeagent_sim.damon_presets import foreign_writes, start_foreign
 
 from nodeagent.cli.main import main
 from nodeagent.facts import gather
 from nodeagent.facts.damon import from_facts
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
-from nodeagent.sim import dax as simdax
-from nodeagent.sim.damon_presets import foreign_writes, start_foreign
 
 K = "/sys/kernel/mm/damon/admin/kdamonds"
 REPO = Path(__file__).resolve().parents[2]

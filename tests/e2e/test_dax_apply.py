@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import dax as simdax
+from nodeagent_sim.fake_daxctl import commands
 
 from nodeagent.cli.main import main
 from nodeagent.engine.core import Engine
 from nodeagent.host import open_host
 from nodeagent.profile import load_profile
-from nodeagent.sim import SimKernel
-from nodeagent.sim import dax as simdax
-from nodeagent.sim.fake_daxctl import commands
 
 REPO = Path(__file__).resolve().parents[2]
 TIERED = str(REPO / "profiles" / "cxl-inference.yaml")
@@ -273,10 +273,10 @@ def test_auto_online_policy_put_back_by_another_agent_is_caught_before_daxctl(ma
 
 def test_daxctl_exit_0_with_memory_in_the_wrong_zone_is_a_failure(make_node) -> None:
     """Never trust the summary: --no-movable under an online_movable policy exits 0, memory is Movable."""
-    from nodeagent.engine.plan import Change
     from nodeagent.kinds.base import ApplyContext
     from nodeagent.kinds.dax.apply import Applier
     from nodeagent.kinds.dax.daxctl import run
+    from nodeagent.plan import Change
 
     root = make_node("qemu-3node")
     SimKernel(root).write("/sys/devices/system/memory/auto_online_blocks", "online_movable")
@@ -332,10 +332,10 @@ def test_facts_round_trip_plans_offline_as_live(make_node, capsys, tmp_path: Pat
 
 def test_daxctl_auto_online_abort_is_explained(make_node) -> None:
     """If the policy flips between nodeagent's own check and daxctl's, daxctl's exit 240 is explained."""
-    from nodeagent.engine.plan import Change
     from nodeagent.kinds.base import ApplyContext
     from nodeagent.kinds.dax.apply import Applier
     from nodeagent.kinds.dax.daxctl import run
+    from nodeagent.plan import Change
 
     root = make_node("qemu-3node")  # auto_online_blocks=online
     host = open_host(root)

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim.dax import to_system_ram
 
 from nodeagent.drift import DriftItem
 from nodeagent.drift.causes import find_causes
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
-from nodeagent.sim.dax import to_system_ram
 from tests.e2e.cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,8 +171,8 @@ def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> No
 
 def test_revert_refuses_disruptive_changes_without_the_flag(make_node, capsys) -> None:
     """A kind whose revert is disruptive (a stand-in kind owning zone_reclaim_mode), through the one executor."""
-    from nodeagent.engine.plan import Change
     from nodeagent.kinds.registry import BY_KIND
+    from nodeagent.plan import Change
 
     path = "/proc/sys/vm/zone_reclaim_mode"
 

@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import kernel as simkernel
 
 from nodeagent.cli.main import main
 from nodeagent.engine.core import Engine
 from nodeagent.host import open_host
 from nodeagent.profile import load_profile_text
-from nodeagent.sim import SimKernel
-from nodeagent.sim import kernel as simkernel
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")

@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import faults
 
-from nodeagent.sim import faults
 from tests.conftest import clone
 from tests.e2e import fault_sweep as fs
 
@@ -100,7 +100,7 @@ def _in_namespace(root: Path, mount_opts: str, argv: list[str], saved: Path) -> 
 
 
 def _kernel_writes(root: Path) -> int:
-    log = root / ".nodeagent-sim" / "writes.log"
+    log = root / ".nodeagent-machine" / "writes.log"
     return sum(json.loads(line)["result"] == "ok" for line in log.read_text().splitlines()) if log.exists() else 0
 
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel, faults
 
-from nodeagent.sim import SimKernel, faults
 from tests.e2e import fault_sweep as fs
 from tests.e2e.cli_helpers import run
 

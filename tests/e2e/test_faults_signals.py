@@ -19,8 +19,8 @@ import signal
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import faults, get
 
-from nodeagent.sim import faults, get
 from tests.e2e import fault_sweep as fs
 
 SWEEP = os.environ.get("NODEAGENT_FAULT_SWEEP") == "full"

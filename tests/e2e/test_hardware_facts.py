@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from nodeagent_sim.presets import capture_like
 
 from nodeagent.facts import hardware
 from nodeagent.host import open_host
-from nodeagent.sim.presets import capture_like
 from tests.e2e.cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def test_facts_show_cpu_gpus_display_only_and_disks(make_node, capsys) -> None:
 def test_a_static_copy_of_a_guest_shows_its_cpu_model_and_flags(scratch_dir: Path, capsys) -> None:
     """A copy of /sys and /proc (no simulator marker: no command may run) still has the hardware facts."""
     copy = capture_like("l40-kvm64", scratch_dir / "copy")
-    assert not (copy / ".nodeagent-sim").exists() and not (copy / "usr/bin/nvidia-smi").exists()
+    assert not (copy / ".nodeagent-machine").exists() and not (copy / "usr/bin/nvidia-smi").exists()
     code, out, err = run(["--root", str(copy), "facts"], capsys)
     assert code == 0, err
     assert "cpu: 8 × Common KVM processor (GenuineIntel, x86_64) — QEMU's kvm64 model; virtualization kvm" in out

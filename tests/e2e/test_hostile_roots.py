@@ -167,7 +167,7 @@ def test_the_simulator_never_writes_through_a_link_out_of_its_root(make_node, ou
 
 
 def test_tree_writes_refuse_links(tmp_path) -> None:
-    from nodeagent.sim.tree import Tree
+    from nodeagent_sim.tree import Tree
 
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "sys").mkdir(parents=True)

@@ -11,14 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim.dax import DaxDef
+from nodeagent_sim.hotplug import hot_add_dax
 
 from nodeagent.facts import gather
 from nodeagent.facts.dax import block_ids
 from nodeagent.facts.dax import from_facts as dax_facts
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
-from nodeagent.sim.dax import DaxDef
-from nodeagent.sim.hotplug import hot_add_dax
 from tests.e2e.cli_helpers import run
 from tests.e2e.test_units_hotplug import _wait
 
@@ -156,7 +156,7 @@ def test_watch_onlines_a_hot_added_expander_then_stops_on_sigterm(converged: Pat
     k = SimKernel(root)
     proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "--root", str(root), "watch", "--debounce", "0.3",
                              PROFILE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    fifos = root / ".nodeagent-sim/uevents"
+    fifos = root / ".nodeagent-machine/uevents"
     try:
         assert _wait(lambda: fifos.is_dir() and any(fifos.glob("*.fifo"))), "watch never started listening"
         hot_add_dax(k, THIRD)

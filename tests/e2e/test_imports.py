@@ -45,7 +45,7 @@ def probe(args: list[str], cache: Path) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A simulated node with the profile applied, and a profile cache that has seen the profile once."""
-    from nodeagent.sim import create
+    from nodeagent_sim import create
 
     root = tmp_path_factory.mktemp("imports") / "node"
     create(root, "h100-cxl")
@@ -67,7 +67,7 @@ def test_read_only_commands_import_click_and_nothing_else(node: tuple[Path, Path
 #: facts document and reviews), the simulator (its in-process answers are for writes and probes), and the
 #: modules of other commands (loaded when one of their commands is looked up).
 NOT_ON_READ_PATHS = ("nodeagent.profile", "nodeagent.checks", "nodeagent.facts.hardware", "nodeagent.facts.cxl",
-                     "nodeagent.sim", "nodeagent.cli.sim", "nodeagent.cli.metrics", "nodeagent.cli.serving",
+                     "nodeagent_sim", "nodeagent_sim.cli", "nodeagent.cli.metrics", "nodeagent.cli.serving",
                      "nodeagent.cli.k8s")
 
 
@@ -78,7 +78,7 @@ def test_read_only_commands_load_none_of_nodeagent_s_heavy_parts(node: tuple[Pat
     root, cache = node
     # status refreshes DAMON's scheme statistics (a write to the kdamond's state file): on a simulated root
     # that write goes through the simulator's kernel, on a real one it is a sysfs write
-    heavy = tuple(p for p in NOT_ON_READ_PATHS if not (args == ["status"] and p == "nodeagent.sim"))
+    heavy = tuple(p for p in NOT_ON_READ_PATHS if not (args == ["status"] and p == "nodeagent_sim"))
     # the shipped profile manages CXL regions (memory.cxl): planning it (and drift, which status shows) reads the bus
     heavy = tuple(p for p in heavy if p != "nodeagent.facts.cxl")
     ours = probe(["--root", str(root), *args], cache)["ours"]

@@ -10,10 +10,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import PRESETS
 
 from nodeagent.cli.main import main
 from nodeagent.k8s import labels as lab
-from nodeagent.sim import PRESETS
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")

@@ -14,11 +14,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from nodeagent_sim import SimKernel
+from nodeagent_sim.dax import DaxDef
+from nodeagent_sim.hotplug import hot_add_dax
+
 from nodeagent.cli.main import main
 from nodeagent.k8s.labels import FEATURES_FILE, parse
-from nodeagent.sim import SimKernel
-from nodeagent.sim.dax import DaxDef
-from nodeagent.sim.hotplug import hot_add_dax
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "profiles"
@@ -104,7 +105,7 @@ def test_run_reconciles_on_start_on_configmap_swap_and_hot_add_then_stops_on_sig
         proc.wait(timeout=30)
     assert proc.returncode == 0, text()
     assert text().rstrip().endswith("nodeagent run: stopped")
-    assert not list((root / ".nodeagent-sim/uevents").glob("*.fifo"))
+    assert not list((root / ".nodeagent-machine/uevents").glob("*.fifo"))
     assert text().count("reconcile (") == 2  # start and the swap: nothing spurious from polling
 
 
@@ -190,7 +191,7 @@ def test_run_with_apply_reconciles_a_drifted_node_on_the_interval(make_node, tmp
 def test_run_with_apply_pauses_a_dest_free_scheme_while_its_destination_is_full(make_node, tmp_path) -> None:
     """The DaemonSet's loop is where `nodeagent guard` runs on Kubernetes: the shipped profile's demotion scheme
     is paused once its CXL node is nearly full, with the kdamond's pid kept."""
-    from nodeagent.sim import memory as simmem
+    from nodeagent_sim import memory as simmem
 
     root = make_node("h100-cxl")
     configmap(root, "v1", (PROFILES / "cxl-inference.yaml").read_text())

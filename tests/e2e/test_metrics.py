@@ -7,10 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.cli.main import main
-from nodeagent.sim import SimKernel
 from tests.series_helpers import promtool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ def test_metrics_pass_promtool_on_other_nodes(preset: str, make_node, tmp_path: 
 def test_owned_kdamond_scheme_statistics_reach_status_and_metrics(make_node, tmp_path: Path, capsys) -> None:
     """apply starts the profile's kdamonds on h100-cxl; time passes; status refreshes and shows their scheme
     statistics, and drift --metrics-textfile exports them — while facts and plan never write."""
-    from nodeagent.sim.damon import tick
+    from nodeagent_sim.damon import tick
 
     root = make_node("h100-cxl")
     k = SimKernel(root)

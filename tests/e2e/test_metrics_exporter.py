@@ -9,16 +9,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import nvidia as simgpu
+from nodeagent_sim.damon import tick
+from nodeagent_sim.vmstat import migrate
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.cli.main import main
 from nodeagent.host import open_host
 from nodeagent.metrics.collector import Collector
 from nodeagent.metrics.exporter import Exporter, parse_listen
-from nodeagent.sim import SimKernel
-from nodeagent.sim import nvidia as simgpu
-from nodeagent.sim.damon import tick
-from nodeagent.sim.vmstat import migrate
 
 from .test_metrics import promtool_check
 

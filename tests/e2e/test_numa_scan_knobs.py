@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 
-from nodeagent.sim import SimKernel
 from nodeagent.util.errors import PermissionDeniedError
 
 from .cli_helpers import run

@@ -8,9 +8,9 @@ import stat
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 
 from nodeagent.render.escape import escape_controls
-from nodeagent.sim import SimKernel
 from tests.e2e.cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def test_metrics_textfile_replaces_only_a_regular_file(make_node, tmp_path, caps
     root = make_node("workstation")
     p = _special(tmp_path, kind)
     before = os.lstat(p)
-    journal = root / ".nodeagent-sim/writes.log"
+    journal = root / ".nodeagent-machine/writes.log"
     writes = journal.read_text() if journal.exists() else ""
     code, out, err = run(["--root", str(root), *cmd, "--metrics-textfile", str(p), PROFILE], capsys)
     assert code == 64, out + err

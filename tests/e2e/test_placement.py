@@ -12,11 +12,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import reclaim as simreclaim
 
 from nodeagent.cli.main import main
 from nodeagent.facts.reclaim import parse_zoneinfo
-from nodeagent.sim import SimKernel
-from nodeagent.sim import reclaim as simreclaim
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = str(REPO / "profiles/cxl-inference.yaml")

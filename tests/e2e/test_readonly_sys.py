@@ -38,7 +38,7 @@ def test_plan_works_and_apply_fails_before_the_first_write(make_node) -> None:
     plan = _in_ro_namespace(root, "--format", "json", "plan", PROFILE)
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["changes"]
-    journal = root / ".nodeagent-sim" / "writes.log"
+    journal = root / ".nodeagent-machine" / "writes.log"
     before = journal.read_text() if journal.exists() else ""
     apply = _in_ro_namespace(root, "apply", "--yes", "--skip-checks", "all", PROFILE)
     assert apply.returncode == 1, apply.stdout + apply.stderr

@@ -8,13 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel, presets
 
 from nodeagent.cli.main import main
 from nodeagent.facts import gather
 from nodeagent.facts.reclaim import from_facts
 from nodeagent.host import open_host
 from nodeagent.host.mountinfo import cgroup2_mounts, is_cgroup2_root_file, memcg_reclaim, parse_mountinfo
-from nodeagent.sim import SimKernel, presets
 from nodeagent.util.errors import NotAllowedError
 from tests.e2e.test_placement import free_kb, plan_json, profile, stuck
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from nodeagent_sim import SimKernel
+
 from nodeagent.facts import gather
 from nodeagent.facts.damon import from_facts as damon_facts
 from nodeagent.facts.dax import from_facts as dax_facts
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
 from tests.e2e.cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 
 from nodeagent.facts import gather
 from nodeagent.facts.damon import from_facts as damon_facts
 from nodeagent.facts.dax import from_facts as dax_facts
 from nodeagent.facts.knobs import BY_KEY
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
 from nodeagent.state import StateStore
 from tests.e2e.cli_helpers import run
 

@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim.dax import DaxDef
+from nodeagent_sim.hotplug import emit, hot_add_dax
 
 from nodeagent.cli.main import main
 from nodeagent.host.udev import UEvent
 from nodeagent.render.systemd import render_units
-from nodeagent.sim import SimKernel
-from nodeagent.sim.dax import DaxDef
-from nodeagent.sim.hotplug import emit, hot_add_dax
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = str(REPO / "profiles" / "cxl-inference.yaml")
@@ -191,7 +191,7 @@ def test_watch_reacts_to_hot_add_ignores_the_rest_survives_errors_and_stops_on_s
     proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "--root", str(root), "--lock-timeout", "0.3",
                              "watch", "--debounce", "0.3", PROFILE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    fifos = root / ".nodeagent-sim/uevents"
+    fifos = root / ".nodeagent-machine/uevents"
     try:
         assert _wait(lambda: fifos.is_dir() and any(fifos.glob("*.fifo"))), "watch never started listening"
         emit(k, "add", "block", "sda")

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 
-from nodeagent.sim import SimKernel
 from nodeagent.util.errors import ExitCode
 
 from .cli_helpers import run

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import harness
 import pytest
+from nodeagent_sim import SimKernel, create
+from nodeagent_sim.damon_presets import foreign_writes
 from worlds import Agent, Outcome, Setup, Writes, assert_same, norm, run_guest, run_sim
-
-from nodeagent.sim import SimKernel, create
-from nodeagent.sim.damon_presets import foreign_writes
 
 pytestmark = pytest.mark.realkernel
 

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import harness
 import pytest
+from nodeagent_sim import SimKernel, create
 from worlds import Agent, Dump, Setup, Writes, run_sim
-
-from nodeagent.sim import SimKernel, create
 
 pytestmark = pytest.mark.realkernel
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import harness
 import pytest
+from nodeagent_sim import SimKernel, create
+from nodeagent_sim import dax as simdax
 
 from nodeagent.host import open_host
 from nodeagent.metrics.collector import Collector
-from nodeagent.sim import SimKernel, create
-from nodeagent.sim import dax as simdax
 
 pytestmark = pytest.mark.realkernel
 

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import harness
 import pytest
+from nodeagent_sim import SimKernel, create
+from nodeagent_sim.damon_presets import foreign_writes
 from worlds import (
     Agent,
     Dump,
@@ -45,9 +47,6 @@ from worlds import (
     run_guest,
     run_sim,
 )
-
-from nodeagent.sim import SimKernel, create
-from nodeagent.sim.damon_presets import foreign_writes
 
 pytestmark = pytest.mark.realkernel
 
@@ -128,7 +127,7 @@ FILL = ("mkdir -p /run/fill && mount -t tmpfs -o size=4g,mpol=bind:2 fill /run/f
 
 def _sim_free(pct: int) -> Callable[[Path], None]:
     def fill(root: Path) -> None:
-        from nodeagent.sim import memory
+        from nodeagent_sim import memory
 
         k = SimKernel(root)
         with k.locked():

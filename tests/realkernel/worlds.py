@@ -8,7 +8,7 @@ the simulator runs the same actions, in the same order, against a fresh simulate
   in the simulator ``python -m nodeagent --root <node>``.
 - :class:`Writes`: kernel attribute writes, each reported as ``<path> ok`` or ``<path> <strerror>`` — in the
   guest through coreutils' echo (which prints ``write error: <strerror>``), in the simulator through
-  :meth:`nodeagent.sim.SimKernel.write` (which raises ``OSError`` with the kernel's errno).
+  :meth:`nodeagent_sim.SimKernel.write` (which raises ``OSError`` with the kernel's errno).
 - :class:`Dump`: the same read-only shell script over the kernel files the scenarios care about (knobs, node
   lists and distances, memory tiers, node2's memory blocks, the dax0.0 driver, the whole DAMON admin tree,
   nodeagent's state directory), run with ``R=`` (guest) or ``R=<node>`` (simulator): ``path=value`` lines.
@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
-
-from nodeagent.sim import SimKernel
+from nodeagent_sim import SimKernel
 
 
 @dataclass(frozen=True)
@@ -281,7 +280,7 @@ def diff(guest: Any, sim: Any) -> str:
 
 def assert_same(what: str, guest: Any, sim: Any) -> None:
     assert guest == sim, (
-        f"the simulator (nodeagent/sim, preset qemu-3node) differs from the real 6.12 kernel in {what}:\n"
+        f"the simulator (sim/nodeagent_sim, preset qemu-3node) differs from the real 6.12 kernel in {what}:\n"
         f"{diff(guest, sim)}"
     )
 
@@ -384,7 +383,7 @@ def cxl_sim_root(tmp: Path, name: str, preset: str) -> Path:
     """A fresh simulated CXL node (in /dev/shm where it can be: its many small files are faster there)."""
     import shutil
 
-    from nodeagent.sim import create
+    from nodeagent_sim import create
 
     base = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else tmp
     root = base / f"nodeagent-rkcxl-{os.getpid()}-{name}"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from nodeagent.engine.core import Engine
 from nodeagent.host import open_host
-from nodeagent.host.boot_cache import BOOT_ID
 from nodeagent.profile import load_profile
 from nodeagent.state import STATE_DIR, Probes
+from nodeagent.state.boot_cache import BOOT_ID
 
 FILE = f"{STATE_DIR}/{Probes.FILE}"
 

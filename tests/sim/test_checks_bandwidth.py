@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from nodeagent_sim.hardware import copy_seconds
 
 from nodeagent.host import open_host
-from nodeagent.sim.hardware import copy_seconds
 from tests.checks_helpers import messages, one
 
 BW = {"min_gbps": 20, "buffer": "64MiB", "iterations": 2}

@@ -88,7 +88,7 @@ def test_gpu_memory_from_the_profile_and_skip_without_any(make_node) -> None:
 def test_cxl_struct_pages_are_drams_unless_the_kernel_lets_them_go_on_the_device(make_node) -> None:
     """A device that asks for its memmap on itself (dax_cxl sets memmap_on_memory on every CXL region) still
     takes DRAM for its struct pages while memory_hotplug.memmap_on_memory is N, the kernel's default."""
-    from nodeagent.sim.kernel import SimKernel
+    from nodeagent_sim.kernel import SimKernel
 
     root = make_node("h100-cxl")
     k = SimKernel(root)

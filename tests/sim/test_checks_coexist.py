@@ -81,7 +81,7 @@ def test_udev_rules_memhp_and_damon_modules(make_node) -> None:
 
 
 def test_daxctl_rule_is_inert_without_config_and_active_with_it(make_node) -> None:
-    from nodeagent.sim.presets import DAXCTL_UDEV_RULE
+    from nodeagent_sim.presets import DAXCTL_UDEV_RULE
 
     root = make_node("h100-cxl")
     set_file(root, "/usr/lib/udev/rules.d/90-daxctl-device.rules", DAXCTL_UDEV_RULE)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim.hardware import set_usage
 
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
-from nodeagent.sim.hardware import set_usage
 from nodeagent.util.errors import MissingError
 from tests.checks_helpers import messages, one, set_file
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from nodeagent_sim.latency import chase_ns
 
 from nodeagent.host import latency as probe
 from nodeagent.host import open_host
-from nodeagent.sim.latency import chase_ns
 from tests.checks_helpers import messages, one, set_file
 
 MiB = 1024**2
@@ -37,8 +37,8 @@ def test_cxl_is_judged_against_the_dram_of_its_nearest_socket(make_node) -> None
 
 
 def test_a_dax_node_onlined_later_is_measured_without_declared_figures(make_node) -> None:
-    from nodeagent.sim import SimKernel
-    from nodeagent.sim import dax as simdax
+    from nodeagent_sim import SimKernel
+    from nodeagent_sim import dax as simdax
 
     root = make_node("h100-cxl")
     k = SimKernel(root)

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nodeagent_sim import SimKernel, build, get, hotplug
 
 from nodeagent.cli.main import main
-from nodeagent.sim import SimKernel, build, get, hotplug
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = {name: str(REPO / "profiles" / f"{name}.yaml") for name in ("cxl-inference", "cxl-kv-pool")}

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import cxl as simcxl
 
 from nodeagent.facts import cxl as cxlfacts
 from nodeagent.facts import dax as daxfacts
 from nodeagent.facts import gather
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
-from nodeagent.sim import cxl as simcxl
 from tests.e2e.cli_helpers import run
 
 MiB = 1024**2
@@ -242,7 +242,7 @@ def test_missing_modules_are_reported(make_node: Callable[..., Path]) -> None:
     root = make_node("qemu-cxl")
     for m in ("cxl_acpi", "dax_cxl"):
         shutil.rmtree(root / f"sys/module/{m}")
-    kernel = json.loads((root / ".nodeagent-sim/meta.json").read_text())["kernel"]
+    kernel = json.loads((root / ".nodeagent-machine/meta.json").read_text())["kernel"]
     dep = root / f"lib/modules/{kernel}/modules.dep"
     dep.write_text("kernel/drivers/cxl/cxl_acpi.ko.xz: kernel/drivers/cxl/core/cxl_core.ko.xz\n")
     f = gather(open_host(root))

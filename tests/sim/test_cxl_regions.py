@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel, create
 
 from nodeagent.engine.core import Engine
 from nodeagent.facts.cxl import from_facts as cxl_of
@@ -17,7 +18,6 @@ from nodeagent.facts.dax import from_facts as dax_of
 from nodeagent.host import open_host
 from nodeagent.kinds.cxl_region.wait import wait_for_memdevs
 from nodeagent.profile import load_profile
-from nodeagent.sim import SimKernel, create
 from nodeagent.state import Ownership, StateStore
 from nodeagent.util.errors import ProfileError
 
@@ -143,7 +143,7 @@ def test_a_differing_region_is_a_disruptive_rebuild_torn_down_in_the_kernels_ord
     done = apply(root, wider, allow_disruptive=True)
     assert done.status == "converged", done.verify_errors
     assert regions(root) == {(S1,): (1, 1024, True)}
-    writes = [json.loads(line) for line in (root / ".nodeagent-sim" / "writes.log").read_text().splitlines()]
+    writes = [json.loads(line) for line in (root / ".nodeagent-machine" / "writes.log").read_text().splitlines()]
     teardown = [w["path"].rsplit("/", 1)[1] for w in writes if w["result"] == "ok"]
     teardown = teardown[teardown.index("commit", teardown.index("commit") + 1):]  # after the first region's commit
     order = [a for a in teardown if a in ("commit", "target0", "size", "dpa_size", "delete_region")][:5]
@@ -202,8 +202,9 @@ def test_drift_reports_a_region_that_is_gone(tmp_path: Path) -> None:
 
 
 def test_drift_reports_a_region_nodeagent_made_that_was_made_again_differently(tmp_path: Path) -> None:
+    from nodeagent_sim.cxl import create_region
+
     from nodeagent.drift import detect
-    from nodeagent.sim.cxl import create_region
 
     root = node(tmp_path)
     p = profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n", dax="")

@@ -8,10 +8,9 @@ import errno
 import stat
 
 import pytest
-
-from nodeagent.sim import SimKernel
-from nodeagent.sim.damon_modules import enable, module_pids
-from nodeagent.sim.damon_presets import start_foreign
+from nodeagent_sim import SimKernel
+from nodeagent_sim.damon_modules import enable, module_pids
+from nodeagent_sim.damon_presets import start_foreign
 
 K = "/sys/kernel/mm/damon/admin/kdamonds"
 P = "/sys/module/{}/parameters"

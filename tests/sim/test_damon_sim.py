@@ -5,10 +5,9 @@ from __future__ import annotations
 import errno
 
 import pytest
-
-from nodeagent.sim import SimKernel
-from nodeagent.sim.damon import contend, tick
-from nodeagent.sim.damon_presets import foreign_writes, start_foreign
+from nodeagent_sim import SimKernel
+from nodeagent_sim.damon import contend, tick
+from nodeagent_sim.damon_presets import foreign_writes, start_foreign
 
 K = "/sys/kernel/mm/damon/admin/kdamonds"
 C = f"{K}/0/contexts/0"

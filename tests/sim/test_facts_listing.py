@@ -4,12 +4,13 @@ blocks that came and went)."""
 
 from __future__ import annotations
 
+from nodeagent_sim import SimKernel
+from nodeagent_sim import dax as simdax
+
 from nodeagent.facts import gather
 from nodeagent.facts.dax import from_facts as dax_facts
 from nodeagent.facts.numa import node_blocks
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
-from nodeagent.sim import dax as simdax
 
 
 def test_node_directories_are_listed_once_per_gather(make_node, monkeypatch) -> None:

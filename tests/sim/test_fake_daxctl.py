@@ -7,9 +7,10 @@ import json
 import os
 from pathlib import Path
 
-from nodeagent.sim import SimKernel
-from nodeagent.sim import dax as simdax
-from nodeagent.sim.fake_daxctl import commands, run
+from nodeagent_sim import SimKernel
+from nodeagent_sim import dax as simdax
+from nodeagent_sim.fake_daxctl import commands, run
+
 from nodeagent.util.kfmt import parse_meminfo
 
 GiB = 1024**3

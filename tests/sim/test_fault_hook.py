@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from nodeagent_sim import SimKernel, faults
 
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel, faults
 from nodeagent.util.errors import HostError
 from tests.e2e.cli_helpers import run
 
@@ -59,7 +59,7 @@ def test_state_file_writes_are_faulted_as_real_oserrors(make_node) -> None:
 def test_signal_goes_to_the_writer_right_before_the_write(make_node) -> None:
     root = make_node("qemu-3node")
     faults.add(root, faults.Rule("demotion", signal="TERM"))
-    code = ("import signal,sys\nfrom nodeagent.sim import SimKernel\n"
+    code = ("import signal,sys\nfrom nodeagent_sim import SimKernel\n"
             "def h(s, f):\n    print('got', s, SimKernel(sys.argv[1]).tree.read(sys.argv[2]), flush=True)\n"
             "signal.signal(signal.SIGTERM, h)\nSimKernel(sys.argv[1]).write(sys.argv[2], '1')\n"
             "print('after', SimKernel(sys.argv[1]).tree.read(sys.argv[2]))\n")
@@ -81,7 +81,7 @@ def test_clear_list_and_usage_errors(make_node, capsys) -> None:
         assert run(["sim", "fault", str(root), *bad], capsys)[0] == 64, bad
     code, out, _ = run(["sim", "fault", str(root), "--clear"], capsys)
     assert code == 0 and "cleared 1" in out
-    assert not (root / ".nodeagent-sim" / faults.FILE).exists()
+    assert not (root / ".nodeagent-machine" / faults.FILE).exists()
     assert run(["sim", "fault", os.fspath(root.parent), "--clear"], capsys)[0] == 64  # not a simulated node
 
 

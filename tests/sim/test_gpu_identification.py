@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim.hardware import add_pci_device
+from nodeagent_sim.presets import PRESETS, GpuDef, PciDef, gpu_pci, pcie_switch, root_port
 
 from nodeagent.facts.hardware import PciLink, classify, read_pci_displays
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
-from nodeagent.sim.hardware import add_pci_device
-from nodeagent.sim.presets import PRESETS, GpuDef, PciDef, gpu_pci, pcie_switch, root_port
 from tests.checks_helpers import messages, one, set_file
 
 #: The shipped profile's gpu_pcie section.

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import dax as simdax
 
 from nodeagent.facts import Facts, gather
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
-from nodeagent.sim import dax as simdax
 from nodeagent.util.errors import BusyError, MissingError, NotAllowedError, RejectedError
 
 
@@ -163,7 +163,7 @@ def test_host_maps_errno_and_guards_paths(make_node) -> None:
 
 def test_writes_from_other_processes_see_the_same_node(make_node) -> None:
     root = make_node("qemu-3node")
-    code = ("import sys; from nodeagent.sim import SimKernel; "
+    code = ("import sys; from nodeagent_sim import SimKernel; "
             "SimKernel(sys.argv[1]).write('/proc/sys/kernel/numa_balancing', '3')")
     subprocess.run([sys.executable, "-c", code, str(root)], check=True)
     assert open_host(root).read("/proc/sys/kernel/numa_balancing") == "3"

@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import serving as simserving
 
 from nodeagent.cli.main import main
-from nodeagent.sim import serving as simserving
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "data" / "serving"

@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from nodeagent.sim.tree import RW, Tree
+from nodeagent_sim.tree import RW, Tree
 
 
 def test_a_full_pooled_copy_rolls_over_to_a_new_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

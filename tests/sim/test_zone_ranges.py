@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 
 from nodeagent.facts import numa
 from nodeagent.facts.numa import _merge, node_blocks, node_ranges, parse_zones
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
 from nodeagent.util.kfmt import parse_list
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "zoneinfo"

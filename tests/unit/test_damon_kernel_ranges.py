@@ -79,7 +79,7 @@ def test_values_beyond_the_kernel_file_s_type_are_plan_problems(make_node, tmp_p
 def test_apply_refuses_before_writing_anything(make_node, tmp_path, capsys) -> None:
     root = make_node("h100-cxl")
     p = profile(tmp_path, access="{age: {min: 100000h}}")
-    journal = root / ".nodeagent-sim/writes.log"
+    journal = root / ".nodeagent-machine/writes.log"
     before = journal.read_text() if journal.exists() else ""
     code = main(["--root", str(root), "apply", "--yes", "--skip-checks", "all", str(p)])
     out = capsys.readouterr()

@@ -7,6 +7,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import dax as simdax
+from nodeagent_sim.damon_presets import start_foreign
 
 from nodeagent.engine.core import Engine
 from nodeagent.facts import gather
@@ -18,9 +21,6 @@ from nodeagent.kinds.damon.nodes import NodeClasses, pair
 from nodeagent.kinds.damon.plan import diff_writes, owned_kdamonds
 from nodeagent.kinds.damon.stats import read_stats, refresh_stats
 from nodeagent.profile import LoadedProfile, load_profile
-from nodeagent.sim import SimKernel
-from nodeagent.sim import dax as simdax
-from nodeagent.sim.damon_presets import start_foreign
 from nodeagent.state import StateStore
 
 HEAD = "apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: unit}\n"

@@ -5,7 +5,7 @@ of a new region's DAX device — never after it."""
 from __future__ import annotations
 
 from nodeagent.engine.core import _before_dax, rezones
-from nodeagent.engine.plan import Change
+from nodeagent.plan import Change
 
 
 def ch(kind: str, target: str, op: str = "set", **kw: object) -> Change:

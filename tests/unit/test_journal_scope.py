@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim.dax import to_system_ram
 
-from nodeagent.engine.plan import Change, Plan, Problem
 from nodeagent.engine.scope import expand, in_scope, restrict
 from nodeagent.host import open_host
-from nodeagent.sim import SimKernel
-from nodeagent.sim.dax import to_system_ram
+from nodeagent.plan import Change, Plan, Problem
 from nodeagent.state.journal import Journal, parse_since
 from nodeagent.util.errors import UsageError
 

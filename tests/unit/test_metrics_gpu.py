@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from nodeagent_sim.nvidia import NVML_ERROR_LIB_RM_VERSION_MISMATCH, NVMLError
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.metrics import gpu
 from nodeagent.metrics.families import counter, gauge
 from nodeagent.metrics.textfile import render
 from nodeagent.metrics.tiering import History, Moves, estimate
-from nodeagent.sim.nvidia import NVML_ERROR_LIB_RM_VERSION_MISMATCH, NVMLError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia"
 KERNEL = Path(__file__).resolve().parents[1] / "data" / "metrics"
@@ -148,7 +148,7 @@ def test_real_kernel_captures_parse() -> None:
 
 
 def test_simulated_node_vmstat_has_the_real_keys(tmp_path: Path) -> None:
-    from nodeagent.sim import create
+    from nodeagent_sim import create
 
     root = create(tmp_path / "n", "workstation")  # 6.18
     real = [ln.split()[0] for ln in (KERNEL / "node0-vmstat-tiering-6.18.txt").read_text().splitlines()

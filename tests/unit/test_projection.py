@@ -1,17 +1,18 @@
-"""The node's projection after the earlier kinds (nodeagent.engine.projection): one answer for DAMON, placement,
+"""The node's projection after the earlier kinds (nodeagent.kinds.projection): one answer for DAMON, placement,
 checks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from nodeagent.engine.projection import project
+from nodeagent_sim import SimKernel, hotplug
+from nodeagent_sim import dax as simdax
+
 from nodeagent.facts import gather
 from nodeagent.host import open_host
 from nodeagent.kinds.damon.nodes import NodeClasses, classes
+from nodeagent.kinds.projection import project
 from nodeagent.profile import load_profile
-from nodeagent.sim import SimKernel, hotplug
-from nodeagent.sim import dax as simdax
 
 REPO = Path(__file__).resolve().parents[2]
 TIERED = load_profile(REPO / "profiles" / "cxl-inference.yaml")

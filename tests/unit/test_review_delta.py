@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nodeagent.engine.plan import Change, Plan, Problem
 from nodeagent.engine.review import diff_plans
+from nodeagent.plan import Change, Plan, Problem
 
 
 def change(target: str, before: object, after: object, *, disruptive: bool = False) -> Change:

@@ -49,7 +49,7 @@ RK = Path(__file__).parent.parent / "realkernel" / "captured"
 def test_guest_capture_of_a_pool_placed_as_rendered() -> None:
     """Captured by tests/realkernel/test_serving_guest.py on the 6.12 guest: a 512 MiB mlocked pool under
     set_mempolicy(MPOL_BIND, node2), node2 a kmem node onlined in ZONE_NORMAL."""
-    from nodeagent.sim.serving import NUMA_STAT_ITEMS
+    from nodeagent_sim.serving import NUMA_STAT_ITEMS
 
     vmas = parse_numa_maps((RK / "numa_maps-kvpool-bind2.txt").read_text())
     assert vmas and all(v.policy == "bind:2" for v in vmas)  # the process-wide policy shows on every mapping

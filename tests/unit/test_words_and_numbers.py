@@ -54,7 +54,7 @@ def test_unknown_keys_get_a_did_you_mean(tmp_path: Path, key: str, where: str | 
 
 
 def test_the_readme_lists_every_preset() -> None:
-    from nodeagent.sim import PRESETS
+    from nodeagent_sim import PRESETS
 
     readme = (REPO / "README.md").read_text()
     table = readme[readme.index("| preset | node |"):]

@@ -66,10 +66,11 @@ def test_every_kind_declares_and_the_mounted_entries_are_the_kinds_too() -> None
 @pytest.mark.parametrize("preset", ["h100-cxl", "qemu-3node", "workstation", "qemu-cxl"])  # qemu-cxl: bare memdevs
 def test_what_apply_and_revert_write_is_what_the_kinds_declare(make_node, capsys, preset: str) -> None:
     """Every write of a real apply, a drift repair and a full revert is declared by a kind (or is state)."""
+    from nodeagent_sim import SimKernel
+
     from nodeagent.checks import parse_skips
     from nodeagent.engine.core import Engine
     from nodeagent.profile import load_profile
-    from nodeagent.sim import SimKernel
 
     root: Path = make_node(preset)
     host = open_host(root)

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...engine.plan import Change
 from ...facts import Facts
 from ...host import Host
+from ...plan import Change
 from ...state import Original, Ownership, PlanState
 from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
 from .names import CXL, KIND, rules_of

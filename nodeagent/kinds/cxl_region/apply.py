@@ -19,9 +19,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ...engine.plan import Change
 from ...facts.cxl import read as read_cxl
 from ...host import Host
+from ...plan import Change
 from ...state import OwnedRegion, Ownership
 from ...util.errors import ChangeSkipped, HostError, MissingError
 from ...util.timestamps import rfc3339

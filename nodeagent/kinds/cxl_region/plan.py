@@ -21,12 +21,12 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ...engine.plan import Change, Problem
 from ...facts import Facts
 from ...facts.cxl import CxlFacts, Decoder, Memdev, Region
 from ...facts.cxl import from_facts as cxl_facts
 from ...facts.dax import DaxDevice, memmap_bytes
 from ...facts.dax import from_facts as dax_facts
+from ...plan import Change, Problem
 from ...state import OwnedRegion
 from ...util.units import format_size
 from .names import CXL, KIND, ident, key, rules_of, target

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...engine.plan import Change
 from ...facts import Facts
 from ...facts.cxl import from_facts as cxl_facts
+from ...plan import Change
 from ...state import Original
 from .names import KIND, ident
 from .plan import Ctx, Pool, plan_teardown, windows

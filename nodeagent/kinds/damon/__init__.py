@@ -20,13 +20,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ...engine.plan import Change, Problem
-from ...engine.projection import NodeProjection, project
 from ...facts import Facts
 from ...facts.damon import KDAMONDS, DamonFacts, Kdamond, from_facts
 from ...host import Host
+from ...plan import Change, Problem
 from ...state import Original, Ownership, PlanState
 from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
+from ..projection import NodeProjection, project
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
 from .plan import ALL, KIND, other_users, owned_kdamonds, plan_kdamonds, revert_kdamonds

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...engine.plan import Change
 from ...facts.damon import KDAMONDS, retry_busy
 from ...host import Host
+from ...plan import Change
 from ...state import OwnedKdamond, Ownership
 from ...util.errors import HostError, NotRecorded
 from ...util.kfmt import parse_list

@@ -1,5 +1,5 @@
 """Which nodes ``fast`` and ``slow`` mean on this node, how sources pair with destinations, and the physical
-ranges a paddr target monitors. Pure functions of the node's projection (:mod:`nodeagent.engine.projection`).
+ranges a paddr target monitors. Pure functions of the node's projection (:mod:`nodeagent.kinds.projection`).
 
 - ``fast``: the nodes of the top memory tier (lowest ``memory_tier<N>``); ``slow``: the nodes of every lower
   tier, ordered by tier then id, plus the nodes the profile's ``memory.dax`` rules bring online in the same
@@ -8,7 +8,7 @@ ranges a paddr target monitors. Pure functions of the node's projection (:mod:`n
   neither. CPU presence plays no part (a CPU-less node can be DRAM).
 - Pairing keys on firmware proximity, which onlining does not change: a DAX-backed node is as near a node as the
   node its device hangs off (``numa_node``); other nodes by NUMA distance; the lowest id breaks ties
-  (:meth:`nodeagent.engine.projection.NodeProjection.proximity`).
+  (:meth:`nodeagent.kinds.projection.NodeProjection.proximity`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ...util.dataclass import dataclass
 
 if TYPE_CHECKING:
-    from ...engine.projection import NodeProjection
+    from ..projection import NodeProjection
 
 FAR = 255
 

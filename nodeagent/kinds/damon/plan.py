@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ...engine.plan import Change, Problem
 from ...facts.damon import DamonFacts, Kdamond
 from ...facts.damon import other_users as users_of
+from ...plan import Change, Problem
 from ...state import Ownership
 from ...util.dataclass import dataclass
 from ..base import ResourcePlan

@@ -38,10 +38,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ...engine.plan import Change, Problem
 from ...facts import Facts
 from ...facts.dax import DaxDevice, DaxFacts, from_facts
 from ...host import Host
+from ...plan import Change, Problem
 from ...state import Original, Ownership, PlanState
 from ...util.units import format_size
 from ...util.vocab import ZONE_KERNEL_NAME

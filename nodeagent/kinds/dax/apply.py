@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 
-from ...engine.plan import Change
 from ...facts.dax import DaxDevice, block_state, read_device
 from ...host import Host
+from ...plan import Change
 from ...state import OwnedDevice, Ownership
 from ...util.errors import ChangeSkipped, CommandError, HostError, MissingError, NotRecorded
 from ...util.timestamps import rfc3339

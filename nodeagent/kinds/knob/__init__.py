@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from ...engine.plan import Change, Problem
 from ...facts import Facts
 from ...facts.knobs import BY_KEY, KNOBS, Knob, version_tuple
 from ...host import Host
+from ...plan import Change, Problem
 from ...state import Original, PlanState
 from ..base import ApplyContext, PlanContext, ResourcePlan
 

@@ -31,10 +31,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...engine.plan import Change, Problem
 from ...facts import Facts
 from ...facts.reclaim import NODE, from_facts, parse_zoneinfo
 from ...host import Host
+from ...plan import Change, Problem
 from ...util.errors import HostError
 from ...util.kfmt import parse_meminfo
 from ...util.units import format_size

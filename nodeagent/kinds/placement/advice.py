@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...engine.projection import NodeProjection, project
 from ...facts import Facts
 from ...facts.damon import from_facts as damon_facts
 from ...facts.reclaim import from_facts as reclaim_facts
 from ...util.dataclass import dataclass
 from ...util.vocab import ZONE_RECLAIM_BITS
+from ..projection import NodeProjection, project
 
 if TYPE_CHECKING:
     from ...profile import LoadedProfile

@@ -1,14 +1,14 @@
 """Fault injection on a simulated node: a write that fails with an errno, or a signal right before a write.
 
-The rules live in the simulated node itself (``.nodeagent-sim/faults.json``), so every process on that root
+The rules live in the simulated node itself (``.nodeagent-machine/faults.json``), so every process on that root
 sees them — nodeagent, the fake daxctl it runs, an Ansible fork — and their counters survive across processes:
-each check takes ``.nodeagent-sim/faults.lock`` (flock), reads the rules, counts the write and replaces the file
+each check takes ``.nodeagent-machine/faults.lock`` (flock), reads the rules, counts the write and replaces the file
 atomically. ``nodeagent sim fault DIR --write REGEX (--errno NAME | --signal NAME) [--after N] [--times N]``
 adds a rule; ``--clear`` removes them all.
 
 What is checked, in one order per node (a rule's counter numbers the writes it matches):
 
-- every write to a kernel attribute, by anyone (:meth:`nodeagent.sim.kernel.SimKernel.write`);
+- every write to a kernel attribute, by anyone (:meth:`nodeagent_sim.kernel.SimKernel.write`);
 - every write of a file nodeagent keeps (state directory, units, feature files): replace, append and rename,
   through the host layer (:class:`nodeagent.host.fs.RootedFS`), named by the kernel path (``/var/lib/...``).
 
@@ -19,7 +19,7 @@ write — the writer itself, or, for a write by the fake daxctl, the nodeagent t
 lets the write go on, as a signal that lands just before a write would.
 
 Without ``faults.json`` a check is one ``stat``: the simulator's write path pays nothing else. With
-:func:`trace` on, every write checked is also appended to ``.nodeagent-sim/faults.trace`` (one path a line, in
+:func:`trace` on, every write checked is also appended to ``.nodeagent-machine/faults.trace`` (one path a line, in
 the order the rules count them): how a sweep learns which write is the Nth.
 """
 
@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..host import SIM_FAULTS
+from nodeagent.host import SIM_FAULTS
+
 from .kernel import MARKER
 
 FILE = SIM_FAULTS

@@ -1,4 +1,4 @@
-"""The CXL region ABI of the emulated bus (:mod:`nodeagent.sim.cxl`): its rules and its errnos.
+"""The CXL region ABI of the emulated bus (:mod:`nodeagent_sim.cxl`): its rules and its errnos.
 
 Layout and behaviour as captured on a real 6.12 guest (QEMU 10, two cxl-type3 memdevs behind one host bridge;
 ``tests/realkernel/captured/cxl-*``), and ``drivers/cxl/core/{region,hdm,port}.c`` where the captures are silent:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..metrics.families import Family
-from ..metrics.textfile import render as render_families
+from .families import Family
+from .textfile import render as render_families
 
 if TYPE_CHECKING:
     from ..engine.core import Engine
@@ -27,7 +27,7 @@ def textfile(engine: Engine, *, drift: Any = None, checks: Any = None) -> str:
     import time
 
     from ..kinds.registry import BY_KIND
-    from ..metrics.collector import Collector
+    from .collector import Collector
 
     c = Collector(engine.host)
     c.sample(refresh=False, moves=False)

@@ -33,11 +33,11 @@ from ..facts import Facts
 from ..facts.dax import DaxDevice
 from ..facts.dax import from_facts as dax_facts
 from ..facts.knobs import BY_KEY
-from ..kinds.dax import assign, diff_device
-from ..kinds.knob import desired as desired_knobs
+from ..plan import Change
 from ..util.dataclass import dataclass
 from ..util.vocab import ZONE_KERNEL_NAME
-from .plan import Change
+from .dax import assign, diff_device
+from .knob import desired as desired_knobs
 
 if TYPE_CHECKING:
     from ..profile import LoadedProfile
@@ -171,7 +171,7 @@ def project(loaded: LoadedProfile, facts: Facts, allow_disruptive: bool = False)
 
     dax = dax_facts(facts)
     rules = tuple(loaded.profile.memory.dax or ())
-    from ..kinds.cxl_region import planned_dax  # the DAX devices of the CXL regions the plan creates
+    from .cxl_region import planned_dax  # the DAX devices of the CXL regions the plan creates
 
     devices = [*dax.devices, *planned_dax(loaded, facts, allow_disruptive)]
     chosen, _ = assign(rules, devices) if rules else ({}, [])

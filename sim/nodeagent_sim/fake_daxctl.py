@@ -18,8 +18,8 @@ includes the real tool's traps:
 - the closing summary (``reconfigured 1 device``) counts what daxctl attempted, not what the kernel did, and
   with several devices the exit code is the last device's.
 
-Every write goes through :class:`~nodeagent.sim.kernel.SimKernel`, so the node's journal records it, and
-each invocation is appended to ``.nodeagent-sim/commands.log``. Not emulated: ``create-device``,
+Every write goes through :class:`~nodeagent_sim.kernel.SimKernel`, so the node's journal records it, and
+each invocation is appended to ``.nodeagent-machine/commands.log``. Not emulated: ``create-device``,
 ``destroy-device``, ``--size``/``--align``/``--input`` and ``--check-config`` (they exit 129 with a message
 that says so).
 """
@@ -171,18 +171,22 @@ def main(argv: list[str], root: str | os.PathLike[str]) -> int:
 LAUNCHER = """#!{python} -S
 # nodeagent simulator: daxctl v{version} emulated on the simulated node this file lives in.
 import os, sys
-sys.path.insert(0, {pkg!r})
-from nodeagent.sim.fake_daxctl import main
+sys.path[:0] = {paths!r}
+from nodeagent_sim.fake_daxctl import main
 sys.exit(main(sys.argv[1:], os.path.realpath(__file__).rsplit("/", 3)[0]))
 """
 
 
 def install(root: Path, python: str | None = None) -> Path:
     """Put the launcher at ``<root>/usr/bin/daxctl`` (executable)."""
-    pkg = str(Path(__file__).resolve().parents[2])
+    import nodeagent
+
+    # Without site (-S), as fast as a C tool starts: the simulator's and nodeagent's directories, by hand.
+    paths = list(dict.fromkeys([str(Path(__file__).resolve().parents[1]),
+                                str(Path(nodeagent.__file__).resolve().parents[1])]))
     path = Path(root) / "usr" / "bin" / "daxctl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(LAUNCHER.format(python=python or sys.executable, version=VERSION, pkg=pkg))
+    path.write_text(LAUNCHER.format(python=python or sys.executable, version=VERSION, paths=paths))
     path.chmod(0o755)
     return path
 

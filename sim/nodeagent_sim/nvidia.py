@@ -1,6 +1,6 @@
 """The NVIDIA driver of a simulated node: ``nvidia-smi`` and an NVML provider shaped like nvidia-ml-py's.
 
-Both answer from one simulator-private table, ``.nodeagent-sim/gpus.json`` (laid out from the preset's GPUs,
+Both answer from one simulator-private table, ``.nodeagent-machine/gpus.json`` (laid out from the preset's GPUs,
 changed by tests and rehearsals with :func:`set_gpu` / :func:`set_driver`), so a simulated root never reaches
 this machine's driver. Formats follow the real tools:
 
@@ -11,7 +11,7 @@ this machine's driver. Formats follow the real tools:
   nvidia-smi prints ``Failed to initialize NVML: Driver/library version mismatch`` and ``NVML library
   version: …`` and exits 18; ``nvmlInit()`` raises ``NVMLError`` with ``NVML_ERROR_LIB_RM_VERSION_MISMATCH``.
 
-The executable this module installs replaces the smaller one of :mod:`nodeagent.sim.hardware` (its fields and
+The executable this module installs replaces the smaller one of :mod:`nodeagent_sim.hardware` (its fields and
 ``-L`` are a subset of these). :func:`nvml` is what the host layer uses instead of ``import pynvml``.
 """
 

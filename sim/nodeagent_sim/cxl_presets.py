@@ -1,4 +1,4 @@
-"""Simulated nodes with a CXL bus (:mod:`nodeagent.sim.cxl`), registered in :data:`nodeagent.sim.presets.PRESETS`.
+"""Simulated nodes with a CXL bus (:mod:`nodeagent_sim.cxl`), registered in :data:`nodeagent_sim.presets.PRESETS`.
 
 =======================  ============================================================================================
 ``qemu-cxl``             the real-kernel tier's CXL guest (``tests/realkernel``, layout ``cxl``): node 0 with 2 CPUs,
@@ -128,7 +128,7 @@ BUSES.update({"qemu-cxl": (QEMU_CXL, None), "qemu-cxl-rp0first": (QEMU_CXL_RP0_F
 
 
 def complete_dax_cxl(k: SimKernel, preset: Preset) -> None:
-    """The rest of the CXL bus behind presets whose CXL DAX devices :mod:`nodeagent.sim.dax` lays out with only
+    """The rest of the CXL bus behind presets whose CXL DAX devices :mod:`nodeagent_sim.dax` lays out with only
     their region, endpoint decoder and memdev (h100-cxl, h100-cxl-autoonline, the benchmark nodes): each device's
     own window (root decoder), host bridge and its decoder, committed and bound to ``cxl_region``, the CXL
     modules loaded — so that the facts of those nodes are those of a whole bus and the region ABI answers."""

@@ -39,7 +39,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..util.kfmt import format_bracket, format_list
+from nodeagent.util.kfmt import format_bracket, format_list
+
 from . import dax as simdax
 from . import fake_daxctl, memory
 from .kernel import MARKER, NUMA_BALANCING_DEBUGFS, THP_DEFRAG, THP_ENABLED, SimKernel

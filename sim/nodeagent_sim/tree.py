@@ -2,7 +2,7 @@
 
 Thousands of memory blocks carry the same few attribute values (``online``, ``Movable``, ``1``...). To keep a
 hot-add of terabytes quick on slow disks, :meth:`Tree.new_dir` can make such files hard links to one shared
-copy per (content, mode) in ``.nodeagent-sim/pool``. :meth:`Tree.set` and :meth:`Tree.file` never write into
+copy per (content, mode) in ``.nodeagent-machine/pool``. :meth:`Tree.set` and :meth:`Tree.file` never write into
 a shared copy: they re-link (or unlink first), so changing one block's ``state`` changes only that block.
 Anything that writes into a simulated tree must therefore go through them (or through ``SimKernel.write``).
 """
@@ -107,7 +107,7 @@ class Tree:
             return cached
         import hashlib  # (loaded by the writes that pool a file, not by every command on a simulated root)
 
-        pool = self.root / ".nodeagent-sim" / "pool"
+        pool = self.root / ".nodeagent-machine" / "pool"
         pool.mkdir(parents=True, exist_ok=True)
         gen = self._generation.get(key, 0)
         p = pool / (f"{'l' if mode is None else f'{mode:o}'}-{hashlib.sha1(text.encode()).hexdigest()[:16]}"

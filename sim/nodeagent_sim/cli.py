@@ -1,9 +1,9 @@
 """``nodeagent sim``: simulated nodes from the command line — lay one out, then rehearse node shapes on it.
 
 Every verb but ``create``, ``reset`` and ``presets`` acts on a directory that must carry the simulator's marker
-(``.nodeagent-sim/meta.json``): on any other root it is refused with exit 64, so a typo never reaches a real
+(``.nodeagent-machine/meta.json``): on any other root it is refused with exit 64, so a typo never reaches a real
 ``/sys``. The verbs change the simulated node the way the kernel (or another agent) would, through the same
-emulator the tests use (:mod:`nodeagent.sim`):
+emulator the tests use (:mod:`nodeagent_sim`):
 
 - ``create DIR --preset NAME [--devices N --device-size SIZE --block-size SIZE --dram-size SIZE]``: a preset,
   optionally with N generated CXL expanders of SIZE, another memory block size and less DRAM per node (the
@@ -20,7 +20,7 @@ emulator the tests use (:mod:`nodeagent.sim`):
 - ``write DIR PATH VALUE``: one write through the emulator; a refusal prints the kernel's errno (exit 1);
 - ``fault DIR --write REGEX (--errno NAME | --signal NAME) [--after N] [--times N]``: from now on, writes whose
   path matches REGEX fail with that errno, or get that signal sent to the nodeagent process right before them
-  (:mod:`nodeagent.sim.faults`); ``fault DIR --clear`` removes every fault, ``fault DIR`` lists them.
+  (:mod:`nodeagent_sim.faults`); ``fault DIR --clear`` removes every fault, ``fault DIR`` lists them.
 
 Output follows the CLI's contract (:meth:`nodeagent.cli.main.Ctx.emit`): a line of text, or with ``--format json``
 exactly one JSON document on stdout — the verb's own keys, and ``error`` beside them when it then failed.
@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from ..util.errors import ExitCode, UsageError
-from ..util.units import parse_size
+from nodeagent.util.errors import ExitCode, UsageError
+from nodeagent.util.units import parse_size
 
 if TYPE_CHECKING:
-    from .main import Ctx
+    from nodeagent.cli.main import Ctx
 
 
 @click.group()
@@ -62,7 +62,7 @@ def _emit(text: str, data: dict[str, Any]) -> None:
 
 
 def _ctx() -> Ctx:
-    from .main import Ctx
+    from nodeagent.cli.main import Ctx
 
     cx = click.get_current_context()
     obj = cx.find_object(Ctx)
@@ -85,7 +85,7 @@ def _refused(verb: str, exc: OSError, data: dict[str, Any]) -> NoReturn:
 
 def _simulated(directory: str):  # type: ignore[no-untyped-def]
     """The emulated kernel of ``directory``; exit 64 when it is not a simulated node."""
-    from ..sim import MARKER, SimKernel
+    from . import MARKER, SimKernel
 
     if not (Path(directory) / MARKER / "meta.json").is_file():
         raise UsageError(f"{directory} is not a simulated node (no {MARKER}/meta.json): refused",
@@ -104,8 +104,8 @@ def _simulated(directory: str):  # type: ignore[no-untyped-def]
 def sim_create(directory: str, preset: str, kernel: str | None, devices: int | None, device_size: str | None,
                block_size: str | None, dram_size: str | None) -> None:
     """Lay out a simulated node of PRESET in DIRECTORY (empty or absent)."""
-    from ..sim import build, get
-    from ..sim.hotplug import generated
+    from . import build, get
+    from .hotplug import generated
 
     try:
         p = get(preset)
@@ -131,7 +131,7 @@ def sim_create(directory: str, preset: str, kernel: str | None, devices: int | N
 @click.argument("preset")
 def sim_reset(preset: str) -> None:
     """Forget the cached simulated node of PRESET (the next --simulate starts from a freshly booted one)."""
-    from ..sim import cached_path, remove
+    from . import cached_path, remove
 
     root = cached_path(preset)
     existed = root.exists()
@@ -144,7 +144,7 @@ def sim_reset(preset: str) -> None:
 @sim.command("presets")
 def sim_presets() -> None:
     """List the simulated node presets."""
-    from ..sim import PRESETS, get
+    from . import PRESETS, get
 
     rows = [(name, get(name).description) for name in PRESETS]
     _emit("\n".join(f"{name:<22} {description}" for name, description in rows),
@@ -164,7 +164,7 @@ def sim_presets() -> None:
 def sim_hot_add(directory: str, name: str, size: str, node: int, host_node: int, mode: str,
                 blocks: str | None) -> None:
     """Hot-add a CXL expander to the simulated node in DIRECTORY."""
-    from ..sim import hotplug
+    from . import hotplug
 
     k = _simulated(directory)
     if blocks is not None and mode != "kmem":
@@ -187,7 +187,7 @@ def sim_hot_add(directory: str, name: str, size: str, node: int, host_node: int,
               type=click.Choice(["offline", "online", "online_movable"]))
 def sim_boot(directory: str, state: str) -> None:
     """Re-lay the boot-time onlining of the CXL memory, as with memhp_default_state=STATE on the command line."""
-    from ..sim import hotplug
+    from . import hotplug
 
     data: dict[str, Any] = {"directory": directory, "memhp_default_state": state}
     try:
@@ -211,7 +211,7 @@ def sim_kdamond(directory: str, foreign: bool, module: str | None, operations: s
     """Add a kdamond another agent owns, through the kernel's files (the kernel's rules apply: adding a
     kdamond rewrites nr_kdamonds, which fails while any runs), or enable a DAMON module's (EBUSY while any
     kdamond runs; it shows no directory under /sys/kernel/mm/damon/admin)."""
-    from ..sim.damon_presets import add_foreign
+    from .damon_presets import add_foreign
 
     if foreign == (module is not None):
         raise UsageError("give --foreign (a sysfs kdamond) or --module NAME (a DAMON module's kdamond)")
@@ -230,7 +230,7 @@ def sim_kdamond(directory: str, foreign: bool, module: str | None, operations: s
 
 
 def _module_kdamond(k: Any, directory: str, module: str, on: bool) -> None:
-    from ..sim.damon_modules import enable
+    from .damon_modules import enable
 
     data: dict[str, Any] = {"directory": directory, "module": module, "state": "on" if on else "off"}
     try:
@@ -249,9 +249,10 @@ def _module_kdamond(k: Any, directory: str, module: str, on: bool) -> None:
 def sim_fill(directory: str, node: int, free: str) -> None:
     """Use a node's memory until only FREE of it is left (as a workload's pages would fill a CXL node): its
     meminfo, /proc/meminfo and zoneinfo follow."""
-    from ..sim import memory
-    from ..util.kfmt import parse_meminfo
-    from ..util.units import parse_percent, parse_size
+    from nodeagent.util.kfmt import parse_meminfo
+    from nodeagent.util.units import parse_percent, parse_size
+
+    from . import memory
 
     k = _simulated(directory)
     data: dict[str, Any] = {"directory": directory, "node": node}
@@ -302,7 +303,7 @@ def sim_write(directory: str, path: str, value: str) -> None:
 def sim_fault(directory: str, pattern: str | None, errno_name: str | None, signal_name: str | None, after: int,
               times: int, clear: bool) -> None:
     """Inject a fault into the simulated node in DIRECTORY, seen by every process on it (counters included)."""
-    from ..sim import faults
+    from . import faults
 
     _simulated(directory)
     data: dict[str, Any] = {"directory": directory}

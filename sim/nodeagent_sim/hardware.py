@@ -1,7 +1,7 @@
 """The hardware a simulated node's preflight checks look at: PCI GPUs, mounts and their usage, memory bandwidth,
 and the fake ``nvidia-smi`` / ``systemd-detect-virt`` executables.
 
-A :data:`~nodeagent.sim.presets.LAYERS` step lays out, from the preset:
+A :data:`~nodeagent_sim.presets.LAYERS` step lays out, from the preset:
 
 - the preset's PCI tree as the kernel lays it out: ``/sys/devices/pciDDDD:BB/<root port>/[<switch upstream port>/
   <downstream port>/]<device>``, each with ``vendor device class numa_node``, the PCIe ones with
@@ -11,10 +11,10 @@ A :data:`~nodeagent.sim.presets.LAYERS` step lays out, from the preset:
   drive, and the console (an ASPEED BMC VGA bound to ``ast``, or QEMU's VGA bound to ``bochs-drm`` in a guest);
 - ``/proc/self/mountinfo`` with cgroup v2 where the preset mounts it (:func:`lay_out_mountinfo`);
 - ``/proc/mounts`` (and ``/proc/self/mounts``), the mount points as directories, and a simulator-private usage
-  table (``.nodeagent-sim/statvfs.json``) that :func:`statvfs` answers from — the host layer's
+  table (``.nodeagent-machine/statvfs.json``) that :func:`statvfs` answers from — the host layer's
   ``host.statvfs(path)`` lands here for a simulated root, so nothing is ever asked of this machine's disks;
 - ``/proc/sys/kernel/arch``, the DAMON modules' ``enabled`` parameters (off) on kernels that have them;
-- ``usr/bin/systemd-detect-virt`` (``nvidia-smi`` and NVML: :mod:`nodeagent.sim.nvidia`), which prints what the
+- ``usr/bin/systemd-detect-virt`` (``nvidia-smi`` and NVML: :mod:`nodeagent_sim.nvidia`), which prints what the
   real tool prints for this node;
 - a per-node copy-bandwidth model that :func:`copy_seconds` answers from (figures typical of such machines;
   ``l40-kvm64`` has the 11.7 GB/s of the field report).
@@ -28,7 +28,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..util.kfmt import parse_meminfo
+from nodeagent.util.kfmt import parse_meminfo
+
 from .kernel import MARKER, SimKernel
 from .presets import LAYERS, MountDef, PciDef, Preset, aspeed_bmc, gpu_pci, nvme, qemu_vga, root_port
 from .tree import RO

@@ -1,6 +1,6 @@
 """Memory latency on a simulated node: the last-level cache, the firmware's declared figures, and the chase.
 
-A :data:`~nodeagent.sim.presets.LAYERS` step lays out, from the preset:
+A :data:`~nodeagent_sim.presets.LAYERS` step lays out, from the preset:
 
 - ``/sys/devices/system/cpu/cpuN/cache/index3/{level,type,size,shared_cpu_list}``: one L3 per node with CPUs
   (as a socket of the machine has it);
@@ -8,8 +8,8 @@ A :data:`~nodeagent.sim.presets.LAYERS` step lays out, from the preset:
   ``nodeN/access0/initiators/{read,write}_latency`` (ns), ``{read,write}_bandwidth`` (MB/s) and a ``nodeI``
   link per best initiator, as ``drivers/base/node.c`` exposes them (``access1``: CPU initiators only, same
   figures here). Nodes onlined later (a DAX device turned system-ram) have none, as on a kernel before 6.9;
-- a simulator-private model (``.nodeagent-sim/latency.json``) that :func:`chase_ns` answers from, the way
-  :func:`nodeagent.sim.hardware.copy_seconds` answers for bandwidth: load-to-use latency from a CPU node to a
+- a simulator-private model (``.nodeagent-machine/latency.json``) that :func:`chase_ns` answers from, the way
+  :func:`nodeagent_sim.hardware.copy_seconds` answers for bandwidth: load-to-use latency from a CPU node to a
   memory node is ``local + per_distance × (distance - 10)``, plus ``cxl`` when the memory node has no CPU and
   its tier is a slower one (CXL). Declared figures are lower than measured ones, as an idle HMAT figure is.
 
@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..util.kfmt import format_list, parse_list
+from nodeagent.util.kfmt import format_list, parse_list
+
 from .hardware import mbind_target
 from .kernel import MARKER, SimKernel
 from .presets import LAYERS, Preset

@@ -1,5 +1,5 @@
 """The emulation behind the fake daxctl: ndctl v76's ``daxctl/device.c`` and ``libdaxctl.c`` step by step,
-acting on a simulated node through :class:`~nodeagent.sim.kernel.SimKernel` (see :mod:`.fake_daxctl`)."""
+acting on a simulated node through :class:`~nodeagent_sim.kernel.SimKernel` (see :mod:`.fake_daxctl`)."""
 
 from __future__ import annotations
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextvars import ContextVar
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from . import Host
+    from ..host import Host
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 #: True while the state lock is held: a probe that had to run may then be written down.
@@ -27,7 +28,7 @@ PERSIST: ContextVar[bool] = ContextVar("probe_cache_persist", default=False)
 
 def probe(host: Host, key: str, run: Callable[[], str]) -> str:
     """``run()``'s answer for ``key``, from this boot's cache when it is there. Exceptions of ``run`` pass."""
-    from ..state import Probes, StateStore  # the record lives with the others (nodeagent.state)
+    from . import Probes, StateStore  # the record lives with the others
 
     boot = (host.read_opt(BOOT_ID) or "").strip()
     if not boot:
@@ -41,3 +42,9 @@ def probe(host: Host, key: str, run: Callable[[], str]) -> str:
     if PERSIST.get():
         store.write_record(Probes(boot, {**probes, key: value}))
     return value
+
+
+def attach(host: Host) -> None:
+    """Answer ``host``'s probes from this boot's cache (:meth:`nodeagent.host.Host.cached_probe`): the state
+    owns the cache, so the host and the facts that probe never import the state."""
+    host.probe_cache = partial(probe, host)

@@ -13,7 +13,8 @@ import errno
 import os
 import re
 
-from ..util.kfmt import format_list, parse_list
+from nodeagent.util.kfmt import format_list, parse_list
+
 from .kernel import SimKernel, ebusy, einval, flusher, rule
 from .tree import RO, RW, WO
 from .vmstat import node_vmstat

@@ -26,7 +26,8 @@ import os
 import re
 from dataclasses import replace
 
-from ..util.kfmt import parse_list
+from nodeagent.util.kfmt import parse_list
+
 from . import dax as simdax
 from . import memory, presets
 from .kernel import SimKernel, einval, rule

@@ -2,7 +2,7 @@
 
 ``create(dir, preset)`` lays one out; ``cached(preset)`` creates or reuses one under the cache directory
 (``$NODEAGENT_CACHE``, else ``$XDG_CACHE_HOME/nodeagent``, else ``~/.cache/nodeagent``) for ``--simulate``.
-Production code never imports this package: the host layer loads :mod:`nodeagent.sim.kernel` only when a
+Production code never imports this package: the host layer loads :mod:`nodeagent_sim.kernel` only when a
 root carries the simulator's marker.
 """
 

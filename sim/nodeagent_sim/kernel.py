@@ -1,6 +1,6 @@
 """The emulated kernel behind a simulated root.
 
-A simulated root is a plain directory tree plus ``.nodeagent-sim/`` (``meta.json``, a lock, a write journal).
+A simulated root is a plain directory tree plus ``.nodeagent-machine/`` (``meta.json``, a lock, a write journal).
 Every write to a kernel attribute — from the agent, the fake daxctl, an Ansible fork or a test playing
 "another agent" — goes through :meth:`SimKernel.write`, which takes the lock, validates the value the way the
 kernel does (raising ``OSError`` with the kernel's errno), and applies the kernel's reaction to the tree
@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..util.kfmt import format_bracket, kernel_version
+from nodeagent.util.kfmt import format_bracket, kernel_version
+
 from .tree import Tree
 
-MARKER = ".nodeagent-sim"
+MARKER = ".nodeagent-machine"
 
 Handler = Callable[["SimKernel", str, str], None]
 _RULES: list[tuple[re.Pattern[str], Handler]] = []

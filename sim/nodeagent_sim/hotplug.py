@@ -1,6 +1,6 @@
 """Hot-plug on a simulated node: a device appears in the tree and its uevents reach every listener.
 
-``hot_add_dax(kernel, DaxDef)`` lays the device out (devdax mode, :func:`nodeagent.sim.dax.lay_out`) and
+``hot_add_dax(kernel, DaxDef)`` lays the device out (devdax mode, :func:`nodeagent_sim.dax.lay_out`) and
 emits ``add`` for ``dax/<name>``; with ``system_ram=True`` (a kernel whose dax_cxl/kmem binds new CXL memory
 itself) it also hot-adds the range to the target node — online in the zone of the kernel's auto-online policy,
 or offline when the policy is ``offline`` — and emits ``add`` (and ``online``) for each memory block, like the
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..host.udev import UEvent, broadcast
-from ..util.kfmt import format_list
+from nodeagent.host.udev import UEvent, broadcast
+from nodeagent.util.kfmt import format_list
+
 from . import dax as simdax
 from . import memory
 from .kernel import SimKernel

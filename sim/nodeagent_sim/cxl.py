@@ -1,5 +1,5 @@
 """Emulated CXL bus: ``/sys/bus/cxl/devices`` as the kernel's CXL drivers lay it out (the region ABI's rules and
-errnos are in :mod:`nodeagent.sim.cxl_region`).
+errnos are in :mod:`nodeagent_sim.cxl_region`).
 
 Layout as captured on a real 6.12 guest (QEMU 10, two cxl-type3 memdevs behind one host bridge;
 ``tests/realkernel/captured/cxl-*``): ``root0`` (ACPI0017) with one root decoder ``decoder0.N`` per window (CFMWS)

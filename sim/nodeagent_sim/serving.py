@@ -2,7 +2,7 @@
 
 - :func:`set_mempolicy` answers the bind probe (:mod:`nodeagent.host.numabind`) as ``set_mempolicy(2)`` does:
   EINVAL for a node that is not online or has no memory; a mode the node's seccomp/cpuset forbids (modelled by
-  :func:`deny`, kept in ``.nodeagent-sim/mempolicy.json``) fails with the errno given there.
+  :func:`deny`, kept in ``.nodeagent-machine/mempolicy.json``) fails with the errno given there.
 - :func:`start_engine` lays out a running engine: its unit's cgroup under the cgroup v2 mount
   (``system.slice/NAME/{cgroup.procs,memory.numa_stat}``) and ``/proc/PID/numa_maps``, in the kernel's formats
   (Documentation/admin-guide/cgroup-v2.rst ``memory.numa_stat``: one line per item, ``N<node>=<bytes>`` for every
@@ -18,7 +18,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..util.kfmt import format_list
+from nodeagent.util.kfmt import format_list
+
 from .hardware import mbind_target
 from .kernel import MARKER
 
@@ -67,7 +68,7 @@ class Mapping:
 def _memory_nodes(root: Path) -> list[int]:
     base = Path(root) / "sys/devices/system/node"
     text = (base / "has_memory").read_text().strip() if (base / "has_memory").is_file() else "0"
-    from ..util.kfmt import parse_list
+    from nodeagent.util.kfmt import parse_list
 
     return parse_list(text)
 
