@@ -1,0 +1,52 @@
+"""The architecture, judged from the source: no import circle crosses a folder, the layers point one way, and
+nothing under nodeagent/ knows the simulator (it is a machine plugin behind nodeagent.host.machine)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.arch.imports import PACKAGE, cycles, folder, graph
+
+
+def test_no_flat_module_but_the_entry_points() -> None:
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert flat == ["__init__.py", "__main__.py"], flat
+
+
+def test_the_graph_sees_lazy_and_importlib_imports() -> None:
+    g = graph()
+    assert "nodeagent.engine.core" in g["nodeagent"]  # _LAZY, through importlib.import_module(".engine.core")
+    assert "nodeagent.cli.ops" in g["nodeagent.cli.main"]  # lazy, inside a function
+
+
+def test_no_import_circle_crosses_a_folder() -> None:
+    crossing = [c for c in cycles() if len({folder(m) for m in c}) > 1]
+    assert not crossing, "import circles across folders:\n" + "\n".join(" ↔ ".join(c) for c in crossing)
+
+
+def _edges(src: str, allowed: callable) -> list[str]:  # type: ignore[valid-type]
+    return [f"{m} → {d} (line {line})" for m, deps in sorted(graph().items()) if folder(m) == src
+            for d, line in deps.items() if not allowed(d)]
+
+
+@pytest.mark.parametrize("src, rule, allowed", [
+    ("util", "util imports nothing of ours", lambda d: folder(d) == "util" or d == "nodeagent"),
+    ("host", "host imports nothing of ours above util", lambda d: folder(d) in ("host", "util")),
+    ("facts", "facts never import checks, state or a kind's apply",
+     lambda d: folder(d) not in ("checks", "state", "engine", "cli") and not d.endswith(".apply")),
+    ("render", "render imports no collector", lambda d: not d.startswith("nodeagent.metrics.collector")),
+    ("kinds", "kinds never import the engine or the CLI", lambda d: folder(d) not in ("engine", "cli", "loops")),
+])
+def test_layers(src: str, rule: str, allowed: callable) -> None:  # type: ignore[valid-type]
+    bad = _edges(src, allowed)
+    assert not bad, f"{rule}:\n" + "\n".join(bad)
+
+
+def test_nothing_under_nodeagent_names_the_simulator() -> None:
+    pattern = re.compile(r"nodeagent_sim|nodeagent.sim")
+    hits = [f"{p.relative_to(PACKAGE.parent)}:{n}: {line.strip()}" for p in sorted(PACKAGE.rglob("*"))
+            if p.is_file() and p.suffix in (".py", ".j2", ".yaml", ".json", ".c")
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    assert not hits, "\n".join(hits)
