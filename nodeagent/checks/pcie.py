@@ -36,9 +36,9 @@ from ..facts.hardware import (
     is_gpu_class,
     oversubscription,
     pci_devices,
-    udev_pci_devices,
 )
 from ..host import Host
+from ..host.udev import udev_pci_devices
 from .base import CheckContext, Finding, Skip
 
 if TYPE_CHECKING:

@@ -5,7 +5,6 @@ Registered on the main group by :mod:`nodeagent.cli.main` with one line; imports
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import click
@@ -67,7 +66,7 @@ def labels(ctx: Ctx, profile: str | None, write_file: bool, expires_in: float | 
     if write_file:
         with eng.state.locked(eng.lock_timeout):
             lab.write(ctx.host, text)
-        where = lab.FEATURES_FILE if ctx.host.is_real else os.path.join(ctx.root, lab.FEATURES_FILE.lstrip("/"))
+        where = ctx.host.fs.local(lab.FEATURES_FILE)
         click.echo(f"nodeagent: wrote {len(names)} labels to {where}", err=True)
     ctx.emit(text.rstrip("\n"), {"prefix": prefix, "labels": {f"{prefix}/{k}": v for k, v in sorted(names.items())},
                                  "file": lab.FEATURES_FILE, "written": write_file, "source": source})

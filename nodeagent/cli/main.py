@@ -450,15 +450,10 @@ def _after_apply(ctx: Ctx, eng: Engine, loaded: LoadedProfile, result: Any, text
             click.echo(escape_controls(outcome))
     else:
         ctx.emit("", result.to_dict())
-    if metrics_textfile and not result.dry_run:
-        from .ops import write_metrics
+    from ..engine.hooks import AfterApply, after_apply
 
-        write_metrics(eng, metrics_textfile, loaded=loaded,
-                      checks=result.checks.results if result.checks is not None else None)
-    if not result.dry_run:  # keep NFD's feature file current, where its features.d directory exists
-        note = __import__("nodeagent.k8s.labels").k8s.labels.after_apply(eng, loaded, result)
-        if note:
-            click.echo(escape_controls(f"nodeagent: {note}"), err=True)
+    for note in after_apply(eng, loaded, result, AfterApply(metrics_textfile=metrics_textfile)):
+        click.echo(escape_controls(f"nodeagent: {note}"), err=True)
 
 
 class _TerminalProgress:

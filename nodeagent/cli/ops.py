@@ -12,24 +12,7 @@ from ..render.escape import escape_controls
 from ..util.errors import ExitCode, NeedsRootError, PlanError
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
-    from ..profile import LoadedProfile
     from .main import Ctx
-
-
-def write_metrics(eng: Engine, path: str, *, loaded: LoadedProfile | None = None, drift: Any = None,
-                  checks: Any = None) -> None:
-    """Measure what the metrics need and write the textfile at ``path`` (an operator's path, not under --root)."""
-    from ..drift import detect
-    from ..metrics.node_textfile import textfile, write_textfile
-    from ..util.errors import NodeagentError
-
-    if drift is None:
-        try:
-            drift = detect(eng, loaded)
-        except NodeagentError:
-            drift = None  # nothing applied yet: the file simply has no drift metrics
-    write_textfile(path, textfile(eng, drift=drift, checks=checks))
 
 
 def register(cli: click.Group) -> None:
@@ -75,6 +58,8 @@ def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | N
     # --record measures under the lock it records under: an apply cannot slip in between (stale drift)
     report = detect_and_record(eng, loaded, amend=noted) if record else noted(detect(eng, loaded))
     if metrics_textfile:
+        from ..metrics.node_textfile import write_metrics
+
         write_metrics(eng, metrics_textfile, loaded=loaded, drift=report)
     ctx.emit(drift_text(report), report.to_dict())
     if report.cannot_be_done:  # apply would be partial: 5 wins over 3

@@ -149,10 +149,6 @@ def _killpg(pid: int, sig: int) -> None:
 
 def _alive(pid: int) -> bool:
     """Whether our child ``pid`` still runs (not yet reaped by the thread that waits for it, and not a zombie)."""
-    if pid not in RUNNING:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except OSError:
-        return False
+    from ..host.commands import child_alive
+
+    return pid in RUNNING and child_alive(pid)

@@ -450,21 +450,6 @@ def oversubscription(gpus: list[PciGpu]) -> list[dict[str, object]]:
     return out
 
 
-def udev_pci_devices() -> dict[str, str] | None:
-    """``{address: class}`` as udev sees the real machine's PCI bus (pyudev); None when udev is unavailable.
-
-    Only meaningful for the real root: pyudev cannot be pointed at another tree.
-    """
-    try:
-        import pyudev
-
-        ctx = pyudev.Context()
-        return {d.sys_name: (d.attributes.asstring("class") if "class" in d.attributes.available_attributes
-                             else "") for d in ctx.list_devices(subsystem="pci")}
-    except Exception:  # no libudev, no /run/udev: the sysfs walk stands alone
-        return None
-
-
 # -- GPU memory ----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -773,4 +758,4 @@ __all__ = ["CheckedPath", "CpuInfo", "DiskFacts", "disk_check_paths", "read_chec
            "arch", "classify", "cmdline_params", "existing_ancestor", "is_gpu_class", "mount_of", "oversubscription",
            "pci_devices", "read_cmdline", "read_cpuinfo", "read_gpu_memory", "read_gpus", "read_mounts",
            "read_pci_displays",
-           "read_virtualization", "udev_pci_devices"]
+           "read_virtualization"]

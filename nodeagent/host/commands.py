@@ -190,3 +190,13 @@ class CommandRunner:
             raise CommandError(f"{' '.join(argv)} exited {result.returncode}: {msg}", path=exe,
                                returncode=result.returncode, stderr=result.stderr)
         return result
+
+
+def child_alive(pid: int) -> bool:
+    """Whether our child ``pid`` still runs (not a zombie): read from this machine's own /proc, whatever the
+    root — it is nodeagent's own child, not the node's."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False

@@ -171,3 +171,18 @@ def wait_readable(fds: list[int], timeout: float | None) -> list[int]:
     except InterruptedError:
         return []
     return ready
+
+
+def udev_pci_devices() -> dict[str, str] | None:
+    """``{address: class}`` as udev sees the real machine's PCI bus (pyudev); None when udev is unavailable.
+
+    Only meaningful for the real root: pyudev cannot be pointed at another tree.
+    """
+    try:
+        import pyudev
+
+        ctx = pyudev.Context()
+        return {d.sys_name: (d.attributes.asstring("class") if "class" in d.attributes.available_attributes
+                             else "") for d in ctx.list_devices(subsystem="pci")}
+    except Exception:  # no libudev, no /run/udev: the sysfs walk stands alone
+        return None

@@ -241,11 +241,7 @@ def gather(engine: Engine, loaded: LoadedProfile | None = None, *, facts: Facts 
 
 
 def features_dir_exists(host: Host) -> bool:
-    import os
-
-    from ..profile.locate import under_root
-
-    return os.path.isdir(under_root(host, FEATURES_DIR))
+    return host.fs.is_dir(FEATURES_DIR)
 
 
 def write(host: Host, text: str) -> None:
@@ -253,29 +249,30 @@ def write(host: Host, text: str) -> None:
     host.fs.write_file_atomic(FEATURES_FILE, text)
 
 
-def after_apply(engine: Engine, loaded: LoadedProfile, result: Any, *, prefix: str = DEFAULT_PREFIX) -> str | None:
-    """apply's hook: keep the feature file current — only where the features.d directory exists (NFD's worker, or
-    the DaemonSet, mounts it there). An apply that succeeded stays a success when the labels cannot be written:
-    returns the message to show instead of raising."""
+def after_apply(engine: Engine, loaded: LoadedProfile, result: Any, *, mode: str = "auto",
+                prefix: str | None = None, expires: datetime | None = None, source: str | None = None) -> str | None:
+    """The post-apply hook (:mod:`nodeagent.engine.hooks`): keep the feature file current — with ``mode`` auto
+    only where the features.d directory exists (NFD's worker, or the DaemonSet, mounts it there). An apply that
+    succeeded stays a success when the labels cannot be written: returns the message to show instead of raising."""
     from ..util.errors import NodeagentError
 
     try:
-        _after_apply(engine, loaded, result, prefix)
+        _after_apply(engine, loaded, result, mode, prefix or DEFAULT_PREFIX, expires, source)
     except NodeagentError as exc:
         return f"labels: {FEATURES_FILE} not updated: {exc.render()}"
     return None
 
 
-def _after_apply(engine: Engine, loaded: LoadedProfile, result: Any, prefix: str) -> bool:
-    if result.dry_run:
+def _after_apply(engine: Engine, loaded: LoadedProfile, result: Any, mode: str, prefix: str,
+                 expires: datetime | None, source: str | None) -> bool:
+    if result.dry_run or mode == "never" or (mode == "auto" and not features_dir_exists(engine.host)):
         return False
     checks = [{"name": r.name, "severity": r.severity, "status": r.status}
               for r in (result.checks.results if result.checks is not None else ())] or None
-    if not features_dir_exists(engine.host):
-        return False
     state = "converged" if result.status in ("converged", "unchanged") and result.ok else None
     labels = gather(engine, loaded, checks=checks, state=state)
-    write(engine.host, render(labels, prefix=prefix, source=loaded.path or ""))
+    write(engine.host, render(labels, prefix=prefix, expires=expires,
+                              source=loaded.path or "" if source is None else source))
     return True
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..engine.hooks import AfterApply, after_apply
 from ..host.udev import UEvent, open_events, wait_readable
 from ..util.errors import ExitCode, NodeagentError
 from . import labels as lab
@@ -203,15 +204,18 @@ class Runner:
                 result = eng.apply(loaded, allow_disruptive=self.opts.allow_disruptive)
                 self.log(f"reconcile ({why}): profile {loaded.name}: {result.status}"
                          + (f", {len(result.outcomes)} change(s)" if result.outcomes else ""))
-            else:
-                facts = eng.facts(loaded)
-                checks = eng.checks(loaded, facts)
-                p = eng.plan(loaded, allow_disruptive=self.opts.allow_disruptive, facts=facts)
-                n = len(p.changes)
-                self.log(f"reconcile ({why}): profile {loaded.name}: plan-only, "
-                         + (f"{n} change(s) pending" if n else "nothing to change")
-                         + (f", {len(p.problems)} problem(s)" if p.problems else ""))
-                eng.record_checks(checks)  # an apply keeps its own
+                # the hooks every apply goes through (the labels among them, with this loop's expiry)
+                for note in after_apply(eng, loaded, result, self._after()):
+                    self.log(note)
+                return
+            facts = eng.facts(loaded)
+            checks = eng.checks(loaded, facts)
+            p = eng.plan(loaded, allow_disruptive=self.opts.allow_disruptive, facts=facts)
+            n = len(p.changes)
+            self.log(f"reconcile ({why}): profile {loaded.name}: plan-only, "
+                     + (f"{n} change(s) pending" if n else "nothing to change")
+                     + (f", {len(p.problems)} problem(s)" if p.problems else ""))
+            eng.record_checks(checks)  # an apply keeps its own
         except NodeagentError as exc:
             self.log(f"reconcile ({why}) failed: {exc.render()}")
         except Exception as exc:  # like watch: one bad reconcile must not end the loop
@@ -265,6 +269,10 @@ class Runner:
             g = self._guardian = Guardian(self.engine, self.loaded, interval=self.opts.guard,
                                           log=lambda m: self.log(f"guard: {m}"))
         g.tick()
+
+    def _after(self) -> AfterApply:
+        return AfterApply(labels=self.opts.labels, label_prefix=self.opts.prefix, label_source=self.profile_path,
+                          label_expires=lab.now_plus(max(3 * self.opts.interval, 600)))
 
     def write_labels(self, loaded: LoadedProfile | None, *, state: str | None = None) -> None:
         if self.opts.labels == "never" or (self.opts.labels == "auto"

@@ -89,18 +89,12 @@ def node_memory(engine: Engine, node: int) -> tuple[int, int] | None:
 def signature(engine: Engine) -> tuple[object, ...]:
     """What says the guarded schemes may have changed (read-only, a few small files): the kdamond slots and their
     pids, nodeagent's ownership records, the online nodes. The guard plans afresh only when it moves."""
-    import json
-
-    from ..state import STATE_DIR
-
     host = engine.host
     n = (host.read_opt(f"{KDAMONDS}/nr_kdamonds") or "0").strip()
     pids = tuple((host.read_opt(f"{KDAMONDS}/{i}/pid") or "").strip() for i in range(int(n) if n.isdigit() else 0))
-    try:  # which slot is whose (the record's timestamps and configurations move with every commit)
-        kds = json.loads(host.read_opt(f"{STATE_DIR}/ownership.json") or "{}").get("damon", {}).get("kdamonds", {})
-        owned = tuple(sorted((str(i), str(r.get("name")), str(r.get("pid"))) for i, r in kds.items()))
-    except (ValueError, AttributeError):
-        owned = ()
+    # which slot is whose (the record's timestamps and configurations move with every commit)
+    kds = engine.state.ownership().kdamonds
+    owned = tuple(sorted((str(i), k.name, str(k.pid)) for i, k in kds.items()))
     return (n, pids, owned, host.read_opt(f"{NODE}/online"))
 
 

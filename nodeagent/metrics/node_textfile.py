@@ -15,6 +15,7 @@ from .textfile import render as render_families
 
 if TYPE_CHECKING:
     from ..engine.core import Engine
+    from ..profile import LoadedProfile
 
 
 def render(families: Iterable[Family]) -> str:
@@ -40,3 +41,17 @@ def write_textfile(path: str, text: str) -> None:
     from ..host.files import write_operator_file
 
     write_operator_file(path, text)
+
+
+def write_metrics(eng: Engine, path: str, *, loaded: LoadedProfile | None = None, drift: Any = None,
+                  checks: Any = None) -> None:
+    """Measure what the metrics need and write the textfile at ``path`` (an operator's path, not under --root)."""
+    from ..drift import detect
+    from ..util.errors import NodeagentError
+
+    if drift is None:
+        try:
+            drift = detect(eng, loaded)
+        except NodeagentError:
+            drift = None  # nothing applied yet: the file simply has no drift metrics
+    write_textfile(path, textfile(eng, drift=drift, checks=checks))

@@ -27,8 +27,8 @@ PROFILE_PATH = f"{PROFILE_DIR}/profile.yaml"
 
 
 def under_root(host: Host, path: str) -> str:
-    """``path`` (as the node sees it) as this machine sees it: inside the root."""
-    return path if host.is_real else os.path.join(host.root, path.lstrip("/"))
+    """``path`` (as the node sees it) as this machine sees it: inside the root (the rooted resolver's mapping)."""
+    return str(host.fs.local(path))
 
 
 def node_profile(host: Host, command: str) -> str:

@@ -199,7 +199,8 @@ def test_pcie_without_gpus(make_node) -> None:
 
 def test_sysfs_walk_matches_udev_on_the_real_host() -> None:
     """The rooted walk and pyudev see the same PCI bus here (read-only; skipped where udev is unavailable)."""
-    from nodeagent.facts.hardware import pci_devices, udev_pci_devices
+    from nodeagent.facts.hardware import pci_devices
+    from nodeagent.host.udev import udev_pci_devices
 
     udev = udev_pci_devices()
     if udev is None:

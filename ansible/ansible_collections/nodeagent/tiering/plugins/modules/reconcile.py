@@ -63,6 +63,13 @@ options:
       - Seconds to wait for another nodeagent run that holds the node's state lock.
     type: float
     default: 60.0
+  metrics_textfile:
+    description:
+      - Also write nodeagent's Prometheus metrics to this path on the target (atomically) after the apply, for
+        node_exporter's textfile collector, as C(nodeagent apply --metrics-textfile).
+      - Whether or not it is given, the apply refreshes the node's NFD labels where NFD's C(features.d) directory
+        exists, as C(nodeagent apply) does (the same post-apply hooks).
+    type: path
 attributes:
   check_mode:
     support: full
@@ -213,6 +220,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # no
 
 try:
     from nodeagent.engine.core import Engine
+    from nodeagent.engine.hooks import AfterApply, after_apply
     from nodeagent.host import open_host
     from nodeagent.profile import load_profile, load_profile_text
     from nodeagent.util.errors import ExitCode, NodeagentError, ProfileError, UsageError
@@ -228,6 +236,7 @@ ARGUMENT_SPEC = dict(
     skip_checks=dict(type="list", elements="str", default=[]),
     root=dict(type="path", default="/"),
     lock_timeout=dict(type="float", default=60.0),
+    metrics_textfile=dict(type="path"),
 )
 
 
@@ -405,6 +414,9 @@ def run(module):
     result = engine.apply(loaded, dry_run=module.check_mode, allow_disruptive=p["allow_disruptive"], **kwargs)
     for w in node_warnings(result):
         module.warn(w)
+    # the hooks every apply goes through (CLI, DaemonSet, this module): NFD labels, the metrics textfile
+    for note in after_apply(engine, loaded, result, AfterApply(metrics_textfile=p["metrics_textfile"])):
+        module.warn(note)
     ret, failed = report(result, module.check_mode, p["allow_disruptive"], module._diff)
     if failed is not None:
         ret["msg"], ret["exit_code"] = failed
