@@ -8,7 +8,7 @@ then re-plans the whole profile on fresh facts: the apply converged only when th
 change left is a verify error saying why.
 
 ``make_revert_plan`` is pure too: each recorded original is handed to its kind's ``revert``
-(:class:`nodeagent.kinds.base.Reverting`), kinds in the reverse of their apply order (kdamonds stop before the
+(:meth:`nodeagent.kinds.base.Kind.revert`), kinds in the reverse of their apply order (kdamonds stop before the
 memory they migrate to goes offline; ``auto_online_blocks`` goes back last). ``Engine.revert`` executes that plan
 with the same executor as apply (:meth:`Engine._run`: the same outcomes — applied, skipped, blocked, failed —,
 progress, disruptive gate and partial-failure handling), re-plans the revert of what it touched (a target still
@@ -101,13 +101,13 @@ def make_revert_plan(state: PlanState, facts: Facts, targets: Collection[str] | 
     for target, rec in originals.items():
         if wanted is not None and target not in wanted:
             continue
-        planner = getattr(BY_KIND.get(rec.kind), "revert", None)
-        if planner is None:
+        kind = BY_KIND.get(rec.kind)
+        if kind is None or not kind.revertible:
             problems.append(Problem(rec.kind, target, f"{target}: reverting {rec.kind} is not supported by this "
                                     "version", hint="undo it by hand", blocking=False))
             continue
         try:
-            mine = planner(target, rec, facts, state)
+            mine = kind.revert(target, rec, facts, state)
         except ValueError as exc:
             problems.append(Problem(rec.kind, target, str(exc), blocking=False))
             continue
@@ -121,8 +121,8 @@ def make_revert_plan(state: PlanState, facts: Facts, targets: Collection[str] | 
 def rezones(change: Change) -> bool:
     """Whether ``change`` takes DAX memory away or rezones it: its kind says so (``rezones(change)``, the DAX kind
     for every change, the CXL region kind for a teardown or its DAX device's onlining)."""
-    says = getattr(BY_KIND.get(change.kind), "rezones", None)
-    return bool(says is not None and says(change))
+    kind = BY_KIND.get(change.kind)
+    return kind is not None and kind.rezones(change)
 
 
 def _before_dax(changes: list[Change]) -> list[Change]:
@@ -152,8 +152,7 @@ class Engine:
         """The facts revert plans from: with the sections the recorded originals' kinds need beyond planning's
         (``revert_sections``: the CXL bus for the regions nodeagent made)."""
         kinds = {o.kind for o in self.state.originals().items.values()}
-        return self.facts(need=frozenset().union(*(getattr(BY_KIND.get(k), "revert_sections", frozenset())
-                                                     for k in kinds)))
+        return self.facts(need=frozenset().union(*(BY_KIND[k].revert_sections for k in kinds if k in BY_KIND)))
 
     def context(self, allow_disruptive: bool = False) -> PlanContext:
         self.state.drift()  # read (validated) before planning too: a bad drift.json is said with the plan
@@ -475,9 +474,6 @@ class Engine:
         """When ``originals.json`` was set aside (corrupt, or of the wrong shape), the settings the last apply
         changed whose original went with it are named (left as they are), and nodeagent's own kdamonds, which
         ownership records, are still stopped (the number of slots before nodeagent is then unknown: kept)."""
-        from ..facts.damon import from_facts
-        from ..kinds.damon.plan import ALL
-
         why = self.state.set_aside.get(Originals.FILE)
         if why is None:
             return plan
@@ -488,16 +484,13 @@ class Engine:
         problems = [Problem(str(kind or "knob"), str(t), f"{t}: the value it had before nodeagent changed it is not "
                             f"recorded (lost with {why}): revert leaves it as it is", hint="set it back by hand",
                             blocking=False)
-                    for t, kind in applied.items() if t and t not in originals and kind != "damon"]
+                    for t, kind in applied.items() if t and t not in originals
+                    and not (kind in BY_KIND and BY_KIND[kind].reverts_from_ownership)]
         changes: list[Change] = []
-        damon = BY_KIND.get("damon")
-        if ALL not in originals and state.ownership.kdamonds and hasattr(damon, "revert"):
-            rec = Original("damon", None, {"nr_kdamonds": from_facts(facts).nr_kdamonds})
-            changes = [replace(c, revert_of=ALL) for c in damon.revert(ALL, rec, facts, state)]  # type: ignore[union-attr]
-            if changes:
-                problems.append(Problem("damon", ALL, f"{ALL}: how many kdamond slots there were before nodeagent "
-                                        f"is not recorded (lost with {why}): nodeagent's own kdamonds are stopped, "
-                                        "the slots kept", blocking=False))
+        for k in {k.kind: k for k in RESOURCES if k.reverts_from_ownership}.values():
+            mine, said = k.revert_unrecorded(facts, state, why)
+            changes += mine
+            problems += said
         return replace(plan, changes=(*changes, *plan.changes), problems=(*plan.problems, *problems))
 
     def revert(self, *, targets: Collection[str] | None = None, dry_run: bool = False,
@@ -558,7 +551,7 @@ class Engine:
                 del originals.items[t]
             left = bool(originals.items)
         now = rfc3339()
-        marks = {t: Reverted(k, now, t in getattr(BY_KIND.get(k), "covers_kind", ())) for t, k in kinds.items()}
+        marks = {t: Reverted(k, now, k in BY_KIND and t in BY_KIND[k].covers_kind) for t, k in kinds.items()}
         with st.edit(DriftRecord) as drift:
             drift.items = {key: v for key, v in drift.items.items()
                            if left and not any(m.covers(v.resource, v.target, t) for t, m in marks.items())}
@@ -566,9 +559,8 @@ class Engine:
                 drift.cannot_be_done = {}
         with st.edit(Ownership) as ownership:
             for target, kind in kinds.items():
-                forget = getattr(BY_KIND.get(kind), "forget", None)
-                if forget is not None:
-                    forget(target, ownership)
+                if kind in BY_KIND:
+                    BY_KIND[kind].forget(target, ownership)
         last = st.last_applied()
         if not last or not marks:
             return
@@ -619,9 +611,8 @@ def originals_of(plan: Plan, facts: Facts, last: LastApplied) -> dict[str, Origi
         if f"{c.kind}:{c.target}" not in managed:
             keep(BY_KIND[c.kind].original(c, facts), c.kind)
     for target, kind in plan.kinds:
-        current = getattr(BY_KIND.get(kind), "current", None)
-        if current is not None and target in plan.unchanged and f"{kind}:{target}" not in managed:
-            keep(current(target, facts), kind)
+        if kind in BY_KIND and target in plan.unchanged and f"{kind}:{target}" not in managed:
+            keep(BY_KIND[kind].current(target, facts), kind)
     return out
 
 

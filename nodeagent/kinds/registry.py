@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Resource
+from .base import Kind, check_kind
 from .cxl_region import CxlRegionResource
 from .damon import DamonResource
 from .dax import DaxResource
@@ -14,6 +14,17 @@ from .placement import PlacementResource
 # (the CXL nodes come online), then the placement pass (a fast node kswapd gave up on gets room, by demotion to
 # those nodes), then DAMON (its slow-node targets need those nodes online; its promotion must find room on the
 # fast node, or it lands on another node), and NUMA balancing last (see knobs.LATE).
-RESOURCES: tuple[Resource, ...] = (KnobResource(exclude=LATE), CxlRegionResource(), DaxResource(),
-                                   PlacementResource(), DamonResource(), KnobResource(only=LATE))
-BY_KIND: dict[str, Resource] = {r.kind: r for r in RESOURCES}
+RESOURCES: tuple[Kind, ...] = (KnobResource(exclude=LATE), CxlRegionResource(), DaxResource(),
+                               PlacementResource(), DamonResource(), KnobResource(only=LATE))
+BY_KIND: dict[str, Kind] = {r.kind: r for r in RESOURCES}
+
+
+def _validate(kinds: tuple[Kind, ...]) -> None:
+    """Each kind against the base, when the registry is imported: a kind that misses a hook fails every command
+    and the first test, not a revert months later."""
+    errors = [e for k in kinds for e in check_kind(k)]
+    if errors:
+        raise TypeError("nodeagent.kinds.registry: " + "; ".join(errors))
+
+
+_validate(RESOURCES)

@@ -50,3 +50,19 @@ def test_nothing_under_nodeagent_names_the_simulator() -> None:
             if p.is_file() and p.suffix in (".py", ".j2", ".yaml", ".json", ".c")
             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert not hits, "\n".join(hits)
+
+
+def test_every_kind_passes_the_registry_check() -> None:
+    from nodeagent.kinds.base import Kind, check_kind
+    from nodeagent.kinds.registry import RESOURCES
+
+    assert all(isinstance(k, Kind) and not check_kind(k) for k in RESOURCES)
+
+    class Half(Kind):
+        kind = "half"
+        revertible = True
+
+        def plan(self, loaded, facts, ctx):  # type: ignore[no-untyped-def]
+            raise AssertionError
+
+    assert check_kind(Half()) == ["half: does not define apply()", "half: revertible, but does not define revert()"]

@@ -174,16 +174,24 @@ def test_one_timestamp_format_and_the_old_spellings_parse(t: float) -> None:
 
 
 def test_a_kind_without_revert_shows_a_non_blocking_problem(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A kind built against the plain protocol (plan, apply, original) still works: revert lists what it
-    recorded as a problem that does not block the rest."""
+    """A kind that only plans and applies (not revertible) still works: revert lists what it recorded as a
+    problem that does not block the rest."""
     from nodeagent.engine.core import make_revert_plan
     from nodeagent.facts import Facts
     from nodeagent.kinds import registry
+    from nodeagent.kinds.base import Kind, check_kind
     from nodeagent.state import PlanState
 
-    class Region:
+    class Region(Kind):
         kind = "region"
-        writes = ()
+
+        def plan(self, loaded, facts, ctx):  # type: ignore[no-untyped-def]
+            raise AssertionError("not planned here")
+
+        def apply(self, host, change, actx):  # type: ignore[no-untyped-def]
+            raise AssertionError("not applied here")
+
+    assert check_kind(Region()) == []
 
     monkeypatch.setitem(registry.BY_KIND, "region", Region())
     facts = Facts("n", "6.12.0", {"kernel.zone_reclaim_mode": "1"}, None, [0], [], {})

@@ -31,7 +31,7 @@ from ...facts import Facts
 from ...host import Host
 from ...plan import Change
 from ...state import Original, Ownership, PlanState
-from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
+from ..base import ApplyContext, Kind, PlanContext, ResourcePlan, projection_of
 from .names import CXL, KIND, rules_of
 
 if TYPE_CHECKING:
@@ -49,8 +49,9 @@ def planned_dax(loaded: Any, facts: Facts, allow_disruptive: bool = False) -> li
     return plan(loaded, facts, {}, allow_disruptive, None).planned_dax
 
 
-class CxlRegionResource:
+class CxlRegionResource(Kind):
     kind = KIND
+    revertible = True
     #: What its apply writes (drivers/cxl/core/region.c's ABI): a root decoder's create_ram_region and
     #: delete_region, a region's geometry, size, targets and commit, an endpoint decoder's mode and dpa_size, and
     #: cxl_region's bind — by the bus's names and where those links lead (the CXL root's ACPI0017 device tree, the

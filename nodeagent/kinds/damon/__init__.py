@@ -25,7 +25,7 @@ from ...facts.damon import KDAMONDS, DamonFacts, Kdamond, from_facts
 from ...host import Host
 from ...plan import Change, Problem
 from ...state import Original, Ownership, PlanState
-from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
+from ..base import ApplyContext, Kind, PlanContext, ResourcePlan, projection_of
 from ..projection import NodeProjection, project
 from .apply import apply_change
 from .nodes import NodeClasses, classes, pair
@@ -117,8 +117,10 @@ def build_specs(loaded: LoadedProfile, facts: Facts,
     return specs, chk, notes
 
 
-class DamonResource:
+class DamonResource(Kind):
     kind = KIND
+    revertible = True
+    reverts_from_ownership = True
     writes: tuple[str, ...] = (rf"{KDAMONDS}/.*",)  # every file under the kdamonds directory, nothing else
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
@@ -162,6 +164,19 @@ class DamonResource:
 
     def current(self, target: str, facts: Facts) -> tuple[str, Original] | None:
         return self.original(Change(KIND, target, "keep", None, None), facts) if from_facts(facts).sysfs else None
+
+    def revert_unrecorded(self, facts: Facts, state: PlanState, why: str) -> tuple[list[Change], list[Problem]]:
+        """Without originals: nodeagent's own kdamonds (ownership) are still stopped; the number of slots there
+        were before nodeagent is then unknown, so the slots are kept."""
+        if ALL in state.originals.items or not state.ownership.kdamonds:
+            return [], []
+        rec = Original(KIND, None, {"nr_kdamonds": from_facts(facts).nr_kdamonds})
+        changes = [replace(c, revert_of=ALL) for c in self.revert(ALL, rec, facts, state)]
+        if not changes:
+            return [], []
+        return changes, [Problem(KIND, ALL, f"{ALL}: how many kdamond slots there were before nodeagent is not "
+                                 f"recorded (lost with {why}): nodeagent's own kdamonds are stopped, the slots kept",
+                                 blocking=False)]
 
     def revert(self, target: str, rec: Original, facts: Facts, state: PlanState) -> list[Change]:
         """Stop and empty every kdamond nodeagent owns (never another's); ``nr_kdamonds`` back when every slot

@@ -45,7 +45,7 @@ from ...plan import Change, Problem
 from ...state import Original, Ownership, PlanState
 from ...util.units import format_size
 from ...util.vocab import ZONE_KERNEL_NAME
-from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
+from ..base import ApplyContext, Kind, PlanContext, ResourcePlan, projection_of
 
 if TYPE_CHECKING:
     from ...profile import LoadedProfile
@@ -294,8 +294,9 @@ def revert_change(dev: DaxDevice, rec: Original) -> Change | None:
     return replace(result, op="revert", reason=why)
 
 
-class DaxResource:
+class DaxResource(Kind):
     kind = KIND
+    revertible = True
     writes: tuple[str, ...] = ()  # daxctl (a command) changes the devices and their memory blocks, not nodeagent
 
     def original(self, change: Change, facts: Facts) -> tuple[str, Original]:

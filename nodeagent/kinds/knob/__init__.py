@@ -15,7 +15,7 @@ from ...facts.knobs import BY_KEY, KNOBS, Knob, version_tuple
 from ...host import Host
 from ...plan import Change, Problem
 from ...state import Original, PlanState
-from ..base import ApplyContext, PlanContext, ResourcePlan
+from ..base import ApplyContext, Kind, PlanContext, ResourcePlan
 
 if TYPE_CHECKING:
     from ...profile import LoadedProfile
@@ -90,10 +90,11 @@ def _change(knob: Knob, before: Any, after: Any) -> Change:
 LATE: tuple[str, ...] = ("kernel.numa_balancing",)
 
 
-class KnobResource:
+class KnobResource(Kind):
     """The knobs of the profile; ``only``/``exclude`` split them into apply phases (see :data:`LATE`)."""
 
     kind = KIND
+    revertible = True
     #: What its apply writes (each knob's attribute): on the host layer's allow-list, see tests/unit/test_write_allow.py
     writes: tuple[str, ...] = tuple(re.escape(k.path) for k in KNOBS)
 

@@ -38,7 +38,7 @@ from ...plan import Change, Problem
 from ...util.errors import HostError
 from ...util.kfmt import parse_meminfo
 from ...util.units import format_size
-from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
+from ..base import ApplyContext, Kind, PlanContext, ResourcePlan, projection_of
 from .advice import advisories, fast_nodes
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def run_pass(host: Host, node: int, goal: int, timeout_us: int, path: str,
                       + (f" ({refused})" if refused else " (timeout)"))
 
 
-class PlacementResource:
+class PlacementResource(Kind):
     kind = KIND
     #: The node's reclaim file (6.17); the root cgroup's memory.reclaim (5.19) is allowed by mount (``writes_mounted``)
     writes: tuple[str, ...] = (r"/sys/devices/system/node/node[0-9]+/reclaim",)
