@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..render.escape import escape_controls
+from ..util.escape import escape_controls
 
 if TYPE_CHECKING:
     from .main import Ctx

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import __version__
-from ..render.escape import escape_controls
 from ..util.dataclass import dataclass
 from ..util.errors import ExitCode, NodeagentError, PlanError, UsageError
+from ..util.escape import escape_controls
 
 if TYPE_CHECKING:
     from ..engine.core import Engine

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..render.escape import escape_controls
 from ..util.errors import ExitCode, NeedsRootError, PlanError
+from ..util.escape import escape_controls
 
 if TYPE_CHECKING:
     from .main import Ctx

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..facts import Facts
 from ..plan import Change, Plan, Result
+from ..util.escape import escape_controls
 from ..util.units import format_size
-from .escape import escape_controls
 
 __all__ = ["escape_controls", "plan_text", "result_text", "facts_text", "change_line", "dax_text"]
 

@@ -37,7 +37,11 @@ def _edges(src: str, allowed: callable) -> list[str]:  # type: ignore[valid-type
     ("facts", "facts never import checks, state or a kind's apply",
      lambda d: folder(d) not in ("checks", "state", "engine", "cli") and not d.endswith(".apply")),
     ("render", "render imports no collector", lambda d: not d.startswith("nodeagent.metrics.collector")),
-    ("kinds", "kinds never import the engine or the CLI", lambda d: folder(d) not in ("engine", "cli", "loops")),
+    ("kinds", "kinds never import the engine, the CLI, the loops or the renderers",
+     lambda d: folder(d) not in ("engine", "cli", "loops", "render")),
+    ("state", "the state imports nothing but util, host and the resolved profile",
+     lambda d: folder(d) in ("state", "util", "host") or d == "nodeagent.profile.resolved"),
+    ("plan", "the plan records import nothing but util", lambda d: folder(d) in ("plan", "util")),
 ])
 def test_layers(src: str, rule: str, allowed: callable) -> None:  # type: ignore[valid-type]
     bad = _edges(src, allowed)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from nodeagent_sim import SimKernel
 
-from nodeagent.render.escape import escape_controls
+from nodeagent.util.escape import escape_controls
 from tests.e2e.cli_helpers import run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from ...render.escape import escape_controls
 from ...util.errors import UsageError
+from ...util.escape import escape_controls
 from ...util.units import parse_duration_us
 
 
