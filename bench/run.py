@@ -112,14 +112,16 @@ def damo_venv(work: Path) -> Path:
 
 def source_digest() -> str:
     h = hashlib.sha256()
-    for f in sorted([REPO / "pyproject.toml", REPO / "README.md", *(REPO / "nodeagent").rglob("*")]):
-        if f.is_file() and "__pycache__" not in f.parts:
+    for f in sorted([REPO / "pyproject.toml", REPO / "README.md", *(REPO / "nodeagent").rglob("*"),
+                     *(REPO / "sim").rglob("*")]):
+        if f.is_file() and "__pycache__" not in f.parts and not any(p.endswith(".egg-info") for p in f.parts):
             h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
 
 def nodeagent_venv(work: Path) -> Path:
-    """A venv with nodeagent installed from a wheel of this tree (rebuilt when the tree changed)."""
+    """A venv with nodeagent installed from a wheel of this tree (rebuilt when the tree changed), and the
+    simulator's wheel beside it (the machine plugin the simulated nodes need)."""
     venv = work / "venv-nodeagent"
     stamp = venv / ".source-digest"
     digest = source_digest()
@@ -132,11 +134,14 @@ def nodeagent_venv(work: Path) -> Path:
             shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info",
                                                                       "build", "dist", ".pytest_cache"))
             sh([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(src)])
-        wheel = next(dist.glob("nodeagent-*.whl"))
+            sh([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(src / "sim")])
+        wheel = next(dist.glob("nodeagent-0*.whl"))
+        sim_wheel = next(dist.glob("nodeagent_sim-*.whl"))
         if not (venv / "bin" / "python").exists():
             sh([sys.executable, "-m", "venv", str(venv)])
         sh([str(venv / "bin" / "pip"), "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel)])
         sh([str(venv / "bin" / "pip"), "install", "--quiet", str(wheel)])  # its dependencies, once
+        sh([str(venv / "bin" / "pip"), "install", "--quiet", "--force-reinstall", "--no-deps", str(sim_wheel)])
         add_sitecustomize(venv)
         stamp.write_text(digest)
     return venv
