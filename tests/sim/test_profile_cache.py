@@ -103,15 +103,14 @@ def test_a_changed_profile_model_is_no_match(tmp_path: Path) -> None:
     import shutil
 
     pkg = tmp_path / "nodeagent"
-    shutil.copytree(Path(profile_cache.__file__).parent / "profile", pkg / "profile")
-    (pkg / "resolved.py").write_text("# the record format\n")
+    shutil.copytree(Path(profile_cache.__file__).parent, pkg / "profile")
     (pkg / "unrelated.py").write_text("")
-    before = profile_cache._model_code(pkg)
-    assert "profile/model.py" in before and "resolved.py" in before and "unrelated" not in before
+    before = profile_cache._model_code(pkg / "profile")
+    assert "profile/model.py" in before and "profile/resolved.py" in before and "unrelated" not in before
     (pkg / "unrelated.py").write_text("x = 1\n")
-    assert profile_cache._model_code(pkg) == before
+    assert profile_cache._model_code(pkg / "profile") == before
     (pkg / "profile" / "model.py").write_text((pkg / "profile" / "model.py").read_text() + "\n# edited\n")
-    assert profile_cache._model_code(pkg) != before
+    assert profile_cache._model_code(pkg / "profile") != before
 
 
 def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path: Path, cache: Path) -> None:
