@@ -45,6 +45,8 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/proc/sys/vm/zone_reclaim_mode",
         r"/proc/sys/vm/min_(unmapped|slab)_ratio",
         r"/proc/sys/vm/watermark_scale_factor",
+        r"/proc/sys/vm/min_free_kbytes",
+        r"/sys/kernel/mm/lru_gen/(enabled|min_ttl_ms)",
         r"/sys/kernel/mm/numa/demotion_enabled",
         r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
         r"/sys/devices/system/memory/auto_online_blocks",

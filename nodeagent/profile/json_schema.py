@@ -102,6 +102,7 @@ _DESCRIBE: dict[tuple[str, str], Describe] = {
     ("nodeagent.profile.model", "_enum.<locals>.check"): lambda cv: _enum(cv["choices"]),
     ("nodeagent.profile.model", "_strict_bool"): lambda _: {"type": "boolean"},
     ("nodeagent.profile.model", "_int_range.<locals>.check"): lambda cv: _int(cv["lo"], cv["hi"]),
+    ("nodeagent.profile.model", "_lru_gen_enabled"): lambda _: {"anyOf": [{"type": "boolean"}, _int(0, 7)]},
     ("nodeagent.profile.model", "_dax_name"): lambda _: {"type": "string", "pattern": r"^dax[0-9]+\.[0-9]+$"},
     ("nodeagent.profile.model", "_size"): _size,
     ("nodeagent.profile.model", "_serial"): lambda _: {

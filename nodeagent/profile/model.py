@@ -14,6 +14,8 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
       min_unmapped_ratio: 1                 # node reclaim's floors, % of the node
       min_slab_ratio: 5
       watermark_scale_factor: 10            # watermark gap, 1/10,000 of a node: the headroom kswapd keeps
+      min_free_kbytes: 67584                # the min watermark those gaps stand on, KiB
+      lru_gen: {enabled: true, min_ttl_ms: 1000}   # multi-gen LRU; min_ttl_ms > 0 lets kswapd OOM-kill
       numa_balancing_scan_period_max_ms: 60000   # also _scan_delay_ms, _scan_period_min_ms, _scan_size_mb,
                                             #   _hot_threshold_ms (debugfs, sched/numa_balancing/)
     memory:
@@ -110,6 +112,27 @@ class TransparentHugepage(Strict):
     defrag: Annotated[str, BeforeValidator(_enum(THP_DEFRAG))] | None = None
 
 
+def _lru_gen_enabled(value: Any) -> bool | int:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and 0 <= value <= 7:
+        return value
+    raise PydanticCustomError("lru_gen", "expected true, false or the feature bits 0-7 (1 the multi-gen LRU, "
+                              "2 leaf page-table accessed bits, 4 non-leaf), got {got}", {"got": _show(value)})
+
+
+class LruGen(Strict):
+    """The multi-gen LRU (6.1, /sys/kernel/mm/lru_gen/): see ``nodeagent.facts.knobs``."""
+
+    enabled: Annotated[bool | int, BeforeValidator(_lru_gen_enabled)] | None = Field(
+        None, description="lru_gen/enabled: true (every feature the hardware has), false, or the feature bits 0-7")
+    # kstrtouint; kept in jiffies, so it reads back rounded up to a jiffy (the plan allows for that).
+    min_ttl_ms: U32 | None = Field(
+        None, description="lru_gen/min_ttl_ms: the working set (pages used within this long) the multi-gen LRU never "
+        "evicts; when it cannot keep it, kswapd invokes the OOM killer. 0 (the default): never — with demotion on, "
+        "a node that runs out of memory thrashes instead of killing")
+
+
 class Kernel(Strict):
     """Kernel tiering knobs. Each maps to one sysctl or sysfs attribute (see ``nodeagent.facts.knobs``)."""
 
@@ -135,6 +158,11 @@ class Kernel(Strict):
         None, description="vm.watermark_scale_factor: the gap between a node's watermarks in 1/10,000 of the node; "
         "kswapd demotes until a node has high (min + 2 gaps) free, promo (min + 3) with memory tiering: headroom for "
         "bursts; node reclaim starts below low (min + 1)")
+    # proc_dointvec_minmax from SYSCTL_ZERO (an int: at most 2^31-1).
+    min_free_kbytes: Annotated[int, BeforeValidator(_int_range(0, 2**31 - 1))] | None = Field(
+        None, description="vm.min_free_kbytes: the min watermark, KiB kept free over all zones (the others stand "
+        "on it, watermark_scale_factor apart); the kernel boots it at sqrt(16 x lowmem KiB), 128 KiB to 256 MiB")
+    lru_gen: LruGen | None = Field(None, description="/sys/kernel/mm/lru_gen/{enabled,min_ttl_ms} (6.1)")
     # NUMA balancing's scanner (debugfs since 5.13, u32 files; see nodeagent.facts.knobs). scan_size_mb 0 would
     # divide by zero in task_scan_min(), so it starts at 1.
     numa_balancing_scan_delay_ms: U32 | None = Field(
