@@ -374,4 +374,5 @@ from . import damon as _damon  # noqa: E402,F401  (registers the DAMON sysfs rul
 from . import dax as _dax  # noqa: E402,F401  (registers the DAX bus driver rules)
 from . import faults as _faults  # noqa: E402  (injected faults, checked before every write)
 from . import memory as _memory  # noqa: E402,F401  (registers the memory-block rules)
+from . import mempolicy as _mempolicy  # noqa: E402,F401  (weighted interleave's weights)
 from . import reclaim as _reclaim  # noqa: E402,F401  (zoneinfo, proactive reclaim, the placement presets)
