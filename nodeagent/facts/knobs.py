@@ -124,7 +124,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("kernel.demotion_enabled", "/sys/kernel/mm/numa/demotion_enabled", "5.15", _kbool,
          lambda v: "true" if v else "false"),
     Knob("kernel.transparent_hugepage.enabled", "/sys/kernel/mm/transparent_hugepage/enabled", "2.6.38", _bracket),
-    Knob("kernel.transparent_hugepage.defrag", "/sys/kernel/mm/transparent_hugepage/defrag", "2.6.38", _bracket),
+    # defrag's "defer" arrived in 4.6, "defer+madvise" in 4.11: an older kernel refuses them (EINVAL).
+    Knob("kernel.transparent_hugepage.defrag", "/sys/kernel/mm/transparent_hugepage/defrag", "2.6.38", _bracket,
+         value_since={"defer": "4.6", "defer+madvise": "4.11"}),
     Knob("kernel.zone_reclaim_mode", "/proc/sys/vm/zone_reclaim_mode", "2.6.16", _int),
     # Node reclaim's two floors (mm/vmscan.c node_reclaim): it leaves a node alone while the node's unmapped page
     # cache is at most min_unmapped_ratio % of it and its reclaimable slab at most min_slab_ratio %.
