@@ -131,6 +131,7 @@ _DESCRIBE: dict[tuple[str, str], Describe] = {
     ("nodeagent.profile.checks", "_strict_bool"): lambda _: {"type": "boolean"},
     ("nodeagent.profile.damon", "_strict_bool"): lambda _: {"type": "boolean"},
     ("nodeagent.profile.damon", "_unit.<locals>.check"): _unit,
+    ("nodeagent.profile.damon", "_paddr_only"): lambda _: _enum(("paddr",)),
     ("nodeagent.profile.damon", "_node"): lambda _: {"anyOf": [_enum(("fast", "slow")), _int(0, 1023)]},
     ("nodeagent.profile.damon", "_ratio.<locals>.check"): _ratio,
     ("nodeagent.profile.damon", "_count"): _damon_count,
