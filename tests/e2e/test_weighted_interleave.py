@@ -136,3 +136,18 @@ def test_auto_with_weights_is_refused_at_load_with_the_line(tmp_path: Path, caps
     code, out, err = run(["validate", str(prof)], capsys)
     assert code != 0 and "p.yaml:5" in err and "writing a weight turns auto off" in err, err
     assert "Traceback" not in out + err
+
+
+def test_facts_from_before_the_section_say_so(make_node, tmp_path: Path, capsys) -> None:
+    root = make_node("qemu-3node")
+    facts = tmp_path / "facts.json"
+    code, out, err = run(["--root", str(root), "facts", "--save", str(facts)], capsys)
+    assert code == 0, err
+    doc = json.loads(facts.read_text())
+    del doc["sections"]["interleave"]
+    facts.write_text(json.dumps(doc))
+    prof = tmp_path / "p.yaml"
+    prof.write_text(HEAD + "kernel:\n  weighted_interleave: {weights: {node0: 2}}\n")
+    code, out, err = run(["--format", "json", "plan", str(prof), "--facts", str(facts)], capsys)
+    (p,) = json.loads(out)["nodes"][0]["plan"]["problems"]
+    assert "did not read weighted interleave's weights" in p["message"] and p["hint"] == "gather the facts again"

@@ -68,6 +68,10 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         return out
     f = from_facts(facts)
     release = facts.kernel_release or "unknown"
+    if not f.known:
+        out.problems.append(Problem(KIND, TARGET, f"{TARGET}: the facts were gathered by a nodeagent that did not "
+                                    "read weighted interleave's weights", hint="gather the facts again"))
+        return out
     if not f.present:
         out.problems.append(Problem(KIND, TARGET, f"{TARGET}: {DIR} does not exist on kernel {release} (weighted "
                                     "interleave arrived in 6.9; it needs CONFIG_NUMA)",
