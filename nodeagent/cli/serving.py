@@ -74,7 +74,18 @@ def build_plan(ctx: Ctx, engine: str, profile: str | None, ranks: int | None, co
             hbm = mem.total_bytes if mem is not None else None
     name = str(getattr(loaded, "path", "") or getattr(loaded, "name", ""))
     return plan(engine, facts, proj, gpus, wl, hbm, lambda nodes: probe(host, nodes), ranks=ranks,
-                weights_file=weights, dram_offload=offload, profile=name)
+                weights_file=weights, dram_offload=offload, profile=name, hugetlb=_hugetlb(host))
+
+
+def _hugetlb(host: Any) -> int:
+    """Bytes reserved as HugePages: /proc/meminfo's ``Hugetlb`` (every page size, 4.16+), else the default size's
+    ``HugePages_Total`` x ``Hugepagesize``."""
+    from ..util.kfmt import parse_meminfo
+
+    info = parse_meminfo(host.read_opt("/proc/meminfo") or "")
+    if "Hugetlb" in info:
+        return info["Hugetlb"] * 1024
+    return info.get("HugePages_Total", 0) * info.get("Hugepagesize", 0) * 1024
 
 
 @click.group("render")

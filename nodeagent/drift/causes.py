@@ -93,7 +93,7 @@ def other_configuration(host: Host, item: DriftItem, last: LastApplied) -> list[
     for s in setters_of(host, knob.path):
         known = not computed(s.value)
         value = knob.parse(s.value) if known else None
-        if known and value == item.expected:
+        if known and knob.same(value, item.expected):
             continue  # agrees with the profile: not a cause
         detail = s.detail or _BOOT_NOTE.get(s.source, "")
         msg = f"{s.where} sets {s.key} = {s.value}" + (f" ({detail})" if detail else "")

@@ -64,6 +64,54 @@ class Knob:
     #: the fix. Such a knob the kernel does not offer (for any reason, an old kernel too) is left out of the plan
     #: with a warning; None: an ordinary knob, whose absence is a blocking problem.
     missing: tuple[str, str] | None = None
+    #: The integer range the kernel takes, by release: ``((since, lo, hi), ...)`` oldest first; the last entry
+    #: whose release the node runs (or is newer than) applies. The profile's own bounds are the newest kernel's;
+    #: the plan judges a value against the node's kernel before anything is written (:func:`range_on`).
+    ranges: tuple[tuple[str, int, int], ...] = ()
+    #: ``matches(current, desired)``: whether the kernel's value already is the profile's, where the kernel does
+    #: not read back exactly what was written (a value kept in jiffies, feature bits the hardware lacks).
+    matches: Callable[[Any, Any], bool] | None = None
+
+    def same(self, current: Any, desired: Any) -> bool:
+        return self.matches(current, desired) if self.matches is not None else current == desired
+
+
+def _lru_gen_caps(text: str) -> int | str:
+    """``/sys/kernel/mm/lru_gen/enabled`` as the kernel prints it: ``0x%04x`` of the feature bits."""
+    try:
+        return int(text.strip(), 16)
+    except ValueError:
+        return text.strip()
+
+
+def _lru_gen_format(value: Any) -> str:
+    # enabled_store (mm/vmscan.c): 'y' turns every feature on, 'n' every one off, else kstrtouint(buf, 0).
+    return "y" if value is True else "n" if value is False else f"{int(value):#06x}"
+
+
+def _lru_gen_label(value: Any) -> str:
+    return f"{value:#06x}" if isinstance(value, int) and not isinstance(value, bool) else _plain(value)
+
+
+def _lru_gen_matches(current: Any, desired: Any) -> bool:
+    """``true`` is met by any value with the main switch (bit 0) on: 'y' asks for every feature, and the kernel
+    shows only those the hardware has (0x0002 needs hardware-set accessed bits, 0x0004 non-leaf ones)."""
+    if not isinstance(current, int):
+        return False
+    if desired is True:
+        return bool(current & 1)
+    if desired is False:
+        return current == 0
+    return current == desired
+
+
+#: The coarsest jiffy of the usual CONFIG_HZ (100), in ms: the most a value kept in jiffies reads back above the
+#: one written (msecs_to_jiffies rounds up, jiffies_to_msecs down).
+JIFFY_MS = 10
+
+
+def _jiffies_ms_matches(current: Any, desired: Any) -> bool:
+    return isinstance(current, int) and isinstance(desired, int) and desired <= current < desired + JIFFY_MS
 
 
 KNOBS: tuple[Knob, ...] = (
@@ -76,7 +124,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("kernel.demotion_enabled", "/sys/kernel/mm/numa/demotion_enabled", "5.15", _kbool,
          lambda v: "true" if v else "false"),
     Knob("kernel.transparent_hugepage.enabled", "/sys/kernel/mm/transparent_hugepage/enabled", "2.6.38", _bracket),
-    Knob("kernel.transparent_hugepage.defrag", "/sys/kernel/mm/transparent_hugepage/defrag", "2.6.38", _bracket),
+    # defrag's "defer" arrived in 4.6, "defer+madvise" in 4.11: an older kernel refuses them (EINVAL).
+    Knob("kernel.transparent_hugepage.defrag", "/sys/kernel/mm/transparent_hugepage/defrag", "2.6.38", _bracket,
+         value_since={"defer": "4.6", "defer+madvise": "4.11"}),
     Knob("kernel.zone_reclaim_mode", "/proc/sys/vm/zone_reclaim_mode", "2.6.16", _int),
     # Node reclaim's two floors (mm/vmscan.c node_reclaim): it leaves a node alone while the node's unmapped page
     # cache is at most min_unmapped_ratio % of it and its reclaimable slab at most min_slab_ratio %.
@@ -85,7 +135,25 @@ KNOBS: tuple[Knob, ...] = (
     # The distance between a node's min, low, high and (6.0+, memory tiering) promo watermarks, in 1/10,000 of the
     # node (mm/page_alloc.c __setup_per_zone_wmarks; min_free_kbytes sets min): kswapd demotes until a node is
     # back above high, node reclaim starts below low, and NUMA balancing promotes into a node only above high.
-    Knob("kernel.watermark_scale_factor", "/proc/sys/vm/watermark_scale_factor", "4.6", _int),
+    # 1..1000 until 5.17 raised the limit to 3000 (39c65a94cd96 "mm/pagealloc: sysctl: change watermark_scale_factor
+    # max limit to 30%").
+    Knob("kernel.watermark_scale_factor", "/proc/sys/vm/watermark_scale_factor", "4.6", _int,
+         ranges=(("4.6", 1, 1000), ("5.17", 1, 3000))),
+    # The min watermark every zone's others stand on (mm/page_alloc.c min_free_kbytes_sysctl_handler:
+    # proc_dointvec_minmax from 0): booted at sqrt(16 x lowmem KiB), 128 KiB to 256 MiB. Once written, hotplug keeps
+    # the written value (init_per_zone_wmark_min prefers user_min_free_kbytes), but khugepaged raises it to its
+    # recommendation when THP is on and memory is added (set_recommended_min_free_kbytes): applied late, after the
+    # DAX nodes are online (see kinds/knob LATE).
+    Knob("kernel.min_free_kbytes", "/proc/sys/vm/min_free_kbytes", "2.6.0", _int),
+    # The multi-gen LRU (mm/vmscan.c, CONFIG_LRU_GEN): its feature bits (0x0001 the LRU itself, 0x0002 clearing
+    # accessed bits in leaf page tables, 0x0004 in non-leaf PMDs), and min_ttl_ms, the working set it never evicts:
+    # when every generation is younger than that, kswapd invokes the OOM killer (lru_gen_age_node) — with 0, never.
+    # min_ttl_ms is kept in jiffies (msecs_to_jiffies on write, jiffies_to_msecs on read): it reads back rounded up
+    # to a jiffy.
+    Knob("kernel.lru_gen.enabled", "/sys/kernel/mm/lru_gen/enabled", "6.1", _lru_gen_caps, _lru_gen_format,
+         _lru_gen_label, matches=_lru_gen_matches),
+    Knob("kernel.lru_gen.min_ttl_ms", "/sys/kernel/mm/lru_gen/min_ttl_ms", "6.1", _int,
+         matches=_jiffies_ms_matches),
     # NUMA balancing's scanner (kernel/sched/fair.c task_numa_work): every scan period it marks the next scan_size
     # MiB of a task's address space for hint faults — in memory-tiering mode only the pages on lower tiers —, and
     # a page that faults within hot_threshold of being marked is promoted, to its node strictly (__GFP_THISNODE).
@@ -101,3 +169,12 @@ BY_KEY: dict[str, Knob] = {k.key: k for k in KNOBS}
 
 def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split("."))
+
+
+def range_on(knob: Knob, kernel: tuple[int, int]) -> tuple[str, int, int] | None:
+    """The ``(since, lo, hi)`` of ``knob.ranges`` a kernel ``(major, minor)`` takes; None where the knob has no
+    version-dependent range or the kernel is unknown (``(0, 0)``)."""
+    if not knob.ranges or kernel == (0, 0):
+        return None
+    fits = [r for r in knob.ranges if version_tuple(r[0])[:2] <= kernel]
+    return fits[-1] if fits else knob.ranges[0]

@@ -45,6 +45,10 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/proc/sys/vm/zone_reclaim_mode",
         r"/proc/sys/vm/min_(unmapped|slab)_ratio",
         r"/proc/sys/vm/watermark_scale_factor",
+        r"/proc/sys/vm/min_free_kbytes",
+        r"/sys/kernel/mm/lru_gen/(enabled|min_ttl_ms)",
+        # weighted interleave's system weights and its auto switch (named __auto_type on 6.18; kinds/interleave)
+        r"/sys/kernel/mm/mempolicy/weighted_interleave/(node[0-9]+|auto|__auto_type)",
         r"/sys/kernel/mm/numa/demotion_enabled",
         r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
         r"/sys/devices/system/memory/auto_online_blocks",

@@ -6,6 +6,7 @@ from .base import Kind, check_kind
 from .cxl_region import CxlRegionResource
 from .damon import DamonResource
 from .dax import DaxResource
+from .interleave import InterleaveResource
 from .knob import LATE, KnobResource
 from .placement import PlacementResource
 
@@ -13,9 +14,11 @@ from .placement import PlacementResource
 # anything demotes), then the CXL regions (their DAX devices appear, kmem-bound and offline), then DAX
 # (the CXL nodes come online), then the placement pass (a fast node kswapd gave up on gets room, by demotion to
 # those nodes), then DAMON (its slow-node targets need those nodes online; its promotion must find room on the
-# fast node, or it lands on another node), and NUMA balancing last (see knobs.LATE).
+# fast node, or it lands on another node), weighted interleave's weights once every node they name has memory
+# (6.16+ has a node's weight file only then), and NUMA balancing last (see knobs.LATE).
 RESOURCES: tuple[Kind, ...] = (KnobResource(exclude=LATE), CxlRegionResource(), DaxResource(),
-                               PlacementResource(), DamonResource(), KnobResource(only=LATE))
+                               PlacementResource(), DamonResource(), InterleaveResource(),
+                               KnobResource(only=LATE))
 BY_KIND: dict[str, Kind] = {r.kind: r for r in RESOURCES}
 
 

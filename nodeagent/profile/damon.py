@@ -6,7 +6,7 @@ Example (cold DRAM pages to CXL; the kernel side is DAMON's sysfs interface)::
       coexist: refuse                 # or take-over: stop and replace kdamonds nodeagent does not own
       kdamonds:
         - name: demote-cold
-          operations: paddr
+          operations: paddr           # the default and the only one: targets are nodes (vaddr is refused)
           monitoring: {sample: 5ms, aggregate: 100ms, update: 1s, regions: {min: 10, max: 1000}}
           optional: true              # left out (with a warning) on a kernel that cannot run it
           targets: [{node: fast}]     # monitored memory: the nodes of the top memory tier
@@ -377,6 +377,19 @@ class Target(Strict):
     node: NodeRef
 
 
+def _paddr_only(value: Any) -> str:
+    """Targets are NUMA nodes (their physical ranges): only paddr monitors those. vaddr and fvaddr monitor a
+    process's virtual address space, named by pid — per-workload placement that the profile cannot express."""
+    if value == "paddr":
+        return value
+    if value in ("vaddr", "fvaddr"):
+        raise PydanticCustomError(
+            "operations", "{got} monitors a process's virtual address space (a pid); this profile's targets are NUMA "
+            "nodes, which only paddr monitors: remove operations (paddr is the default) or set paddr",
+            {"got": value})
+    raise PydanticCustomError("operations", "expected paddr, got {got}", {"got": _show(value)})
+
+
 class Kdamond(Strict):
     """One kdamond (expanded per source node by ``pairing``). ``optional: true``: on a kernel that lacks something
     it needs (an action, a filter type, a file), the kdamond is left out with a warning naming what is missing,
@@ -384,7 +397,7 @@ class Kdamond(Strict):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=48)
     optional: Bool = False
-    operations: Literal["paddr", "vaddr", "fvaddr"] = "paddr"
+    operations: Annotated[str, BeforeValidator(_paddr_only)] = "paddr"
     monitoring: Monitoring = Monitoring()
     targets: list[Target] = Field(min_length=1)
     pairing: Literal["nearest", "gather", "split"] = "nearest"

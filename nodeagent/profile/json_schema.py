@@ -102,6 +102,9 @@ _DESCRIBE: dict[tuple[str, str], Describe] = {
     ("nodeagent.profile.model", "_enum.<locals>.check"): lambda cv: _enum(cv["choices"]),
     ("nodeagent.profile.model", "_strict_bool"): lambda _: {"type": "boolean"},
     ("nodeagent.profile.model", "_int_range.<locals>.check"): lambda cv: _int(cv["lo"], cv["hi"]),
+    ("nodeagent.profile.model", "_lru_gen_enabled"): lambda _: {"anyOf": [{"type": "boolean"}, _int(0, 7)]},
+    ("nodeagent.profile.model", "_interleave_node"): lambda _: {"type": "string",
+                                                               "pattern": "^node(0|[1-9][0-9]{0,3})$"},
     ("nodeagent.profile.model", "_dax_name"): lambda _: {"type": "string", "pattern": r"^dax[0-9]+\.[0-9]+$"},
     ("nodeagent.profile.model", "_size"): _size,
     ("nodeagent.profile.model", "_serial"): lambda _: {
@@ -128,6 +131,7 @@ _DESCRIBE: dict[tuple[str, str], Describe] = {
     ("nodeagent.profile.checks", "_strict_bool"): lambda _: {"type": "boolean"},
     ("nodeagent.profile.damon", "_strict_bool"): lambda _: {"type": "boolean"},
     ("nodeagent.profile.damon", "_unit.<locals>.check"): _unit,
+    ("nodeagent.profile.damon", "_paddr_only"): lambda _: _enum(("paddr",)),
     ("nodeagent.profile.damon", "_node"): lambda _: {"anyOf": [_enum(("fast", "slow")), _int(0, 1023)]},
     ("nodeagent.profile.damon", "_ratio.<locals>.check"): _ratio,
     ("nodeagent.profile.damon", "_count"): _damon_count,
@@ -156,6 +160,13 @@ def _goal_target(inner: JsonSchemaValue) -> JsonSchemaValue:
     return inner
 
 
+def _nonempty_map(inner: JsonSchemaValue) -> JsonSchemaValue:
+    for branch in inner.get("anyOf", [inner]):
+        if branch.get("type") == "object":
+            branch["minProperties"] = 1
+    return inner
+
+
 def _nonempty(inner: JsonSchemaValue) -> JsonSchemaValue:
     for branch in inner.get("anyOf", [inner]):
         if branch.get("type") == "array":
@@ -168,6 +179,7 @@ def _nonempty(inner: JsonSchemaValue) -> JsonSchemaValue:
 _WRAPPING: dict[tuple[str, str], Callable[[JsonSchemaValue], JsonSchemaValue]] = {
     ("nodeagent.profile.damon", "Goal._target_units"): _goal_target,
     ("nodeagent.profile.model", "_nonempty.<locals>.check"): _nonempty,
+    ("nodeagent.profile.model", "_nonempty_map.<locals>.check"): _nonempty_map,
     ("nodeagent.profile.model", "_unique_serials"): lambda inner: inner,  # uniqueness: the loader alone
     ("nodeagent.profile.checks", "_not_bool"): lambda inner: inner,  # JSON Schema never takes true for 1
 }

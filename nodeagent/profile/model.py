@@ -14,6 +14,9 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
       min_unmapped_ratio: 1                 # node reclaim's floors, % of the node
       min_slab_ratio: 5
       watermark_scale_factor: 10            # watermark gap, 1/10,000 of a node: the headroom kswapd keeps
+      min_free_kbytes: 67584                # the min watermark those gaps stand on, KiB
+      lru_gen: {enabled: true, min_ttl_ms: 1000}   # multi-gen LRU; min_ttl_ms > 0 lets kswapd OOM-kill
+      weighted_interleave: {weights: {node0: 3, node2: 1}}   # or {auto: true} (6.16): weights from bandwidth
       numa_balancing_scan_period_max_ms: 60000   # also _scan_delay_ms, _scan_period_min_ms, _scan_size_mb,
                                             #   _hot_threshold_ms (debugfs, sched/numa_balancing/)
     memory:
@@ -80,6 +83,15 @@ def _enum(choices: tuple[str, ...]):  # type: ignore[no-untyped-def]
     return check
 
 
+def _nonempty_map(what: str):  # type: ignore[no-untyped-def]
+    def check(value: Any) -> Any:
+        if isinstance(value, dict) and not value:
+            raise PydanticCustomError("empty", f"expected at least one {what}, got an empty mapping")
+        return value
+
+    return check
+
+
 def _strict_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -110,6 +122,61 @@ class TransparentHugepage(Strict):
     defrag: Annotated[str, BeforeValidator(_enum(THP_DEFRAG))] | None = None
 
 
+def _lru_gen_enabled(value: Any) -> bool | int:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and 0 <= value <= 7:
+        return value
+    raise PydanticCustomError("lru_gen", "expected true, false or the feature bits 0-7 (1 the multi-gen LRU, "
+                              "2 leaf page-table accessed bits, 4 non-leaf), got {got}", {"got": _show(value)})
+
+
+class LruGen(Strict):
+    """The multi-gen LRU (6.1, /sys/kernel/mm/lru_gen/): see ``nodeagent.facts.knobs``."""
+
+    enabled: Annotated[bool | int, BeforeValidator(_lru_gen_enabled)] | None = Field(
+        None, description="lru_gen/enabled: true (every feature the hardware has), false, or the feature bits 0-7")
+    # kstrtouint; kept in jiffies, so it reads back rounded up to a jiffy (the plan allows for that).
+    min_ttl_ms: U32 | None = Field(
+        None, description="lru_gen/min_ttl_ms: the working set (pages used within this long) the multi-gen LRU never "
+        "evicts; when it cannot keep it, kswapd invokes the OOM killer. 0 (the default): never — with demotion on, "
+        "a node that runs out of memory thrashes instead of killing")
+
+
+def _interleave_node(value: Any) -> int:
+    if isinstance(value, str) and re.fullmatch(r"node(0|[1-9][0-9]{0,3})", value) and int(value[4:]) <= 1023:
+        return int(value[4:])
+    raise PydanticCustomError("interleave_node", "expected a node as its weight file is named, node0 to node1023, "
+                              "got {got}", {"got": _show(value)})
+
+
+InterleaveWeight = Annotated[int, BeforeValidator(_int_range(1, 255))]
+
+
+class WeightedInterleave(Strict):
+    """The system weights of MPOL_WEIGHTED_INTERLEAVE (6.9, /sys/kernel/mm/mempolicy/weighted_interleave/): a task
+    that interleaves by weight (``numactl --weighted-interleave``, a KV pool spread over DRAM and CXL by bandwidth)
+    puts ``weight`` pages on a node before moving to the next. Either ``auto: true`` (6.16: the kernel derives the
+    weights from the nodes' bandwidth, as the firmware declares it) or the weights by hand (which turns ``auto``
+    off): a node absent from ``weights`` keeps its weight."""
+
+    auto: StrictBool | None = Field(
+        None, description="weighted_interleave/auto (6.16): true derives every weight from HMAT/CDAT bandwidth; "
+        "false keeps the weights as they are, set by hand")
+    weights: Annotated[dict[Annotated[int, BeforeValidator(_interleave_node)], InterleaveWeight],
+                       BeforeValidator(_nonempty_map("node weight"))] | None = Field(
+        None, description="weighted_interleave/nodeN: {node2: 1, node0: 3}, 1-255 pages per round")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WeightedInterleave:
+        if self.auto and self.weights:
+            raise ValueError("auto: true derives every weight from the nodes' bandwidth, and writing a weight turns "
+                             "auto off again: give weights (with auto: false, or without auto) or auto: true")
+        if self.auto is None and self.weights is None:
+            raise ValueError("weighted_interleave needs auto or weights")
+        return self
+
+
 class Kernel(Strict):
     """Kernel tiering knobs. Each maps to one sysctl or sysfs attribute (see ``nodeagent.facts.knobs``)."""
 
@@ -135,6 +202,13 @@ class Kernel(Strict):
         None, description="vm.watermark_scale_factor: the gap between a node's watermarks in 1/10,000 of the node; "
         "kswapd demotes until a node has high (min + 2 gaps) free, promo (min + 3) with memory tiering: headroom for "
         "bursts; node reclaim starts below low (min + 1)")
+    # proc_dointvec_minmax from SYSCTL_ZERO (an int: at most 2^31-1).
+    min_free_kbytes: Annotated[int, BeforeValidator(_int_range(0, 2**31 - 1))] | None = Field(
+        None, description="vm.min_free_kbytes: the min watermark, KiB kept free over all zones (the others stand "
+        "on it, watermark_scale_factor apart); the kernel boots it at sqrt(16 x lowmem KiB), 128 KiB to 256 MiB")
+    lru_gen: LruGen | None = Field(None, description="/sys/kernel/mm/lru_gen/{enabled,min_ttl_ms} (6.1)")
+    weighted_interleave: WeightedInterleave | None = Field(
+        None, description="/sys/kernel/mm/mempolicy/weighted_interleave/ (6.9; auto 6.16): see WeightedInterleave")
     # NUMA balancing's scanner (debugfs since 5.13, u32 files; see nodeagent.facts.knobs). scan_size_mb 0 would
     # divide by zero in task_scan_min(), so it starts at 1.
     numa_balancing_scan_delay_ms: U32 | None = Field(

@@ -179,12 +179,22 @@ def _cxl_reserve(total: int) -> int:
 
 def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, int | None]],
          workload: Any | None, hbm: int | None, bind: Any, *, ranks: int | None = None,
-         weights_file: int | None = None, dram_offload: int = 0, profile: str = "") -> ServingPlan:
+         weights_file: int | None = None, dram_offload: int = 0, profile: str = "",
+         hugetlb: int = 0) -> ServingPlan:
     """Pure: the pool for ``engine``. ``gpus``: (PCI address, NUMA node) in PCI order; ``workload``: the capacity
     model's :class:`~nodeagent.checks.capacity.Workload` (or None); ``weights_file``: the checkpoint's bytes;
-    ``bind(nodes) -> BindProbe``."""
+    ``bind(nodes) -> BindProbe``; ``hugetlb``: the bytes the node reserves as HugePages (every size)."""
     notes: list[str] = []
     warnings: list[str] = []
+    if engine == "sglang" and hugetlb:
+        # SGLang checks its HiCache host pool against psutil's available memory, the kernel's MemAvailable,
+        # which leaves reserved HugePages out whether or not they are in use (sgl-project/sglang#34972, open
+        # as of SGLang 0.5).
+        warnings.append(f"this node reserves {format_size(hugetlb)} as HugePages: SGLang's HiCache checks its host "
+                        "pool against MemAvailable, which leaves reserved HugePages out (sgl-project/sglang#34972), "
+                        "so with SGLANG_HUGEPAGE_SIZE set its start can fail with \"Not enough host memory\" while "
+                        "the HugePages are free; the size rendered here comes from free memory, which leaves them "
+                        "out too")
     dram = [n for n in facts.nodes if n.has_cpu and n.mem_total]
     if not dram:
         dram = [n for n in facts.nodes if n.mem_total][:1]

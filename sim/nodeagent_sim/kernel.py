@@ -273,7 +273,16 @@ def _dointvec_minmax(pattern: str, lo: int, hi: int) -> None:
         k.tree.set(path, n)
 
 
-_dointvec_minmax(r"/proc/sys/vm/watermark_scale_factor", 1, 3000)  # SYSCTL_ONE .. SYSCTL_THREE_THOUSAND
+@rule(r"/proc/sys/vm/watermark_scale_factor")
+def _watermark_scale_factor(k: SimKernel, path: str, value: str) -> None:
+    """proc_dointvec_minmax from SYSCTL_ONE to SYSCTL_THREE_THOUSAND since 5.17 (39c65a94cd96), 1000 before."""
+    n = parse_int(value)
+    if not 1 <= n <= (3000 if k.at_least(5, 17) else 1000):
+        raise einval()
+    k.tree.set(path, n)
+
+
+_dointvec_minmax(r"/proc/sys/vm/min_free_kbytes", 0, 2**31 - 1)  # SYSCTL_ZERO, no extra2: up to INT_MAX
 _dointvec_minmax(r"/proc/sys/vm/min_(unmapped|slab)_ratio", 0, 100)  # a percentage of the node
 
 
@@ -294,6 +303,47 @@ def kstrtobool(value: str) -> bool:
 @rule(r"/sys/kernel/mm/numa/demotion_enabled")
 def _demotion(k: SimKernel, path: str, value: str) -> None:
     k.tree.set(path, "true" if kstrtobool(value) else "false")
+
+
+#: CONFIG_HZ of the simulated kernel (Debian's): what lru_gen/min_ttl_ms rounds to.
+HZ = 250
+#: The multi-gen LRU's features (NR_LRU_GEN_CAPS): the LRU itself, leaf and non-leaf accessed-bit clearing; an x86
+#: guest has all three.
+LRU_GEN_CAPS = 0x0007
+
+
+@rule(r"/sys/kernel/mm/lru_gen/enabled")
+def _lru_gen_enabled(k: SimKernel, path: str, value: str) -> None:
+    """enabled_store (mm/vmscan.c): 'n…' turns every feature off, 'y…' every one on, else kstrtouint(buf, 0) of
+    the bits; shown as ``0x%04x`` of those the hardware has."""
+    word = value.strip()
+    if word[:1].lower() == "n":
+        caps = 0
+    elif word[:1].lower() == "y":
+        caps = LRU_GEN_CAPS
+    else:
+        caps = _kstrtouint(word)
+    k.tree.set(path, f"{caps & LRU_GEN_CAPS:#06x}")
+
+
+@rule(r"/sys/kernel/mm/lru_gen/min_ttl_ms")
+def _lru_gen_min_ttl(k: SimKernel, path: str, value: str) -> None:
+    """min_ttl_ms_store: kstrtouint(buf, 0), kept as msecs_to_jiffies (rounded up); shown as jiffies_to_msecs."""
+    ms = _kstrtouint(value.strip())
+    jiffies = -(-ms * HZ // 1000)
+    k.tree.set(path, jiffies * 1000 // HZ)
+
+
+def _kstrtouint(word: str) -> int:
+    """kstrtouint(s, 0): 0x hex, 0 octal, decimal, a leading +; else, or above 2^32-1 (ERANGE there), the
+    lru_gen stores answer EINVAL."""
+    m = re.fullmatch(r"\+?(?:0[xX]([0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*))", word)
+    if not m:
+        raise einval()
+    n = int(m[1], 16) if m[1] else int(m[2], 8) if m[2] else int(m[3])
+    if n > 2**32 - 1:
+        raise einval("above 2^32-1")
+    return n
 
 
 THP_ENABLED = ["always", "madvise", "never"]
@@ -325,4 +375,5 @@ from . import damon as _damon  # noqa: E402,F401  (registers the DAMON sysfs rul
 from . import dax as _dax  # noqa: E402,F401  (registers the DAX bus driver rules)
 from . import faults as _faults  # noqa: E402  (injected faults, checked before every write)
 from . import memory as _memory  # noqa: E402,F401  (registers the memory-block rules)
+from . import mempolicy as _mempolicy  # noqa: E402,F401  (weighted interleave's weights)
 from . import reclaim as _reclaim  # noqa: E402,F401  (zoneinfo, proactive reclaim, the placement presets)

@@ -223,6 +223,9 @@ def derive(k: SimKernel, nodes: set) -> None:
 
     if k.tree.exists("/proc/zoneinfo"):
         write_zoneinfo(k)
+    from .mempolicy import follow_memory  # weighted interleave's node files follow the memory (6.16+)
+
+    follow_memory(k, nodes)
 
 
 def charge(k: SimKernel, node: int, kb: int) -> None:

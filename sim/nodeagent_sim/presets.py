@@ -34,6 +34,7 @@ shared/reference/cpuinfo-*.txt.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -528,6 +529,12 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
     # reclaim runs through it (bench/placement/results/kv-explore/s13: node reclaim without unmap scans nothing).
     if k.at_least(6, 1):
         t.file("/sys/kernel/mm/lru_gen/enabled", "0x0007", RW)
+        t.file("/sys/kernel/mm/lru_gen/min_ttl_ms", "0", RW)  # lru_gen_min_ttl starts at 0: no OOM guard
+    # min_free_kbytes as init_per_zone_wmark_min boots it: sqrt(16 x lowmem KiB), 128 KiB to 256 MiB (the boot
+    # DRAM standing in for the kernel's free buffer pages).
+    if "/proc/sys/vm/min_free_kbytes" not in p.knobs:
+        lowmem_kb = sum(n.size for n in p.nodes) // 1024
+        t.file("/proc/sys/vm/min_free_kbytes", min(max(math.isqrt(lowmem_kb * 16), 128), 262144), RW)
     t.file("/sys/devices/system/memory/block_size_bytes", f"{p.block_size:x}", RO)
     # memory_hotplug module parameters as a 6.x kernel shows them (online_policy arrived in 5.15).
     if k.at_least(5, 15):

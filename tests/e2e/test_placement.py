@@ -216,7 +216,9 @@ def test_shipped_profile_on_6_12_runs_both_kdamonds_without_the_node_goal(make_n
     plan = plan_json(root, SHIPPED, capsys)
     assert not plan["problems"]
     assert any("node_mem_used_bp goal per node (needs 6.16): left out" in w for w in plan["warnings"])
-    assert not any(w.startswith("advisory") for w in plan["warnings"])
+    # the one advisory: MGLRU's min_ttl_ms is left at 0 (no value measured for the shipped profile yet)
+    assert [w.split(":")[0] for w in plan["warnings"] if w.startswith("advisory")] == [
+        "advisory demotion-without-oom-guard"]
     assert main(["--root", str(root), "apply", "--yes", "--skip-checks", "all", SHIPPED]) == 0
     writes = _damon_writes(root)
     actions = {v for p, v in writes.items() if p.endswith("/schemes/0/action")}
@@ -252,7 +254,7 @@ def test_placement_check_reports_what_plan_warns(make_node, tmp_path: Path,
     report = json.loads(capsys.readouterr().out)
     (result,) = [r for r in report["results"] if r["name"] == "placement"]
     assert result["status"] == "warn" and result["severity"] == "warning"
-    assert [a["id"] for a in result["evidence"]["advisories"]] == ["stuck-fast-node"]
+    assert [a["id"] for a in result["evidence"]["advisories"]] == ["stuck-fast-node", "demotion-without-oom-guard"]
     assert "memory.demotion_pass" in result["remedies"][0]
     prof.write_text(prof.read_text().replace("placement: {}", "placement: {severity: error}"))
     assert main(["--root", str(root), "check", str(prof)]) == 4

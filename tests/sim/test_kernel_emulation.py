@@ -83,6 +83,51 @@ def test_watermark_scale_factor_takes_1_to_3000(make_node) -> None:
     assert k.tree.read(path) == "1000"
 
 
+def test_watermark_scale_factor_stopped_at_1000_before_5_17(make_node) -> None:
+    k = SimKernel(make_node("qemu-3node", kernel="5.15.0-nodeagent-sim"))
+    path = "/proc/sys/vm/watermark_scale_factor"
+    k.write(path, "1000")
+    assert oserr(k, path, "1001") == errno.EINVAL
+    assert k.tree.read(path) == "1000"
+
+
+def test_min_free_kbytes_boots_from_memory_and_takes_any_non_negative_int(make_node) -> None:
+    """init_per_zone_wmark_min: sqrt(16 x lowmem KiB) clamped to 128 KiB..256 MiB; proc_dointvec_minmax from 0."""
+    k = SimKernel(make_node("workstation"))  # 256 GiB of DRAM: sqrt(16 x 268435456 KiB)
+    path = "/proc/sys/vm/min_free_kbytes"
+    assert k.tree.read(path) == "65536"
+    k.write(path, "0")
+    k.write(path, str(2**31 - 1))
+    assert k.tree.read(path) == str(2**31 - 1)
+    for v in ("-1", str(2**31), "lots"):
+        assert oserr(k, path, v) == errno.EINVAL
+
+
+def test_lru_gen_enabled_takes_y_n_and_feature_bits(make_node) -> None:
+    """enabled_store: 'y'/'n' by their first letter, else kstrtouint(buf, 0); shown as 0x%04x."""
+    k = SimKernel(make_node("qemu-3node"))
+    path = "/sys/kernel/mm/lru_gen/enabled"
+    assert k.tree.read(path) == "0x0007"
+    for v, shown in (("n", "0x0000"), ("yes", "0x0007"), ("No", "0x0000"), ("0x0003", "0x0003"), ("1", "0x0001"),
+                     ("0xff", "0x0007")):
+        k.write(path, v)
+        assert k.tree.read(path) == shown
+    for v in ("maybe", "-1", str(2**32)):
+        assert oserr(k, path, v) == errno.EINVAL
+
+
+def test_lru_gen_min_ttl_ms_reads_back_in_whole_jiffies(make_node) -> None:
+    """min_ttl_ms_store keeps msecs_to_jiffies (rounded up; HZ=250 here); the show converts back."""
+    k = SimKernel(make_node("qemu-3node"))
+    path = "/sys/kernel/mm/lru_gen/min_ttl_ms"
+    assert k.tree.read(path) == "0"
+    for v, shown in (("1000", "1000"), ("1001", "1004"), ("1", "4"), ("0x10", "16"), ("0", "0")):
+        k.write(path, v)
+        assert k.tree.read(path) == shown
+    for v in ("-1", "1s", str(2**32)):
+        assert oserr(k, path, v) == errno.EINVAL
+
+
 def test_thp_shows_the_selected_word_in_brackets(make_node) -> None:
     k = SimKernel(make_node("workstation"))
     k.write("/sys/kernel/mm/transparent_hugepage/defrag", "defer+madvise")

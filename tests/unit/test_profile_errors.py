@@ -44,8 +44,8 @@ def test_numa_balancing_names_and_integer_aliases(tmp_path: Path, value: object,
 
 @pytest.mark.parametrize("body,fragment", [
     ("kernel:\n  bogus: 1\n",
-     "5:3: kernel.bogus: unknown key; allowed here: demotion_enabled, min_slab_ratio, min_unmapped_ratio, "
-     "numa_balancing"),
+     "5:3: kernel.bogus: unknown key; allowed here: demotion_enabled, lru_gen, min_free_kbytes, min_slab_ratio, "
+     "min_unmapped_ratio, numa_balancing"),
     ("kernel:\n  demotion_enabled: maybe\n", "kernel.demotion_enabled: expected true or false, got 'maybe'"),
     ("kernel:\n  zone_reclaim_mode: 9\n", "kernel.zone_reclaim_mode: expected an integer from 0 to 7, got 9"),
     ("kernel:\n  zone_reclaim_mode: -1\n", "expected an integer from 0 to 7, got -1"),
@@ -54,6 +54,15 @@ def test_numa_balancing_names_and_integer_aliases(tmp_path: Path, value: object,
     ("kernel:\n  watermark_scale_factor: 0\n",
      "kernel.watermark_scale_factor: expected an integer from 1 to 3000, got 0"),
     ("kernel:\n  watermark_scale_factor: 3001\n", "expected an integer from 1 to 3000, got 3001"),
+    ("damon:\n  kdamonds:\n    - {name: a, operations: vaddr, targets: [{node: fast}]}\n",
+     "6:29: damon.kdamonds[0].operations: vaddr monitors a process's virtual address space (a pid); this profile's "
+     "targets are NUMA nodes, which only paddr monitors"),
+    ("damon:\n  kdamonds:\n    - {name: a, operations: fvaddr, targets: [{node: fast}]}\n",
+     "damon.kdamonds[0].operations: fvaddr monitors"),
+    ("kernel:\n  min_free_kbytes: -1\n", "kernel.min_free_kbytes: expected an integer from 0 to 2147483647, got -1"),
+    ("kernel:\n  lru_gen: {enabled: 8}\n", "kernel.lru_gen.enabled: expected true, false or the feature bits 0-7"),
+    ("kernel:\n  lru_gen: {min_ttl_ms: -5}\n", "kernel.lru_gen.min_ttl_ms: expected an integer from 0 to"),
+    ("kernel:\n  lru_gen: {min_ttl: 5}\n", "kernel.lru_gen.min_ttl: unknown key"),
     ("kernel:\n  transparent_hugepage: {enabled: sometimes}\n",
      "kernel.transparent_hugepage.enabled: expected one of always, madvise, never, got 'sometimes'"),
     ("memory:\n  auto_online_blocks: yes\n",

@@ -71,7 +71,7 @@ SUPPLEMENT: dict[str, Any] = {**HEAD, "metadata": {"name": "t", "description": "
                      "max_batch": 8, "context_length": 4096, "gpu_memory": "80GiB", "weights_overhead": 1.1},
         "placement": {"severity": "error"}},
     "damon": {"coexist": "take-over", "kdamonds": [{
-        "name": "k", "operations": "vaddr", "pairing": "split", "stats_refresh": "5s",
+        "name": "k", "operations": "paddr", "pairing": "split", "stats_refresh": "5s",
         "monitoring": {"intervals_goal": {"access": "4%", "aggregations": 3, "min_sample": "1ms",
                                           "max_sample": "10s"}},
         "targets": [{"node": 0}],

@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ...facts import Facts
-from ...facts.knobs import BY_KEY, KNOBS, Knob, version_tuple
+from ...facts.knobs import BY_KEY, KNOBS, Knob, range_on, version_tuple
 from ...host import Host
 from ...plan import Change, Problem
 from ...state import Original, PlanState
@@ -71,7 +71,17 @@ def diff(want: dict[str, Any], have: dict[str, Any], facts: Facts) -> ResourcePl
             out.problems.append(Problem(KIND, key, f"{key}: value {knob.label(value)} needs kernel {need}; this "
                                         f"node runs {facts.kernel_release}", hint=f"use a kernel >= {need}"))
             continue
-        if current == value:
+        bounds = range_on(knob, facts.kernel_version) if isinstance(value, int) else None
+        if bounds and not bounds[1] <= value <= bounds[2]:
+            fix = next((f"run a kernel >= {since}" for since, lo, hi in knob.ranges
+                        if lo <= value <= hi and version_tuple(since)[:2] > facts.kernel_version), "")
+            out.problems.append(Problem(
+                KIND, key, f"{key}: {knob.label(value)} is outside {bounds[1]}..{bounds[2]}, what kernel "
+                f"{facts.kernel_release} takes for {knob.path} (since {bounds[0]}; the kernel would refuse the write "
+                "with EINVAL)", hint=f"set {key} within {bounds[1]}..{bounds[2]}"
+                + (f", or {fix}" if fix else "")))
+            continue
+        if knob.same(current, value):
             out.unchanged.append(key)
             continue
         out.changes.append(_change(knob, current, value))
@@ -87,7 +97,9 @@ def _change(knob: Knob, before: Any, after: Any) -> Change:
 #: Knobs applied after every other resource (registry.py): NUMA balancing last, once demotion is on, the CXL nodes
 #: are online, DAMON runs and a stuck fast node has room again — promotions that fail on a full fast node make the
 #: kernel back off its NUMA scanning, which delays every later promotion.
-LATE: tuple[str, ...] = ("kernel.numa_balancing",)
+#: min_free_kbytes comes late too: onlining memory with THP on lets khugepaged raise it to its recommendation
+#: (set_recommended_min_free_kbytes), so it is written once the DAX nodes are online.
+LATE: tuple[str, ...] = ("kernel.min_free_kbytes", "kernel.numa_balancing")
 
 
 class KnobResource(Kind):

@@ -174,6 +174,28 @@ def _node_reclaim(proj: NodeProjection, facts: Facts) -> list[Advisory]:
     return out
 
 
+def _no_oom_guard(proj: NodeProjection, demotion: bool) -> list[Advisory]:
+    """Demotion on (with a lower tier to demote to), the multi-gen LRU on and its min_ttl_ms at 0: a node out of
+    memory thrashes, the OOM killer is never invoked. Demotion counts as reclaim progress (the top tier's pages
+    are gone from it), so direct reclaim keeps reporting progress and the page allocator retries instead of
+    declaring the node out of memory; MGLRU's own trigger — kswapd's ``lru_gen_age_node`` invoking the OOM killer
+    when every generation is younger than min_ttl — is off at 0 (mm/vmscan.c)."""
+    lru = proj.setting("kernel.lru_gen.enabled")
+    mglru = lru is True or lru == "true" or (isinstance(lru, int) and not isinstance(lru, bool) and bool(lru & 1))
+    if not (demotion and proj.slow and mglru and proj.setting("kernel.lru_gen.min_ttl_ms") == 0):
+        return []
+    return [Advisory(
+        "demotion-without-oom-guard", "kernel.lru_gen.min_ttl_ms",
+        "demotion is on and reclaim runs through the multi-gen LRU with min_ttl_ms 0: when DRAM and the lower tier "
+        "are both full, demotion still counts as reclaim progress, so the allocator keeps retrying instead of "
+        "invoking the OOM killer, and MGLRU's own OOM trigger (kswapd, lru_gen_age_node) is off while min_ttl_ms "
+        "is 0 — the node thrashes instead of killing a task",
+        "reported, not measured here: a linux-cxl thread (October 2025) on a DRAM + CXL node with demotion_enabled "
+        "on and min_ttl_ms 0, where the OOM killer was never invoked and the node thrashed",
+        "set kernel.lru_gen.min_ttl_ms: 1000 (the working set of the last second is kept; when it cannot be, kswapd "
+        "invokes the OOM killer — Documentation/admin-guide/mm/multigen_lru.rst)")]
+
+
 def advisories(loaded: LoadedProfile, facts: Facts, proj: NodeProjection | None = None) -> list[Advisory]:
     """Every placement advisory that applies to this profile on this node (with the knob values the node will
     have once the profile's knob changes are made: its projection). Pure."""
@@ -247,6 +269,7 @@ def advisories(loaded: LoadedProfile, facts: Facts, proj: NodeProjection | None 
                 "fast node full: a demote-cold scheme with high 500‰ never ran (0 bytes tried, 17-21 % of cold on CXL)",
                 "drop the watermarks (metric: none); on 6.16+ a node_mem_free_bp quota goal targets one node"))
     out.extend(_node_reclaim(proj, facts))
+    out.extend(_no_oom_guard(proj, demotion))
     if demotion and not tiering and not hot:
         out.append(Advisory(
             "demotion-without-promotion", "kernel.numa_balancing",
