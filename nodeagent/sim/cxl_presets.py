@@ -72,7 +72,8 @@ def _qemu_cxl() -> Preset:
 
 def _h100_memdevs(name: str, description: str) -> Preset:
     base = _h100(False)
-    return replace(base, name=name, description=description, dax=(), daxctl=True)
+    # Only the two windows reserve nodes past the SRAT ones (acpi_parse_cfmws): possible 0-3, not h100's 0-5.
+    return replace(base, name=name, description=description, dax=(), daxctl=True, possible_nodes=4)
 
 
 def _committed(k: SimKernel) -> None:
