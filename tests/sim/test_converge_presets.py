@@ -1,0 +1,94 @@
+"""Every simulator preset converges in one apply of every shipped profile: the apply exits 0 and the next plan
+is empty. The presets and the profiles are enumerated (``nodeagent.sim.PRESETS``, ``profiles/*.yaml``), so a new
+preset or profile is covered the day it is added.
+
+One apply, with ``--allow-disruptive`` (some presets boot with their CXL memory online in ZONE_NORMAL, which the
+shipped profiles move to ZONE_MOVABLE: a disruptive change by design) and ``--skip-checks all`` (the simulated
+disk and CPU fail the inference checks; the checks are tested on their own). Where the profile's first plan says
+what cannot be done on that node (a kdamond of another agent holds the slots, DAMON_STAT refuses sysfs kdamonds),
+the apply exits 5 for that alone: every change is applied, nothing fails verification, and the next plan changes
+nothing and says the same.
+
+``make test`` runs every pair except those of :data:`SWEEP_ONLY` (presets whose node is too large to lay out in
+the default run); ``make converge-sweep`` (``NODEAGENT_CONVERGE_SWEEP=1``) runs them all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from nodeagent.sim import PRESETS, SimKernel, build, get
+
+from .test_converge_property import na
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.yaml"))
+#: ``stress`` (8 x 2 TiB of 128 MiB blocks, 131072 memory blocks): about 6 minutes an apply on 2 cores.
+SWEEP_ONLY = frozenset({"stress"})
+SWEEP = os.environ.get("NODEAGENT_CONVERGE_SWEEP") == "1"
+
+
+def _pairs() -> list[object]:
+    out = []
+    for preset in sorted(PRESETS):
+        for profile in PROFILES:
+            marks = [] if SWEEP or preset not in SWEEP_ONLY else [pytest.mark.skip(
+                reason="a node too large for the default run: make converge-sweep runs it")]
+            out.append(pytest.param(preset, profile, id=f"{preset}-{profile}", marks=marks))
+    return out
+
+
+@pytest.fixture
+def scratch():
+    base = Path(tempfile.mkdtemp(prefix="conv-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _profile(name: str) -> str:
+    return str(REPO / "profiles" / f"{name}.yaml")
+
+
+@pytest.mark.parametrize(("preset", "profile"), _pairs())
+def test_one_apply_converges(preset: str, profile: str, scratch: Path) -> None:
+    root = build(get(preset), scratch / "n")
+    code, result = na(root, "apply", "--yes", "--allow-disruptive", "--skip-checks", "all", _profile(profile))
+    pcode, plan = na(root, "plan", "--detailed-exitcode", _profile(profile))
+    assert plan.get("changes") == [], (code, result.get("verify_errors"), plan.get("changes"))
+    assert result.get("verify_errors") == [], result
+    assert all(o["status"] == "applied" for o in result["outcomes"]), result["outcomes"]
+    cannot = sorted(p["message"] for p in result["plan"]["problems"])
+    if not cannot:
+        assert (code, result["status"], pcode) in ((0, "converged", 0), (0, "unchanged", 0)), (code, result, plan)
+        return
+    # What this node cannot do was said before the apply; nothing else is left, and the next plan says the same.
+    assert not any(p["blocking"] for p in result["plan"]["problems"]), cannot
+    assert code == 5 and pcode == 5, (code, pcode, cannot)
+    assert sorted(p["message"] for p in plan["problems"]) == cannot
+
+
+def test_the_dependent_kinds_are_planned_again_once_the_region_exists(scratch: Path) -> None:
+    """A region lands on a node the plan could not know (SRAT covers the window, so the rule of the highest
+    possible nodes names another): DAMON was planned toward the projected node, the executor plans it again
+    once the region is online, and the one apply converges — its outcome says the plan shown changed."""
+    root = build(get("qemu-cxl"), scratch / "n")
+    k = SimKernel(root)
+    with k.locked():
+        k.tree.set("/sys/devices/system/node/possible", "0-3")  # the window's node is 2, the projection says 3
+    code, plan = na(root, "plan", _profile("cxl-inference"))
+    region = next(c for c in plan["changes"] if c["kind"] == "cxl_region" and c["op"] == "create")
+    assert region["nodes"] == [3]
+    code, result = na(root, "apply", "--yes", "--skip-checks", "all", _profile("cxl-inference"))
+    assert (code, result["status"]) == (0, "converged"), result
+    damon = next(o for o in result["outcomes"] if o["target"] == "damon.kdamonds")
+    assert "planned again once region0, region1 existed" in damon["message"], damon
+    executed = next(c for c in result["plan"]["changes"] if c["target"] == "damon.kdamonds")
+    assert "→ node2" in executed["reason"] and "node3" not in executed["reason"], executed["reason"]
+    assert k.tree.read("/sys/bus/dax/devices/dax0.0/target_node").strip() == "2"
+    pcode, after = na(root, "plan", "--detailed-exitcode", _profile("cxl-inference"))
+    assert (pcode, after["changes"]) == (0, []), after["changes"]
