@@ -15,6 +15,7 @@ the default run); ``make converge-sweep`` (``NODEAGENT_CONVERGE_SWEEP=1``) runs 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.sim import PRESETS, SimKernel, build, get
+from nodeagent.state import JOURNAL
 
 from .test_converge_property import na
 
@@ -91,4 +93,37 @@ def test_the_dependent_kinds_are_planned_again_once_the_region_exists(scratch: P
     assert "→ node2" in executed["reason"] and "node3" not in executed["reason"], executed["reason"]
     assert k.tree.read("/sys/bus/dax/devices/dax0.0/target_node").strip() == "2"
     pcode, after = na(root, "plan", "--detailed-exitcode", _profile("cxl-inference"))
+    assert (pcode, after["changes"]) == (0, []), after["changes"]
+
+
+def test_kdamonds_on_a_region_being_rebuilt_stop_before_and_start_after(scratch: Path) -> None:
+    """A rebuild (granularity 256 → 512) takes region0's memory away: nodeagent's kdamonds that monitor node2 or
+    migrate into it stop before the teardown and start again once the region is back, in the same apply,
+    journaled; one that acts on neither (socket 1's) is left running."""
+    root = build(get("h100-cxl-memdevs"), scratch / "n")
+    code, _ = na(root, "apply", "--yes", "--skip-checks", "all", _profile("cxl-inference"))
+    assert code == 0
+    text = Path(_profile("cxl-inference")).read_text().replace(
+        "        memdevs: {without_region: true}\n", "        memdevs: {host_bridges: [pci0000:30]}\n"
+        "        granularity: 512\n")
+    assert "granularity: 512" in text
+    variant = scratch / "g512.yaml"
+    variant.write_text(text)
+    shutil.copy(_profile("base"), scratch / "base.yaml")  # what it extends
+    code, result = na(root, "apply", "--yes", "--allow-disruptive", "--skip-checks", "all", str(variant))
+    assert (code, result["status"]) == (0, "converged"), result
+    steps = [(o["target"], o["op"]) for o in result["outcomes"]]
+    paused = [t for t, op in steps if op == "pause"]
+    assert sorted(paused) == ["damon.demote-cold-node0", "damon.promote-hot-to-node0"], steps
+    teardown = steps.index(("region@0x1d7e0000a001", "delete"))
+    create = steps.index(("region@0x1d7e0000a001", "create"))
+    assert all(steps.index((t, "pause")) < teardown for t in paused)
+    restarts = [i for i, (t, op) in enumerate(steps) if t in paused and op == "start"]
+    assert len(restarts) == 2 and min(restarts) > create, steps
+    assert not any(t == "damon.demote-cold-node1" for t, _ in steps)
+    history = (root / JOURNAL.lstrip("/")).read_text().splitlines()
+    last = json.loads(history[-1])
+    assert [(c["target"], c["op"]) for c in last["changes"] if c["op"] in ("pause", "start")] == [
+        (t, op) for t, op in steps if op in ("pause", "start")]
+    pcode, after = na(root, "plan", "--detailed-exitcode", str(variant))
     assert (pcode, after["changes"]) == (0, []), after["changes"]
