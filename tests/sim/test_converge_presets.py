@@ -64,6 +64,11 @@ def test_one_apply_converges(preset: str, profile: str, scratch: Path) -> None:
     assert plan.get("changes") == [], (code, result.get("verify_errors"), plan.get("changes"))
     assert result.get("verify_errors") == [], result
     assert all(o["status"] == "applied" for o in result["outcomes"]), result["outcomes"]
+    k = SimKernel(root)
+    for c in result["plan"]["changes"]:  # the plan named the node each region's memory joins
+        if c["kind"] == "cxl_region" and c["op"] == "create":
+            dax = c["devices"][-1]
+            assert [int(k.tree.read(f"/sys/bus/dax/devices/{dax}/target_node"))] == c["nodes"], c
     cannot = sorted(p["message"] for p in result["plan"]["problems"])
     if not cannot:
         assert (code, result["status"], pcode) in ((0, "converged", 0), (0, "unchanged", 0)), (code, result, plan)
@@ -126,4 +131,29 @@ def test_kdamonds_on_a_region_being_rebuilt_stop_before_and_start_after(scratch:
     assert [(c["target"], c["op"]) for c in last["changes"] if c["op"] in ("pause", "start")] == [
         (t, op) for t, op in steps if op in ("pause", "start")]
     pcode, after = na(root, "plan", "--detailed-exitcode", str(variant))
+    assert (pcode, after["changes"]) == (0, []), after["changes"]
+
+
+@pytest.mark.parametrize(("write", "errno", "said"), [
+    ("region1/commit", "EBUSY", "Device or resource busy (errno EBUSY)"),
+    ("region1/commit", "ENXIO", "No such device or address (errno ENXIO)"),
+    # the memdev goes away between the plan and its endpoint decoder's write: the kernel answers ENODEV
+    (r"decoder\d+\.0/dpa_size", "ENODEV", "No such device (errno ENODEV)"),
+])
+def test_a_region_the_kernel_refuses_stops_with_its_reason_and_the_next_apply_finishes(
+        write: str, errno: str, said: str, scratch: Path) -> None:
+    from nodeagent.sim import faults
+
+    root = build(get("h100-cxl-memdevs"), scratch / "n")
+    faults.add(root, faults.Rule(write=write, errno=errno, after=1 if "dpa_size" in write else 0))
+    code, result = na(root, "apply", "--yes", "--skip-checks", "all", _profile("cxl-inference"))
+    assert (code, result["status"]) == (5, "partial"), result
+    failed = [o for o in result["outcomes"] if o["status"] == "failed" and o["kind"] == "cxl_region"]
+    assert len(failed) == 1 and said in failed[0]["message"] and "torn down again" in failed[0]["message"], failed
+    event = json.loads((root / JOURNAL.lstrip("/")).read_text().splitlines()[-1])
+    assert event["status"] == "partial"
+    assert any(c["status"] == "failed" and said in c["message"] for c in event["changes"]), event["changes"]
+    code, result = na(root, "apply", "--yes", "--skip-checks", "all", _profile("cxl-inference"))
+    assert (code, result["status"]) == (0, "converged"), result
+    pcode, after = na(root, "plan", "--detailed-exitcode", _profile("cxl-inference"))
     assert (pcode, after["changes"]) == (0, []), after["changes"]
