@@ -3,9 +3,11 @@ one executor for apply and revert.
 
 ``make_plan`` is pure (facts in, plan out), so a plan made offline from saved facts is the plan the node would
 make. ``Engine.apply`` takes the state lock, gathers facts, plans, and — unless it is a dry run — executes
-exactly that plan in order, records originals before the first write and progress after every change,
-then re-plans the whole profile on fresh facts: the apply converged only when that plan is empty, and every
-change left is a verify error saying why.
+that plan in order, records originals before the first write and progress after every change, then re-plans
+the whole profile on fresh facts: the apply converged only when that plan is empty, and every change left is a
+verify error saying why. A plan that makes CXL region changes runs in two stages (:meth:`Engine._run_staged`):
+the changes up to the last region change, then the rest as a plan made on fresh facts once the regions exist
+(their node's distances and tier are the kernel's only then).
 
 ``make_revert_plan`` is pure too: each recorded original is handed to its kind's ``revert``
 (:class:`nodeagent.kinds.base.Reverting`), kinds in the reverse of their apply order (kdamonds stop before the
