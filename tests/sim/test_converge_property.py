@@ -9,6 +9,11 @@ online; kmem-bound offline, as ``memhp_default_state`` boots them) × ``auto_onl
 6.12, 6.18) × shipped profile; events: hot-add devdax, hot-add kmem-bound with its blocks offline, profile A → B
 → A, re-apply, an onlining that fails half-way then a rerun.
 
+CXL bus shapes (:class:`BusShape`, kernels 6.12 and 6.18): 1-2 sockets, 1-4 bare memdevs behind each socket's host
+bridge, some with regions the firmware committed, one socket's range soft-reserved under dax_hmem instead; one
+apply exits 0, every region lands on the node its plan named, the next plan is empty, and a revert puts the bus
+back as it booted.
+
 Settings profiles (``NODEAGENT_HYPOTHESIS``): ``ci`` (the default, in ``make test``: a few dozen sequences, fixed
 seed) and ``sweep`` (``make converge-sweep``: the whole matrix, 240 sequences). Both are derandomized, so a failure
 reproduces; hypothesis shrinks it to the shortest sequence and prints it.
@@ -307,7 +312,8 @@ def bus_shapes(draw: st.DrawFn) -> BusShape:
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
-@settings(settings.get_profile(PROFILE))
+# ci: 3 shapes per kernel (about 30 s each on 2 idle cores); sweep: the profile's 60
+@settings(settings.get_profile(PROFILE), **({"max_examples": 3} if PROFILE == "ci" else {}))
 @pytest.mark.parametrize("kernel", KERNELS[2:])  # the CXL region ABI: 6.x
 @given(shape=bus_shapes())
 def test_one_apply_converges_on_every_bus_shape(kernel: str, shape: BusShape) -> None:
