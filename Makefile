@@ -56,8 +56,11 @@ ansible-sanity: $(STAMP)
 
 # The convergence property over the whole matrix (tests/sim/test_converge_property.py, 240 sequences, fixed seed):
 # two processes, one per pair of kernels, so both cores work. `make test` runs the same test with a few sequences.
+# Then one apply of every shipped profile on every preset, the large ones included (tests/sim/test_converge_presets.py;
+# `make test` leaves out `stress`, about 6 minutes an apply).
 .PHONY: converge-sweep
 converge-sweep: $(STAMP)
+	NODEAGENT_CONVERGE_SWEEP=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/sim/test_converge_presets.py -n 2
 	NODEAGENT_HYPOTHESIS=sweep $(BIN)/python -m pytest -q -p no:cacheprovider tests/sim/test_converge_property.py \
 		-k '5.15 or 6.1.0' & p1=$$!; \
 	NODEAGENT_HYPOTHESIS=sweep $(BIN)/python -m pytest -q -p no:cacheprovider tests/sim/test_converge_property.py \

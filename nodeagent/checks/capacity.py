@@ -12,7 +12,8 @@ Tiers, filled in order: **HBM** (``gpu_memory`` from the profile, else the sum o
 ``memory.total``), **DRAM** (``dram_offload``: what the engine may use in host RAM, capped by free DRAM less the
 struct pages that onlining CXL will take from it — 64 bytes per 4 KiB page, 1.56 %, unless they go on the device:
 its ``memmap_on_memory`` and the kernel's ``memory_hotplug.memmap_on_memory`` both set), **CXL** (free memory of
-online CPU-less nodes in a lower memory tier, plus DAX devices not yet online as system RAM). The result:
+online CPU-less nodes in a lower memory tier, plus DAX devices not yet online as system RAM, plus the DAX devices
+of the CXL regions the profile's ``memory.cxl.regions`` create in this apply — said as such). The result:
 whether it fits in HBM, how much spills to which tier, and the largest batch that fits each tier — so a tier
 added without retuning the batch is flagged, and so is a batch that only a missing tier could hold.
 
@@ -97,6 +98,11 @@ class Tier:
     capacity: int
     detail: str
     pending: tuple[str, ...] = field(default_factory=tuple)  # devices that must be onlined first
+    created: int = 0  # of its capacity: the DAX devices of the CXL regions this apply creates
+
+    @property
+    def label(self) -> str:
+        return self.name + (f" ({gb(self.created)} of CXL, created by this apply)" if self.created else "")
 
 
 def place(need: int, tiers: list[Tier]) -> tuple[list[tuple[Tier, int]], int]:
@@ -110,16 +116,21 @@ def place(need: int, tiers: list[Tier]) -> tuple[list[tuple[Tier, int]], int]:
     return out, left
 
 
-def _not_online(dev: Any, onlined: frozenset[str]) -> str:
+def _not_online(dev: Any, onlined: frozenset[str], created: frozenset[str] = frozenset()) -> str:
     """Why a device's memory is not online yet, and whether the profile brings it online."""
+    if dev.name in created:
+        return f"of {dev.cxl_region or 'a CXL region'}, created by this apply" + (
+            "; this profile onlines it" if dev.name in onlined else "")
     what = "bound to kmem, its blocks offline" if dev.mode == "system-ram" else dev.mode
     return what + ("; this profile onlines it" if dev.name in onlined else "")
 
 
 def node_tiers(spec: CapacityCheck, facts: Facts, hbm: int, hbm_src: str,
-               dax: list[Any], onlined: frozenset[str] = frozenset()) -> tuple[list[Tier], dict[str, Any]]:
+               dax: list[Any], onlined: frozenset[str] = frozenset(),
+               created: list[Any] | tuple[Any, ...] = ()) -> tuple[list[Tier], dict[str, Any]]:
     """The HBM, DRAM and CXL tiers of this node, with what went into each (pure: facts and DAX data in;
-    ``onlined``: the devices the profile's memory.dax rules bring online, from the node's projection)."""
+    ``onlined``: the devices the profile's memory.dax rules bring online, from the node's projection;
+    ``created``: the DAX devices of the CXL regions the profile creates, which kmem hot-adds at commit)."""
     top = min(facts.tiers) if facts.tiers else None
     cxl_nodes = [n for n in facts.nodes if not n.has_cpu and n.mem_total > 0 and n.tier is not None
                  and top is not None and n.tier > top]
@@ -130,6 +141,9 @@ def node_tiers(spec: CapacityCheck, facts: Facts, hbm: int, hbm_src: str,
     # A device bound to kmem with its blocks offline was hot-added already: its struct pages are in DRAM (and
     # out of DRAM's free memory) now. Only a devdax device still has them to take.
     memmap_here = sum(d.size for d in pending if not d.memmap_self_hosted and d.mode != "system-ram")
+    memmap_here += sum(d.size for d in created if not d.memmap_self_hosted)  # hot-added by this apply
+    made = frozenset(d.name for d in created)
+    pending += list(created)
     struct_cost = struct_pages(memmap_here)
     cxl_pending = sum(d.size - (struct_pages(d.size) if d.memmap_self_hosted else 0) for d in pending)
     dram_free = sum(n.mem_free for n in dram_nodes)
@@ -143,16 +157,24 @@ def node_tiers(spec: CapacityCheck, facts: Facts, hbm: int, hbm_src: str,
     cxl_parts = []
     if cxl_nodes:
         cxl_parts.append(f"{gb(cxl_online)} free on node{','.join(str(n.id) for n in cxl_nodes)}")
-    if pending:
-        cxl_parts.append(f"{gb(cxl_pending)} in {', '.join(d.name for d in pending)} (not online yet)")
+    old = [d for d in pending if d.name not in made]
+    if old:
+        usable = sum(d.size - (struct_pages(d.size) if d.memmap_self_hosted else 0) for d in old)
+        cxl_parts.append(f"{gb(usable)} in {', '.join(d.name for d in old)} (not online yet)")
+    if created:
+        usable = cxl_pending - sum(d.size - (struct_pages(d.size) if d.memmap_self_hosted else 0) for d in old)
+        cxl_parts.append(f"{gb(usable)} of CXL in {', '.join(d.name for d in created)}, created by this apply "
+                         f"({', '.join(str(d.cxl_region) for d in created)})")
     if cxl_parts:
         tiers.append(Tier("CXL", cxl_online + cxl_pending, "; ".join(cxl_parts),
-                          tuple(f"{d.name} ({_not_online(d, onlined)})" for d in pending)))
+                          tuple(f"{d.name} ({_not_online(d, onlined, made)})" for d in pending),
+                          sum(d.size - (struct_pages(d.size) if d.memmap_self_hosted else 0) for d in created)))
     evidence = {"hbm": hbm, "hbm_source": hbm_src, "dram_nodes": [n.id for n in dram_nodes],
                 "dram_free": dram_free, "dram_offload": spec.dram_offload, "dram_usable": dram,
                 "struct_pages_for_cxl": struct_cost, "cxl_nodes": [n.id for n in cxl_nodes],
                 "cxl_online_free": cxl_online, "cxl_pending": {d.name: d.size for d in pending},
-                "cxl_pending_usable": cxl_pending, "cxl_pending_raw": pending_bytes}
+                "cxl_pending_usable": cxl_pending, "cxl_pending_raw": pending_bytes,
+                "cxl_created": {d.name: d.size for d in created}}
     return tiers, evidence
 
 
@@ -175,10 +197,14 @@ class CapacityCheckImpl:
             src = f"{len(mem.per_gpu_mib)} × {mem.names[0]}, {gb(hbm)} (nvidia-smi)" if len(set(mem.names)) == 1 \
                 else f"{len(mem.per_gpu_mib)} GPUs, {gb(hbm)} (nvidia-smi)"
         onlined: frozenset[str] = frozenset()
+        created: list[Any] = []
         if ctx.loaded is not None:
+            from ..kinds.cxl_region import planned_dax
+
             proj = project(ctx.loaded, facts)
             onlined = frozenset(d.name for d in proj.dax if d.comes_online)
-        tiers, evidence = node_tiers(spec, facts, hbm, src, dax_facts(facts).devices, onlined)
+            created = planned_dax(ctx.loaded, facts)
+        tiers, evidence = node_tiers(spec, facts, hbm, src, dax_facts(facts).devices, onlined, created)
         return evaluate(spec, tiers), evidence | explain(spec, tiers)
 
 
@@ -233,7 +259,8 @@ def evaluate(spec: CapacityCheck, tiers: list[Tier]) -> list[Finding]:
                    f"or lower max_batch to {max(w.largest_batch(sum(t.capacity for t in tiers)), 0)} with DRAM "
                    "offload, or store the KV cache in fp8")
         else:
-            msg = (f"the workload needs {gb(need)}; with every tier ({have}) {gb(left)} does not fit ({largest})")
+            msg = (f"the workload needs {gb(need)}; with every tier ({have}) {gb(left)} does not fit ({largest})"
+                   + "".join(f"; {t.label}" for t in tiers if t.created))
             fix = f"lower max_batch to {max(w.largest_batch(sum(t.capacity for t in tiers)), 0)}, or add capacity"
         findings.append(Finding("fail", msg, fix))
         return findings
@@ -242,13 +269,15 @@ def evaluate(spec: CapacityCheck, tiers: list[Tier]) -> list[Finding]:
         unused = [t for t in tiers[1:] if t.name == "CXL"]
         if unused:
             top = w.largest_batch(sum(t.capacity for t in tiers))
-            findings.append(Finding("warn", f"the CXL tier ({gb(unused[0].capacity)}) holds nothing at batch "
+            findings.append(Finding("warn", f"the CXL tier ({gb(unused[0].capacity)}"
+                                    + (f", {gb(unused[0].created)} of it created by this apply" if unused[0].created
+                                       else "") + f") holds nothing at batch "
                                     f"{w.batch}: the batch was not retuned when the tier was added "
                                     f"(up to {top} fit with it)",
                                     "raise max_batch to use the CXL tier (watch decode latency), or leave the "
                                     "CXL memory to pageable data"))
         return findings
-    where = ", ".join(f"{gb(used)} to {t.name}" for t, used in spill)
+    where = ", ".join(f"{gb(used)} to {t.label}" for t, used in spill)
     pending = [d for t, used in spill for d in t.pending]
     msg = (f"does not fit in HBM: needs {gb(need)}, HBM holds {gb(hbm.capacity)}; {where} ({largest})")
     fix = f"{retune}; every byte off HBM costs decode throughput (a third, in a field report)"

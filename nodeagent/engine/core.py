@@ -3,9 +3,11 @@ one executor for apply and revert.
 
 ``make_plan`` is pure (facts in, plan out), so a plan made offline from saved facts is the plan the node would
 make. ``Engine.apply`` takes the state lock, gathers facts, plans, and — unless it is a dry run — executes
-exactly that plan in order, records originals before the first write and progress after every change,
-then re-plans the whole profile on fresh facts: the apply converged only when that plan is empty, and every
-change left is a verify error saying why.
+that plan in order, records originals before the first write and progress after every change, then re-plans
+the whole profile on fresh facts: the apply converged only when that plan is empty, and every change left is a
+verify error saying why. A plan that makes CXL region changes runs in two stages (:meth:`Engine._run_staged`):
+the changes up to the last region change, then the rest as a plan made on fresh facts once the regions exist
+(their node's distances and tier are the kernel's only then).
 
 ``make_revert_plan`` is pure too: each recorded original is handed to its kind's ``revert``
 (:meth:`nodeagent.kinds.base.Kind.revert`), kinds in the reverse of their apply order (kdamonds stop before the
@@ -227,7 +229,7 @@ class Engine:
             with signals.deferred():
                 record_errors: list[str] = []
                 run = self._begin(loaded, plan, facts, scope)  # refuses here, before any change, if it cannot record
-                outcomes = self._run(plan, actx, run, record_errors)
+                plan, outcomes = self._run_staged(loaded, plan, actx, run, record_errors, scope)
                 verify_errors = self._verify(loaded, plan, outcomes, allow_disruptive, scope)
                 result = Result(plan, tuple(outcomes), tuple(verify_errors), checks=report,
                                 interrupted=signals.pending())
@@ -381,6 +383,46 @@ class Engine:
                 except HostError as exc:  # the change is made, its intent on disk: stop before the next one
                     stop = cannot_record(exc)
         return outcomes
+
+    def _run_staged(self, loaded: LoadedProfile, plan: Plan, actx: ApplyContext, run: Progress,
+                    record_errors: list[str], scope: Collection[str] | None) -> tuple[Plan, list[Outcome]]:
+        """The executor over ``plan``; when it creates CXL regions, in two stages. A region's node exists only
+        once the region is committed and its memory online: its NUMA distances (the SLIT row, HMAT's initiators)
+        and memory tier are the kernel's from then on, and the plan could only project them (the window's node,
+        its host bridge's proximity). So after the last region change the profile is planned again on fresh
+        facts, and the changes after that point (DAX devices, placement, DAMON pairing, the late knobs) are the
+        new plan's, for every target the first stage did not touch — one apply, one result. A change whose new
+        plan differs from the one shown before says so in its outcome. Returns the plan as executed."""
+        last = max((i for i, c in enumerate(plan.changes) if c.kind == "cxl_region"), default=None)
+        if last is None:
+            return plan, self._run(plan, actx, run, record_errors)
+        head, rest = plan.changes[:last + 1], plan.changes[last + 1:]
+        outcomes = self._run(replace(plan, changes=head), actx, run, record_errors)
+        created = [o.change for o in outcomes if o.change.kind == "cxl_region" and o.status == "applied"]
+        if created and not signals.pending() and not record_errors:
+            try:
+                fresh = make_plan(loaded, self.facts(loaded), self.context(actx.allow_disruptive))
+            except HostError:  # the node cannot be read now: the changes planned before go ahead
+                fresh = None
+            if fresh is not None and scope is not None:
+                fresh = restrict(fresh, expand(self.host, scope))
+            if fresh is not None and not fresh.blocked:
+                # a kdamond paused before a teardown is planned again (its restart) like the kinds after it
+                done = {(o.change.kind, o.change.target) for o in outcomes if o.change.op != "pause"}
+                rest = tuple(c for c in fresh.changes if (c.kind, c.target) not in done)
+        before = {(c.kind, c.target): c for c in plan.changes[last + 1:]}
+        tail = self._run(replace(plan, changes=rest), actx, run, record_errors)
+        what = ", ".join(dict.fromkeys(str(c.detail("region") or c.target) for c in created if c.op == "create"))
+        for o in tail:
+            was = before.get((o.change.kind, o.change.target))
+            label = o.change.after_label or o.change.after
+            if was is None or (was.after_label or was.after) != label or was.data != o.change.data:
+                shown = f"planned again once {what or 'the regions'} existed" + (
+                    f" (the plan shown said {was.after_label or was.after})" if was is not None
+                    and (was.after_label or was.after) != label else "")
+                o = replace(o, message=f"{o.message}; {shown}" if o.message else shown)
+            outcomes.append(o)
+        return replace(plan, changes=(*head, *rest)), outcomes
 
     def _verify(self, loaded: LoadedProfile, plan: Plan, outcomes: list[Outcome], allow_disruptive: bool,
                 scope: Collection[str] | None = None) -> list[str]:

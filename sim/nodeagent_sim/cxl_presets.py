@@ -72,7 +72,8 @@ def _qemu_cxl() -> Preset:
 
 def _h100_memdevs(name: str, description: str) -> Preset:
     base = _h100(False)
-    return replace(base, name=name, description=description, dax=(), daxctl=True)
+    # Only the two windows reserve nodes past the SRAT ones (acpi_parse_cfmws): possible 0-3, not h100's 0-5.
+    return replace(base, name=name, description=description, dax=(), daxctl=True, possible_nodes=4)
 
 
 def _committed(k: SimKernel) -> None:
@@ -83,23 +84,32 @@ def _committed(k: SimKernel) -> None:
 
 def _hmem(k: SimKernel) -> None:
     """A soft-reserved range with no manageable memdev: dax_hmem makes ``hmem.1`` and a devdax device of it."""
-    start, size, name = 3 * TiB, 2 * TiB, "dax1.0"
-    dev = f"/sys/devices/platform/hmem.1/{name}"
+    hmem(k, 1, 3 * TiB, 2 * TiB, node=3, host=1)
+
+
+def hmem(k: SimKernel, region: int, start: int, size: int, node: int, host: int) -> str:
+    """A soft-reserved (EFI_MEMORY_SP) range SRAT gives to ``node``, hanging off ``host``: dax_hmem makes
+    ``hmem.<region>`` and a devdax device ``dax<region>.0`` of it. Returns the device's name."""
+    name = f"dax{region}.0"
+    dev = f"/sys/devices/platform/hmem.{region}/{name}"
     t = k.tree
-    t.new_dir(dev, {"align": (2 * MiB, RW), "dev": ("252:1", RO), "memmap_on_memory": (0, RW),
-                    "modalias": ("dax:t0*", RO), "numa_node": (1, RO), "resource": (hex(start), RO),
-                    "size": (size, RW), "target_node": (3, RO), "uevent": (f"DEVNAME={name}\nDEVTYPE=dax", RW)})
+    t.new_dir(dev, {"align": (2 * MiB, RW), "dev": (f"252:{region}", RO), "memmap_on_memory": (0, RW),
+                    "modalias": ("dax:t0*", RO), "numa_node": (host, RO), "resource": (hex(start), RO),
+                    "size": (size, RW), "target_node": (node, RO), "uevent": (f"DEVNAME={name}\nDEVTYPE=dax", RW)})
     for attr, value in (("start", hex(start)), ("end", hex(start + size - 1)), ("page_offset", "0x0")):
         t.file(f"{dev}/mapping0/{attr}", value, RO)
-    for attr, value in (("id", 1), ("size", size), ("align", 2 * MiB), ("available_size", 0)):
-        t.file(f"/sys/devices/platform/hmem.1/dax_region/{attr}", value, RO)
+    for attr, value in (("id", region), ("size", size), ("align", 2 * MiB), ("available_size", 0)):
+        t.file(f"/sys/devices/platform/hmem.{region}/dax_region/{attr}", value, RO)
     t.link(f"{dev}/subsystem", "../../../../bus/dax")
-    t.link(f"{simdax.BUS}/devices/{name}", f"../../../devices/platform/hmem.1/{name}")
+    t.link(f"{simdax.BUS}/devices/{name}", f"../../../devices/platform/hmem.{region}/{name}")
     t.file("/sys/module/dax_hmem/initstate", "live", RO)
     state = k.state()
-    state.setdefault("dax", {})[name] = {"start": start, "size": size, "node": 3}
+    state.setdefault("dax", {})[name] = {"start": start, "size": size, "node": node}
+    if "cxl" in state and region not in state["cxl"]["ids"]:  # one id pool (memregion) with the CXL regions
+        state["cxl"]["ids"].append(region)
     k.save_state(state)
     simdax.bind(k, name, "device_dax")
+    return name
 
 
 H100_HMEM = replace(H100_CXL, windows=H100_CXL.windows[:1], host_bridges=H100_CXL.host_bridges[:1],

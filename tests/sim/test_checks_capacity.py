@@ -99,3 +99,26 @@ def test_cxl_struct_pages_are_drams_unless_the_kernel_lets_them_go_on_the_device
     k.tree.set("/sys/module/memory_hotplug/parameters/memmap_on_memory", "Y")
     r = one(root, "capacity", {**SPEC, "severity": "warning"})
     assert r.evidence["struct_pages_for_cxl"] == 0  # on the devices now
+
+
+def test_cxl_regions_this_apply_creates_count_as_the_cxl_tier_and_say_so(make_node) -> None:
+    """Bare memdevs: the profile's memory.cxl.regions create the CXL tier in this apply; the check counts it."""
+    from pathlib import Path
+
+    from nodeagent.checks import run_checks
+    from nodeagent.facts import gather
+    from nodeagent.host import open_host
+    from nodeagent.profile import load_profile
+
+    root = make_node("h100-cxl-memdevs")
+    loaded = load_profile(str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml"))
+    host = open_host(root)
+    report = run_checks(host, loaded, gather(host, planning=True, profile=loaded),
+                        frozenset({"cpu", "disk", "gpu_pcie", "coexistence", "placement"}))
+    (r,) = [x for x in report.results if x.name == "capacity"]
+    assert r.status == "warn", messages(r)
+    assert r.evidence["cxl_created"] == {"dax0.0": 2 * 1024**4, "dax1.0": 2 * 1024**4}
+    assert r.evidence["unplaced"] == 0 and r.evidence["struct_pages_for_cxl"] == 64 * GiB
+    assert "95.1 GB to CXL (4,398.0 GB of CXL, created by this apply)" in messages(r)
+    assert "which this node lacks" not in messages(r)
+    assert "dax0.0 (of region0, created by this apply; this profile onlines it)" in messages(r)

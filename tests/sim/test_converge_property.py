@@ -9,6 +9,11 @@ online; kmem-bound offline, as ``memhp_default_state`` boots them) × ``auto_onl
 6.12, 6.18) × shipped profile; events: hot-add devdax, hot-add kmem-bound with its blocks offline, profile A → B
 → A, re-apply, an onlining that fails half-way then a rerun.
 
+CXL bus shapes (:class:`BusShape`, kernels 6.12 and 6.18): 1-2 sockets, 1-4 bare memdevs behind each socket's host
+bridge, some with regions the firmware committed, one socket's range soft-reserved under dax_hmem instead; one
+apply exits 0, every region lands on the node its plan named, the next plan is empty, and a revert puts the bus
+back as it booted.
+
 Settings profiles (``NODEAGENT_HYPOTHESIS``): ``ci`` (the default, in ``make test``: a few dozen sequences, fixed
 seed) and ``sweep`` (``make converge-sweep``: the whole matrix, 240 sequences). Both are derandomized, so a failure
 reproduces; hypothesis shrinks it to the shortest sequence and prints it.
@@ -27,6 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nodeagent_sim import SimKernel, build, get, hotplug
+from nodeagent_sim.memory import KMEM_TIER
 
 from nodeagent.cli.main import main
 
@@ -215,3 +221,141 @@ def test_every_apply_converges_or_says_why(kernel: str, shape: Shape, sequence: 
                 run.apply(shape.profile)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- CXL bus shapes: bare memdevs, committed regions, soft-reserved (hmem) ranges --------------------------------
+
+@dataclass(frozen=True)
+class BusShape:
+    """A 1-2 socket node whose CXL memory is on a CXL bus: per socket, one host bridge with 1-4 memdevs behind
+    it and one window, or (``hmem``) a soft-reserved range dax_hmem has; the memdevs bare, or with regions the
+    firmware committed (``committed``: how many of each socket's, the first ones)."""
+
+    sockets: int
+    memdevs: tuple[int, ...]  # per socket
+    sizes: tuple[int, ...]  # per memdev (256 MiB units), in socket order
+    committed: int
+    hmem: bool  # the last socket's range soft-reserved instead of a manageable bus
+    block_size: int
+    profile: str
+    kernel: str = "6.12.0-sim"
+
+    def build(self, root: Path) -> Path:
+        from nodeagent_sim import cxl as simcxl
+        from nodeagent_sim import cxl_presets
+
+        bridges = [s for s in range(self.sockets) if not (self.hmem and s == self.sockets - 1)]
+        # Node ids as Linux gives them: the sockets, then an SRAT node for the soft-reserved range, then one per
+        # CFMWS window (acpi_parse_cfmws: past every SRAT node).
+        hmem_node = self.sockets if self.hmem else None
+        first_window = self.sockets + (1 if self.hmem else 0)
+        possible = first_window + len(bridges)
+        hbs, windows, mems = [], [], []
+        sizes = iter(self.sizes)
+        for w, s in enumerate(bridges):
+            name, bus = f"pci0000:{0x30 + 0x80 * s:02x}", 0x30 + 0x80 * s
+            ports = tuple(f"0000:{bus:02x}:{p + 1:02x}.0" for p in range(self.memdevs[s]))
+            hbs.append(simcxl.HostBridgeDef(name, bus, ports, numa_node=s))
+            for p, rp in enumerate(ports):
+                mems.append(simcxl.MemdevDef(0x1D7E0000A000 + 16 * s + p, rp, f"0000:{bus + 1 + p:02x}:00.0",
+                                             next(sizes) * 256 * MiB))
+            windows.append(simcxl.WindowDef((1 << 40) + w * (64 << 30), 64 << 30, (name,), node=first_window + w))
+        spec = simcxl.CxlDef(tuple(windows), tuple(hbs), tuple(mems))
+        per_socket = [self.memdevs[s] for s in bridges]
+
+        def boot(k: SimKernel) -> None:
+            ep = len(hbs) + 1  # endpoints are numbered after the host bridges' ports, in memdev order
+            for w, count in enumerate(per_socket):
+                for i in range(count):
+                    if i < self.committed:
+                        m = spec.memdevs[ep - len(hbs) - 1]
+                        simcxl.create_region(k, f"decoder0.{w}", [f"decoder{ep}.0"], m.ram_size // MiB256 * MiB256)
+                    ep += 1
+            if hmem_node is not None:
+                cxl_presets.hmem(k, 9, (1 << 40) + 8 * (64 << 30), 2 * GiB, node=hmem_node, host=self.sockets - 1)
+
+        name = f"bus-{abs(hash(self)) % 10**8}"
+        cxl_presets.BUSES[name] = (spec, boot)
+        base = get("h100-cxl-memdevs")
+        dram = tuple(n for n in base.nodes if n.id < self.sockets)
+
+        def _socket(n: int) -> int:
+            if n < self.sockets:
+                return n
+            if n == hmem_node:
+                return self.sockets - 1
+            return bridges[n - first_window]
+
+        dist = {n: tuple(10 if n == m else 21 if max(n, m) < self.sockets else
+                         14 if _socket(n) == _socket(m) else 24 for m in range(possible)) for n in range(possible)}
+        p = replace(base, name=name, nodes=dram, sockets=self.sockets, possible_nodes=possible, distances=dist)
+        p = hotplug.generated(p, block_size=self.block_size, dram_size=2 * GiB)
+        p = replace(p, distances=dist, node_tier={n: KMEM_TIER for n in range(self.sockets, possible)})
+        try:
+            build(p, root, kernel=self.kernel)
+        finally:
+            del cxl_presets.BUSES[name]
+        return root
+
+
+MiB256 = 256 * MiB
+
+
+@st.composite
+def bus_shapes(draw: st.DrawFn) -> BusShape:
+    sockets = draw(st.integers(1, 2))
+    memdevs = tuple(draw(st.integers(1, 4)) for _ in range(sockets))
+    sizes = tuple(draw(st.integers(1, 4)) for _ in range(sum(memdevs)))
+    hmem = sockets == 2 and draw(st.booleans())
+    return BusShape(sockets, memdevs, sizes, draw(st.integers(0, 2)), hmem,
+                    draw(st.sampled_from([128 * MiB, 256 * MiB])), draw(st.sampled_from(sorted(PROFILES))))
+
+
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
+# ci: 3 shapes per kernel (about 30 s each on 2 idle cores); sweep: the profile's 60
+@settings(settings.get_profile(PROFILE), **({"max_examples": 3} if PROFILE == "ci" else {}))
+@pytest.mark.parametrize("kernel", KERNELS[2:])  # the CXL region ABI: 6.x
+@given(shape=bus_shapes())
+def test_one_apply_converges_on_every_bus_shape(kernel: str, shape: BusShape) -> None:
+    """One apply (disruptive changes allowed: committed regions boot online in ZONE_NORMAL) exits 0, each region
+    lands on the node its plan named, the next plan is empty, and a revert returns the bus to its boot state."""
+    shape = replace(shape, kernel=kernel)
+    base = Path(tempfile.mkdtemp(prefix="bus-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None))
+    try:
+        root = shape.build(base / "n")
+        k = SimKernel(root)
+        booted = _bus_state(k)
+        code, result = na(root, "apply", "--yes", "--allow-disruptive", "--skip-checks", "all",
+                          PROFILES[shape.profile])
+        pcode, plan = na(root, "plan", "--detailed-exitcode", PROFILES[shape.profile])
+        assert (code, result.get("status")) == (0, "converged"), (shape, result.get("verify_errors"),
+                                                                  result.get("outcomes"), result.get("plan", {}).get(
+                                                                      "problems"))
+        assert (pcode, plan.get("changes")) == (0, []), (shape, plan.get("changes"))
+        for c in result["plan"]["changes"]:  # each region's memory joined the node its plan named
+            if c["kind"] == "cxl_region" and c["op"] == "create":
+                assert [int(k.tree.read(f"/sys/bus/dax/devices/{c['devices'][-1]}/target_node"))] == c["nodes"], c
+        code, reverted = na(root, "revert", "--yes", "--allow-disruptive")
+        assert code == 0 and _bus_state(k) == booted, (shape, reverted.get("verify_errors"), _bus_state(k), booted)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _bus_state(k: SimKernel) -> dict[str, object]:
+    """What a revert puts back: the regions, each DAX device's driver and its online blocks, the nodes online,
+    the kdamonds."""
+    import glob
+
+    from nodeagent.util.kfmt import parse_list
+
+    sysroot = k.tree.local("/sys")
+    out: dict[str, object] = {"online": parse_list(k.tree.read("/sys/devices/system/node/online"))}
+    out["regions"] = sorted(os.path.basename(p) for p in glob.glob(f"{sysroot}/bus/cxl/devices/region*"))
+    for dev in sorted(glob.glob(f"{sysroot}/bus/dax/devices/dax*")):
+        drv = os.path.realpath(f"{dev}/driver") if os.path.exists(f"{dev}/driver") else ""
+        out[os.path.basename(dev)] = os.path.basename(drv)
+    blocks = glob.glob(f"{sysroot}/devices/system/memory/memory*/state")
+    out["online_blocks"] = sum(1 for b in blocks if Path(b).read_text().strip() == "online")
+    nr = f"{sysroot}/kernel/mm/damon/admin/kdamonds/nr_kdamonds"
+    out["nr_kdamonds"] = Path(nr).read_text().strip() if os.path.exists(nr) else None
+    return out

@@ -37,7 +37,7 @@ from .names import CXL, KIND, rules_of
 if TYPE_CHECKING:
     from ...profile import LoadedProfile
 
-__all__ = ["KIND", "CxlRegionResource", "planned_dax"]
+__all__ = ["KIND", "CxlRegionResource", "planned_dax", "planned_teardowns"]
 
 
 def planned_dax(loaded: Any, facts: Facts, allow_disruptive: bool = False) -> list[Any]:
@@ -47,6 +47,17 @@ def planned_dax(loaded: Any, facts: Facts, allow_disruptive: bool = False) -> li
     from .plan import plan
 
     return plan(loaded, facts, {}, allow_disruptive, None).planned_dax
+
+
+def planned_teardowns(loaded: Any, facts: Facts, allow_disruptive: bool = False) -> list[Change]:
+    """The region teardowns this plan carries out (a rebuild's ``delete``; not one held back as disruptive):
+    the kinds acting on their nodes stop before them (:mod:`nodeagent.kinds.damon`)."""
+    if not rules_of(loaded) or "cxl" not in facts.sections:
+        return []
+    from .plan import plan
+
+    changes = plan(loaded, facts, {}, allow_disruptive, None).changes
+    return [c for c in changes if c.op == "delete" and (allow_disruptive or not c.disruptive)]
 
 
 class CxlRegionResource(Kind):

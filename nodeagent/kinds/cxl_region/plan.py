@@ -89,12 +89,20 @@ class Window:
 
 
 def windows(cxl: CxlFacts, facts: Facts) -> list[Window]:
-    """The root decoders with their host bridges by name and the node each one's memory joins: a region's DAX
-    device shows it where the window has one; otherwise Linux gave every CXL window that SRAT does not cover a
-    node of its own after the SRAT ones, in CFMWS order (drivers/acpi/numa/srat.c, acpi_parse_cfmws) — the
-    possible nodes that are not online, in window order."""
+    """The root decoders with their host bridges by name and the node each one's memory joins.
+
+    A window that holds a region shows its node (the region's DAX device's ``target_node``). A window without
+    one has the node Linux reserved for it at boot: ``acpi_parse_cfmws`` (drivers/acpi/numa/srat.c) runs after
+    every SRAT entry is parsed and gives each CFMWS window that SRAT does not cover a fake proximity domain past
+    the highest SRAT one, which ``acpi_map_pxm_to_node`` maps to the next node id — so the windows hold the
+    highest possible node ids, in CFMWS order, which is the root decoders' order (cxl_acpi walks the CEDT in
+    the same order). A region takes its window's node (``phys_to_target_node`` of its start). Where that rule
+    cannot hold (a node it names is online, or another device's: SRAT covers the window), the nodes that are
+    possible and used by nothing are taken in window order; the executor plans the kinds that depend on the
+    node again once the region exists (:meth:`nodeagent.engine.core.Engine.apply`)."""
     uid_hb = dict(cxl.ports.get("root0", {}).get("dports", {}))
-    dax_node = {d.name: d.target_node for d in dax_facts(facts).devices}
+    devices = dax_facts(facts).devices
+    dax_node = {d.name: d.target_node for d in devices}
     out = []
     for d in cxl.root_decoders():
         w = Window(d, [uid_hb.get(t, t) for t in d.targets], None)
@@ -104,10 +112,25 @@ def windows(cxl: CxlFacts, facts: Facts) -> list[Window]:
                 w.node = next((dax_node[x] for x in r.dax_devices if dax_node.get(x) is not None), w.node)
         out.append(w)
     online = {n.id for n in facts.nodes}
-    spare = [n for n in sorted(facts.possible_nodes) if n not in online and n not in {w.node for w in out}]
-    for w in sorted((w for w in out if w.node is None), key=lambda w: w.decoder.name):
+    region_dax = {x for r in cxl.regions for x in r.dax_devices}
+    taken = {d.target_node for d in devices if d.name not in region_dax and d.target_node is not None}
+    possible = sorted(facts.possible_nodes)
+    order = sorted(out, key=lambda w: _decoder_order(w.decoder.name))
+    top = possible[-len(order):] if order and len(possible) >= len(order) else []
+    fits = top and all(w.node in (None, n) and (w.node == n or (n not in online and n not in taken))
+                       for w, n in zip(order, top, strict=True))
+    if fits:
+        for w, n in zip(order, top, strict=True):
+            w.node = n
+        return out
+    spare = [n for n in possible if n not in online and n not in taken and n not in {w.node for w in out}]
+    for w in (w for w in order if w.node is None):
         w.node = spare.pop(0) if spare else None
     return out
+
+
+def _decoder_order(name: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", name))
 
 
 @dataclass(frozen=True)
@@ -432,8 +455,12 @@ def plan_create(c: Ctx, i: int, rule: Any, members: list[Memdev], tgt: str) -> N
     # dax_cxl asks for the memmap on the region; the kernel puts it there only if its parameter allows
     self_hosted = dax_facts(c.facts).memmap_allowed
     blocks = max(0, last - first)
+    # Where its memory hangs off: the members' host bridge node (firmware's _PXM of the host bridge), when they
+    # share one — the proximity the pairing reads before the new node has NUMA distances.
+    hosts = {m.numa_node for m in order}
+    host = hosts.pop() if len(hosts) == 1 else None
     dev = DaxDevice(name=f"dax{rid}.0", region=rid, size=size, align=2 * 1024**2, resource=start,
-                    target_node=w.node, numa_node=None, mode="system-ram", memmap_on_memory=True,
+                    target_node=w.node, numa_node=host, mode="system-ram", memmap_on_memory=True,
                     blocks_total=blocks, blocks_present=blocks, blocks_online=0,
                     backing="cxl", cxl_region=region, cxl_memdevs=[m.name for m in order],
                     memmap_bytes=0 if self_hosted else memmap_bytes(blocks, bs or 0), memmap_self_hosted=self_hosted)

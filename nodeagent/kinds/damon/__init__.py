@@ -151,6 +151,7 @@ class DamonResource(Kind):
         rp.warnings += other_users(specs, damon, ctx.state.ownership, rp)
         devices = _devices_by_spec(specs, proj)
         rp.changes = [_before_rezone(_with_profile(c, loaded.name, devices), damon, proj) for c in rp.changes]
+        rp.changes = _pauses(loaded, facts, damon, ctx, proj, rp.changes) + rp.changes
         rp.warnings = notes + chk.warnings + rp.warnings + _unguarded(specs, facts)
         return rp
 
@@ -238,6 +239,42 @@ def _before_rezone(change: Change, damon: DamonFacts, proj: NodeProjection) -> C
     if kd is None or not _pinned_by(kd, proj)[0]:
         return change
     return replace(change, before_dax=True)
+
+
+def _pauses(loaded: LoadedProfile, facts: Facts, damon: DamonFacts, ctx: PlanContext, proj: NodeProjection,
+            changes: list[Change]) -> list[Change]:
+    """A running kdamond of nodeagent's that monitors, or migrates into, the node of a CXL region this plan tears
+    down (a rebuild) is stopped before the teardown (``before_dax``: right before the first change that takes
+    memory away), in the kernel's order: DAMON off, then the memory offline. The plan made once the region is
+    back (the executor's second stage) starts it again, with the ranges the new region has."""
+    from ..cxl_region import planned_teardowns
+
+    torn = planned_teardowns(loaded, facts, ctx.allow_disruptive)
+    if not torn:
+        return []
+    owned, _ = owned_kdamonds(damon, ctx.state.ownership)
+    busy = {int(c.detail("index", -1)) for c in changes if c.op == "delete"}
+    out = []
+    for o in sorted(owned.values(), key=lambda o: o.index):
+        kd = o.kdamond
+        if not kd.running or o.name is None or o.index in busy:
+            continue
+        monitored, dests = acts_on(kd, proj)
+        hit = [c for c in torn if set(c.nodes) & (monitored | dests)]
+        if not hit:
+            continue
+        regions = ", ".join(str(c.detail("region")) for c in hit)
+        nodes = sorted({n for c in hit for n in c.nodes} & (monitored | dests))
+        why = f"the teardown of {regions} (node{', node'.join(map(str, nodes))})"
+        out.append(Change(KIND, f"damon.{o.name}", "pause", f"kdamond {o.index} running, pid {kd.pid}",
+                          f"kdamond {o.index} stopped",
+                          reason=f"it acts on node{', node'.join(map(str, nodes))}, whose memory {regions} takes "
+                          "away: stopped before the teardown, started again once the region is back",
+                          path=f"{KDAMONDS}/{o.index}/state", before_label=f"kdamond {o.index} running, pid {kd.pid}",
+                          after_label=f"kdamond {o.index} stopped until {regions} is back",
+                          data=(("index", o.index), ("pid", kd.pid), ("why", why), ("profile", loaded.name)),
+                          nodes=tuple(nodes), before_dax=True))
+    return out
 
 
 def _unmanaged(damon: DamonFacts, ownership: dict[str, Any], proj: NodeProjection) -> ResourcePlan:

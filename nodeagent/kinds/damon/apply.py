@@ -238,9 +238,19 @@ def _rebuild(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
     return done
 
 
+def _pause(host: Host, change: Change) -> str:
+    """Stop a kdamond of nodeagent's (state off, its files kept) before the memory it acts on is torn down; the
+    plan made once that memory is back starts it again."""
+    d = dict(change.data)
+    _stop(host, d["index"], d["pid"], change.target)
+    return f"kdamond {d['index']} stopped (pid {d['pid']}) before {d['why']}; started again once it is back"
+
+
 def apply_change(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
     if change.target == ALL:
         return _rebuild(host, change, actx, profile)
     if change.op == "delete":
         return _delete(host, change, actx)
+    if change.op == "pause":
+        return _pause(host, change)
     return _kdamond(host, change, actx, profile)
