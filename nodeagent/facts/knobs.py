@@ -71,6 +71,16 @@ class Knob:
     #: ``matches(current, desired)``: whether the kernel's value already is the profile's, where the kernel does
     #: not read back exactly what was written (a value kept in jiffies, feature bits the hardware lacks).
     matches: Callable[[Any, Any], bool] | None = None
+    #: An integer knob's profile field: its bounds (the newest kernel's; default: the last of ``ranges``) and its
+    #: description. A row with ``doc`` *is* the field: :mod:`nodeagent.profile.model` generates it from the row.
+    bounds: tuple[int, int] | None = None
+    doc: str = ""
+
+    @property
+    def profile_bounds(self) -> tuple[int, int] | None:
+        if self.bounds is not None:
+            return self.bounds
+        return (self.ranges[-1][1], self.ranges[-1][2]) if self.ranges else None
 
     def same(self, current: Any, desired: Any) -> bool:
         return self.matches(current, desired) if self.matches is not None else current == desired
@@ -114,37 +124,52 @@ def _jiffies_ms_matches(current: Any, desired: Any) -> bool:
     return isinstance(current, int) and isinstance(desired, int) and desired <= current < desired + JIFFY_MS
 
 
+INT_MAX = 2**31 - 1
+U32_MAX = 2**32 - 1
+
+#: The knob table: one row a knob. An integer knob's row (``doc`` set) is also its profile field, with its bounds.
 KNOBS: tuple[Knob, ...] = (
     # First: the kernel's memory auto-online policy races daxctl, so it must be set before any DAX change.
     Knob("memory.auto_online_blocks", "/sys/devices/system/memory/auto_online_blocks", "4.4", str.strip),
     Knob("kernel.numa_balancing", "/proc/sys/kernel/numa_balancing", "3.8", _int, str, _numa_balancing_label,
          value_since={2: "5.18", 3: "5.18"}),
+    # proc_dointvec_minmax (an int, extra1 = 0): 0 to 2^31-1, not 2^32-1.
     Knob("kernel.numa_balancing_promote_rate_limit_mbps", "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps",
-         "6.1", _int),
+         "6.1", _int, bounds=(0, INT_MAX),
+         doc="kernel.numa_balancing_promote_rate_limit_MBps: promotion bandwidth cap, MB/s"),
     Knob("kernel.demotion_enabled", "/sys/kernel/mm/numa/demotion_enabled", "5.15", _kbool,
          lambda v: "true" if v else "false"),
     Knob("kernel.transparent_hugepage.enabled", "/sys/kernel/mm/transparent_hugepage/enabled", "2.6.38", _bracket),
     # defrag's "defer" arrived in 4.6, "defer+madvise" in 4.11: an older kernel refuses them (EINVAL).
     Knob("kernel.transparent_hugepage.defrag", "/sys/kernel/mm/transparent_hugepage/defrag", "2.6.38", _bracket,
          value_since={"defer": "4.6", "defer+madvise": "4.11"}),
-    Knob("kernel.zone_reclaim_mode", "/proc/sys/vm/zone_reclaim_mode", "2.6.16", _int),
+    Knob("kernel.zone_reclaim_mode", "/proc/sys/vm/zone_reclaim_mode", "2.6.16", _int, bounds=(0, 7),
+         doc="vm.zone_reclaim_mode: 0 allocates from other nodes before reclaiming the local one"),
     # Node reclaim's two floors (mm/vmscan.c node_reclaim): it leaves a node alone while the node's unmapped page
     # cache is at most min_unmapped_ratio % of it and its reclaimable slab at most min_slab_ratio %.
-    Knob("kernel.min_unmapped_ratio", "/proc/sys/vm/min_unmapped_ratio", "2.6.18", _int),
-    Knob("kernel.min_slab_ratio", "/proc/sys/vm/min_slab_ratio", "2.6.19", _int),
+    # proc_dointvec_minmax with 0 and 100 as bounds: a percentage of the node.
+    Knob("kernel.min_unmapped_ratio", "/proc/sys/vm/min_unmapped_ratio", "2.6.18", _int, bounds=(0, 100),
+         doc="vm.min_unmapped_ratio: node reclaim leaves a node whose unmapped page cache is at most this % of it"),
+    Knob("kernel.min_slab_ratio", "/proc/sys/vm/min_slab_ratio", "2.6.19", _int, bounds=(0, 100),
+         doc="vm.min_slab_ratio: ... and whose reclaimable slab is at most this % of it"),
     # The distance between a node's min, low, high and (6.0+, memory tiering) promo watermarks, in 1/10,000 of the
     # node (mm/page_alloc.c __setup_per_zone_wmarks; min_free_kbytes sets min): kswapd demotes until a node is
     # back above high, node reclaim starts below low, and NUMA balancing promotes into a node only above high.
     # 1..1000 until 5.17 raised the limit to 3000 (39c65a94cd96 "mm/pagealloc: sysctl: change watermark_scale_factor
     # max limit to 30%").
     Knob("kernel.watermark_scale_factor", "/proc/sys/vm/watermark_scale_factor", "4.6", _int,
-         ranges=(("4.6", 1, 1000), ("5.17", 1, 3000))),
+         ranges=(("4.6", 1, 1000), ("5.17", 1, 3000)),
+         doc="vm.watermark_scale_factor: the gap between a node's watermarks in 1/10,000 of the node; kswapd demotes "
+             "until a node has high (min + 2 gaps) free, promo (min + 3) with memory tiering: headroom for bursts; "
+             "node reclaim starts below low (min + 1)"),
     # The min watermark every zone's others stand on (mm/page_alloc.c min_free_kbytes_sysctl_handler:
     # proc_dointvec_minmax from 0): booted at sqrt(16 x lowmem KiB), 128 KiB to 256 MiB. Once written, hotplug keeps
     # the written value (init_per_zone_wmark_min prefers user_min_free_kbytes), but khugepaged raises it to its
     # recommendation when THP is on and memory is added (set_recommended_min_free_kbytes): applied late, after the
     # DAX nodes are online (see kinds/knob LATE).
-    Knob("kernel.min_free_kbytes", "/proc/sys/vm/min_free_kbytes", "2.6.0", _int),
+    Knob("kernel.min_free_kbytes", "/proc/sys/vm/min_free_kbytes", "2.6.0", _int, bounds=(0, INT_MAX),
+         doc="vm.min_free_kbytes: the min watermark, KiB kept free over all zones (the others stand on it, "
+             "watermark_scale_factor apart); the kernel boots it at sqrt(16 x lowmem KiB), 128 KiB to 256 MiB"),
     # The multi-gen LRU (mm/vmscan.c, CONFIG_LRU_GEN): its feature bits (0x0001 the LRU itself, 0x0002 clearing
     # accessed bits in leaf page tables, 0x0004 in non-leaf PMDs), and min_ttl_ms, the working set it never evicts:
     # when every generation is younger than that, kswapd invokes the OOM killer (lru_gen_age_node) — with 0, never.
@@ -160,9 +185,17 @@ KNOBS: tuple[Knob, ...] = (
     # The period starts at scan_delay, adapts between scan_period_min and scan_period_max (doubling while the
     # faults say nothing needs to move), both divided by the task's size in scan_size windows. Sysctls before 5.13,
     # debugfs files since (hot_threshold arrived in 6.0 there). tuned's scheduler plugin writes the same files.
-    *(Knob(f"kernel.numa_balancing_{name}", f"{NUMA_BALANCING_DEBUGFS}/{name}", since, _int, missing=DEBUGFS_MISSING)
-      for name, since in (("scan_delay_ms", "5.13"), ("scan_period_min_ms", "5.13"), ("scan_period_max_ms", "5.13"),
-                          ("scan_size_mb", "5.13"), ("hot_threshold_ms", "6.0"))),
+    # u32 files; scan_size_mb 0 would divide by zero in task_scan_min(), so it starts at 1.
+    *(Knob(f"kernel.numa_balancing_{name}", f"{NUMA_BALANCING_DEBUGFS}/{name}", since, _int, missing=DEBUGFS_MISSING,
+           bounds=(lo, U32_MAX), doc=f"sched/numa_balancing/{name}: {doc}")
+      for name, since, lo, doc in (
+          ("scan_delay_ms", "5.13", 0, "a new task's first scan period"),
+          ("scan_period_min_ms", "5.13", 0, "the shortest time to scan a task's memory"),
+          ("scan_period_max_ms", "5.13", 0, "the longest (the scanner backs off to it while nothing needs to move): "
+                                            "how late a page that turned hot on a lower tier can be found"),
+          ("scan_size_mb", "5.13", 1, "address space marked per scan period, MiB"),
+          ("hot_threshold_ms", "6.0", 0, "memory-tiering promotes a page that faults within this long of being "
+                                         "marked"))),
 )
 BY_KEY: dict[str, Knob] = {k.key: k for k in KNOBS}
 

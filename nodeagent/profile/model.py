@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from ..util.units import parse_size
@@ -177,60 +177,48 @@ class WeightedInterleave(Strict):
         return self
 
 
-class Kernel(Strict):
+class _KernelKnobs(Strict):
     """Kernel tiering knobs. Each maps to one sysctl or sysfs attribute (see ``nodeagent.facts.knobs``)."""
 
     numa_balancing: NumaBalancing | None = Field(
         None, description="kernel.numa_balancing: memory-tiering promotes hot pages of lower tiers (2); by name or 0-3")
-    # The kernel parses it with proc_dointvec_minmax (an int, extra1 = 0): 0 to 2^31-1, not 2^32-1.
-    numa_balancing_promote_rate_limit_mbps: Annotated[int, BeforeValidator(_int_range(0, 2**31 - 1))] | None = Field(
-        None, description="kernel.numa_balancing_promote_rate_limit_MBps: promotion bandwidth cap, MB/s")
     demotion_enabled: StrictBool | None = Field(
         None, description="/sys/kernel/mm/numa/demotion_enabled: reclaim demotes to a lower tier instead of freeing")
     transparent_hugepage: TransparentHugepage | None = Field(
         None, description="/sys/kernel/mm/transparent_hugepage/{enabled,defrag}")
-    zone_reclaim_mode: Annotated[int, BeforeValidator(_int_range(0, 7))] | None = Field(
-        None, description="vm.zone_reclaim_mode: 0 allocates from other nodes before reclaiming the local one")
-    # proc_dointvec_minmax with 0 and 100 as bounds: a percentage of the node.
-    min_unmapped_ratio: Annotated[int, BeforeValidator(_int_range(0, 100))] | None = Field(
-        None, description="vm.min_unmapped_ratio: node reclaim leaves a node whose unmapped page cache is at most "
-        "this % of it")
-    min_slab_ratio: Annotated[int, BeforeValidator(_int_range(0, 100))] | None = Field(
-        None, description="vm.min_slab_ratio: ... and whose reclaimable slab is at most this % of it")
-    # proc_dointvec_minmax between SYSCTL_ONE and SYSCTL_THREE_THOUSAND (older kernels stopped at 1000).
-    watermark_scale_factor: Annotated[int, BeforeValidator(_int_range(1, 3000))] | None = Field(
-        None, description="vm.watermark_scale_factor: the gap between a node's watermarks in 1/10,000 of the node; "
-        "kswapd demotes until a node has high (min + 2 gaps) free, promo (min + 3) with memory tiering: headroom for "
-        "bursts; node reclaim starts below low (min + 1)")
-    # proc_dointvec_minmax from SYSCTL_ZERO (an int: at most 2^31-1).
-    min_free_kbytes: Annotated[int, BeforeValidator(_int_range(0, 2**31 - 1))] | None = Field(
-        None, description="vm.min_free_kbytes: the min watermark, KiB kept free over all zones (the others stand "
-        "on it, watermark_scale_factor apart); the kernel boots it at sqrt(16 x lowmem KiB), 128 KiB to 256 MiB")
     lru_gen: LruGen | None = Field(None, description="/sys/kernel/mm/lru_gen/{enabled,min_ttl_ms} (6.1)")
     weighted_interleave: WeightedInterleave | None = Field(
         None, description="/sys/kernel/mm/mempolicy/weighted_interleave/ (6.9; auto 6.16): see WeightedInterleave")
-    # NUMA balancing's scanner (debugfs since 5.13, u32 files; see nodeagent.facts.knobs). scan_size_mb 0 would
-    # divide by zero in task_scan_min(), so it starts at 1.
-    numa_balancing_scan_delay_ms: U32 | None = Field(
-        None, description="sched/numa_balancing/scan_delay_ms: a new task's first scan period")
-    numa_balancing_scan_period_min_ms: U32 | None = Field(
-        None, description="sched/numa_balancing/scan_period_min_ms: the shortest time to scan a task's memory")
-    numa_balancing_scan_period_max_ms: U32 | None = Field(
-        None, description="sched/numa_balancing/scan_period_max_ms: the longest (the scanner backs off to it while "
-        "nothing needs to move): how late a page that turned hot on a lower tier can be found")
-    numa_balancing_scan_size_mb: Annotated[int, BeforeValidator(_int_range(1, 2**32 - 1))] | None = Field(
-        None, description="sched/numa_balancing/scan_size_mb: address space marked per scan period, MiB")
-    numa_balancing_hot_threshold_ms: U32 | None = Field(
-        None, description="sched/numa_balancing/hot_threshold_ms: memory-tiering promotes a page that faults within "
-        "this long of being marked")
 
     @model_validator(mode="after")
-    def _scan_periods(self) -> Kernel:
-        lo, hi = self.numa_balancing_scan_period_min_ms, self.numa_balancing_scan_period_max_ms
+    def _scan_periods(self) -> _KernelKnobs:
+        lo = getattr(self, "numa_balancing_scan_period_min_ms", None)
+        hi = getattr(self, "numa_balancing_scan_period_max_ms", None)
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"numa_balancing_scan_period_min_ms ({lo}) is above numa_balancing_scan_period_max_ms "
                              f"({hi}): the scan period adapts between the two; set min <= max")
         return self
+
+
+def _integer_knobs() -> dict[str, Any]:
+    """The integer knobs' fields, generated from their rows of the knob table (``nodeagent.facts.knobs``): the
+    name from the key, the bounds (the newest kernel's range) and the description. A new integer sysctl is a row
+    there, its line on the write allow-list and its rule in the simulator: nothing here."""
+    from ..facts.knobs import KNOBS
+
+    fields: dict[str, Any] = {}
+    for knob in KNOBS:
+        section, _, name = knob.key.partition(".")
+        bounds = knob.profile_bounds
+        if section != "kernel" or "." in name or not knob.doc or bounds is None:
+            continue
+        lo, hi = bounds
+        fields[name] = (Annotated[int, BeforeValidator(_int_range(lo, hi))] | None, Field(None, description=knob.doc))
+    return fields
+
+
+Kernel = create_model("Kernel", __base__=_KernelKnobs, __module__=__name__, **_integer_knobs())
+Kernel.__doc__ = _KernelKnobs.__doc__
 
 
 def _dax_name(value: Any) -> str:

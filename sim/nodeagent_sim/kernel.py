@@ -350,6 +350,36 @@ THP_ENABLED = ["always", "madvise", "never"]
 THP_DEFRAG = ["always", "defer", "defer+madvise", "madvise", "never"]
 
 
+#: Each knob's value at boot (what a simulated node is laid out with), beside the rules its writes follow.
+DEFAULT_KNOBS = {
+    "/proc/sys/kernel/numa_balancing": "0",
+    "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps": "65536",
+    "/proc/sys/vm/zone_reclaim_mode": "0",
+    "/proc/sys/vm/min_unmapped_ratio": "1",
+    "/proc/sys/vm/min_slab_ratio": "5",
+    "/proc/sys/vm/watermark_scale_factor": "10",
+    "/sys/kernel/mm/numa/demotion_enabled": "false",
+    "/sys/kernel/mm/transparent_hugepage/enabled": format_bracket(THP_ENABLED, "madvise"),
+    "/sys/kernel/mm/transparent_hugepage/defrag": format_bracket(THP_DEFRAG, "madvise"),
+    "/sys/devices/system/memory/auto_online_blocks": "online",
+    # NUMA balancing's scanner and hot threshold, as a 6.12 guest shows them (kernel/sched/fair.c defaults)
+    f"{NUMA_BALANCING_DEBUGFS}/scan_delay_ms": "1000",
+    f"{NUMA_BALANCING_DEBUGFS}/scan_period_min_ms": "1000",
+    f"{NUMA_BALANCING_DEBUGFS}/scan_period_max_ms": "60000",
+    f"{NUMA_BALANCING_DEBUGFS}/scan_size_mb": "256",
+    f"{NUMA_BALANCING_DEBUGFS}/hot_threshold_ms": "1000",
+}
+#: The kernel release that introduced a knob; older simulated kernels do not have its file.
+KNOB_SINCE = {
+    "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps": (6, 1),
+    "/sys/kernel/mm/numa/demotion_enabled": (5, 15),
+    # sysctls (/proc/sys/kernel/numa_balancing_scan_*) before 5.13; hot_threshold_ms arrived in 6.0
+    **{f"{NUMA_BALANCING_DEBUGFS}/{name}": (5, 13)
+       for name in ("scan_delay_ms", "scan_period_min_ms", "scan_period_max_ms", "scan_size_mb")},
+    f"{NUMA_BALANCING_DEBUGFS}/hot_threshold_ms": (6, 0),
+}
+
+
 @rule(r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)")
 def _thp(k: SimKernel, path: str, value: str) -> None:
     choices = THP_ENABLED if path.endswith("enabled") else THP_DEFRAG
