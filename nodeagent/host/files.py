@@ -6,7 +6,7 @@ regular files, checked on an ``O_PATH`` descriptor before the file is opened for
 device node such as ``/dev/zero`` never ends, and opening either can have effects), and are bounded by reading
 at most ``limit + 1`` bytes — ``st_size`` is 0 for a procfs file and says nothing about a device. The write is
 atomic in the way node_exporter's textfile collector needs: a temporary file in the same directory, fsync,
-rename — a scrape never sees half a file — and it replaces only a regular file or creates a new one.
+rename — a scrape never sees half a file — and it replaces only a regular file of one link or creates a new one.
 """
 
 from __future__ import annotations
@@ -109,6 +109,10 @@ def _require_replaceable(path: str | os.PathLike[str], dfd: int, name: str, opti
             what += f" (to {os.readlink(name, dir_fd=dfd)})"
         raise UsageError(f"{option} {path}: is {what}; nodeagent writes only a regular file or a new path",
                          hint=f"give the path of the file itself, e.g. {_EXAMPLES.get(option, 'out.txt')}")
+    if st.st_nlink > 1:
+        raise UsageError(f"{option} {path}: has {st.st_nlink} hard links, so it is also a file elsewhere; nodeagent "
+                         "replaces only a file of its own (one link) or creates a new path",
+                         hint=f"remove {path} (its other names keep the file), or give another path")
 
 
 def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o644, *,

@@ -348,10 +348,12 @@ class RootedFS:
                 os.close(w.fd)
 
     @contextmanager
-    def _open_regular(self, path: str, flags: int, verb: str) -> Iterator[tuple[int, list[str]]]:
+    def _open_regular(self, path: str, flags: int, verb: str, *, own: bool = False
+                      ) -> Iterator[tuple[int, list[str]]]:
         """``(fd, resolved components)`` of the existing regular file ``path`` opened with ``flags``. The
         type is checked on the walk's ``O_PATH`` descriptor and the file reopened through that very
-        descriptor, so a FIFO or device node is refused without ever being opened (no open side effects)."""
+        descriptor, so a FIFO or device node is refused without ever being opened (no open side effects).
+        With ``own`` a file with more than one hard link is refused too (:func:`require_own_file`)."""
         with self._leaf(path) as w:
             if w.fd is None or w.st is None:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
@@ -360,6 +362,8 @@ class RootedFS:
                     raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
                 raise NotAllowedError(f"refusing to {verb} {path}: {file_kind(w.st.st_mode)}, not a regular file",
                                       path=path, hint="kernel attributes and state files are regular files")
+            if own:
+                require_own_file(w.st, path, verb)
             fd = os.open(f"/proc/self/fd/{w.fd}", flags | os.O_CLOEXEC) if _PROC_FD else \
                 os.open(w.name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=w.dir_fd)
         try:
@@ -379,9 +383,9 @@ class RootedFS:
             raise map_oserror(exc, path, "resolve") from None
 
     # -- reads ---------------------------------------------------------------------------------------
-    def _read(self, path: str) -> str:
+    def _read(self, path: str, *, own: bool = False) -> str:
         limit = MAX_READ
-        with self._open_regular(path, os.O_RDONLY, "read") as (fd, _):
+        with self._open_regular(path, os.O_RDONLY, "read", own=own) as (fd, _):
             data = read_bounded(fd, limit)
         if data is None:
             raise NotAllowedError(f"refusing to read {path}: longer than {limit} bytes", path=path)
@@ -402,6 +406,28 @@ class RootedFS:
             return None
         except OSError as exc:
             raise map_oserror(exc, path, "read") from None
+
+    def read_own_opt(self, path: str) -> str | None:
+        """One of nodeagent's own files (state, journal), like :meth:`read_opt`, but a file with more than one
+        hard link is refused: what it holds is another file's, which nodeagent must neither trust nor copy."""
+        try:
+            return self._read(path, own=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise map_oserror(exc, path, "read") from None
+
+    def require_own(self, path: str, verb: str = "use") -> None:
+        """Refuse, before any work, a regular file at ``path`` (not followed) with more than one hard link
+        (:func:`require_own_file`); absent is fine."""
+        try:
+            with self._leaf(path, follow=False) as w:
+                if w.st is not None:
+                    require_own_file(w.st, path, verb)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise map_oserror(exc, path, "stat") from None
 
     def _stat(self, path: str) -> os.stat_result | None:
         try:
@@ -545,13 +571,17 @@ class RootedFS:
                                   "write allow-list", path=path)
 
     @contextmanager
-    def _parent(self, path: str, verb: str, *, create: bool) -> Iterator[tuple[int, str]]:
+    def _parent(self, path: str, verb: str, *, create: bool, own: bool = True) -> Iterator[tuple[int, str]]:
         """``(dir_fd, name)`` for a file nodeagent creates or replaces itself (state, units): the directory
-        resolved (and with ``create`` made) inside the root, the entry itself never followed."""
+        resolved (and with ``create`` made) inside the root, the entry itself never followed. With ``own`` an
+        existing entry that is a regular file with more than one hard link is refused (:func:`require_own_file`);
+        callers that then open the entry check its descriptor again."""
         w = self._resolve(path, follow=False, create=create)
         try:
             if w.fd is not None:
                 os.close(w.fd)
+            if own and w.st is not None:
+                require_own_file(w.st, path, verb)
             if not w.name:
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
             self._require_resolved_allowed(path, w.names, verb, files=True)
@@ -578,7 +608,9 @@ class RootedFS:
                                               "kernel attribute", path=path)
                 self._writer.write("/" + "/".join(w.names), value)
             else:
-                with self._open_regular(path, os.O_WRONLY, "write") as (fd, names):
+                # A kernel attribute has one link: a second one makes it some other file (a hard link from outside
+                # the root), which a write in place would change.
+                with self._open_regular(path, os.O_WRONLY, "write", own=True) as (fd, names):
                     self._require_resolved_allowed(path, names, "write")
                     os.write(fd, value.encode())
         except OSError as exc:
@@ -632,6 +664,7 @@ class RootedFS:
             if not stat.S_ISREG(st.st_mode):
                 raise NotAllowedError(f"refusing to lock {path}: {file_kind(st.st_mode)}, not a regular file",
                                       path=path, hint=f"remove {path}; nodeagent creates it")
+            require_own_file(st, path, "lock")
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -681,6 +714,7 @@ class RootedFS:
                 if not stat.S_ISREG(st.st_mode):
                     raise NotAllowedError(f"refusing to append to {path}: {file_kind(st.st_mode)}, not a regular "
                                           "file", path=path, hint=f"remove {path}; nodeagent creates it")
+                require_own_file(st, path, "append to")
                 os.write(fd, data.encode())
                 os.fsync(fd)
             finally:
@@ -704,6 +738,7 @@ class RootedFS:
                 if not stat.S_ISREG(st.st_mode):
                     raise NotAllowedError(f"refusing to write {path}: {file_kind(st.st_mode)}, not a regular file",
                                           path=path, hint=f"remove {path}; nodeagent creates it")
+                require_own_file(st, path, "reserve space in")
                 if st.st_size < nbytes:
                     try:
                         os.posix_fallocate(fd, 0, nbytes)
@@ -726,7 +761,8 @@ class RootedFS:
         points to."""
         self._require_allowed(path, "remove")
         try:
-            with self._parent(path, "remove", create=False) as (dfd, name):
+            # own=False: unlinking one name of a hard-linked file leaves its other names, and the file, untouched
+            with self._parent(path, "remove", create=False, own=False) as (dfd, name):
                 self._before_file(path)
                 os.unlink(name, dir_fd=dfd)
         except FileNotFoundError:
@@ -762,6 +798,17 @@ def read_bounded(fd: int, limit: int) -> bytes | None:
         chunks.append(chunk)
         got += len(chunk)
     return None
+
+
+def require_own_file(st: os.stat_result, path: str, verb: str) -> None:
+    """Refuse a regular file with more than one hard link where nodeagent writes, appends, locks or sets aside
+    its own files: another name of that inode may lie outside the root (``ln /etc/shadow ROOT/.../lock``), and a
+    write in place would change that file. nodeagent never links its files, so a second link is not its own."""
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise NotAllowedError(
+            f"refusing to {verb} {path}: it has {st.st_nlink} hard links, so it is also a file elsewhere "
+            "(nodeagent writes only files of its own, which have one link)", path=path,
+            hint=f"remove {path} (the other names of the file keep it); nodeagent creates its own")
 
 
 def check_timeout(timeout: float) -> None:

@@ -97,9 +97,10 @@ def signature(engine: Engine) -> tuple[object, ...]:
     n = (host.read_opt(f"{KDAMONDS}/nr_kdamonds") or "0").strip()
     pids = tuple((host.read_opt(f"{KDAMONDS}/{i}/pid") or "").strip() for i in range(int(n) if n.isdigit() else 0))
     try:  # which slot is whose (the record's timestamps and configurations move with every commit)
-        kds = json.loads(host.read_opt(f"{STATE_DIR}/ownership.json") or "{}").get("damon", {}).get("kdamonds", {})
+        raw = host.fs.read_own_opt(f"{STATE_DIR}/ownership.json") or "{}"
+        kds = json.loads(raw).get("damon", {}).get("kdamonds", {})
         owned = tuple(sorted((str(i), str(r.get("name")), str(r.get("pid"))) for i, r in kds.items()))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # a bad file: planning reports it
         owned = ()
     return (n, pids, owned, host.read_opt(f"{NODE}/online"))
 

@@ -74,7 +74,7 @@ class Journal:
         """Every event, oldest first. Lines that do not parse (a torn write) are counted in ``skipped``."""
         self.skipped = 0
         for name in self.files():
-            text = self.host.read_opt(name)
+            text = self.host.fs.read_own_opt(name)  # a hard link to another file is refused
             if not text:
                 continue
             for line in text.splitlines():

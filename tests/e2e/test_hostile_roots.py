@@ -183,3 +183,33 @@ def test_tree_writes_refuse_links(tmp_path) -> None:
     with pytest.raises(OSError):
         t.file("/sys/dir/f", "1")
     assert (outside / "f").read_text() == "precious\n" and sorted(os.listdir(outside)) == ["f"]
+
+
+@pytest.mark.parametrize("name", ["lock", "journal.jsonl", "journal.jsonl.1", ".reserve", "last-applied.json",
+                                  "ownership.json", "originals.json", "progress.json"])
+@pytest.mark.parametrize("cmd", [["apply", "--yes", "--skip-checks", "all", PROFILE], ["revert", "--yes"]],
+                         ids=lambda c: c[0])
+def test_a_state_file_hard_linked_out_of_the_root_is_refused_before_any_change(make_node, outside, capsys, name,
+                                                                               cmd) -> None:
+    """``ln OUTSIDE/victim ROOT/var/lib/nodeagent/<file>``: every component of the path is inside the root, only
+    the link count says the file is another one too. Refused with the file named, before the node is changed;
+    the file outside keeps its content and its mode, and no copy of it appears under the root."""
+    from nodeagent.sim import SimKernel
+
+    root = make_node("h100-cxl")
+    state = root / "var/lib/nodeagent"
+    state.mkdir(parents=True, exist_ok=True)
+    victim = outside / "victim"
+    victim.write_text(SECRET + "\n")
+    os.chmod(victim, 0o600)
+    if (state / name).exists():
+        (state / name).unlink()
+    os.link(victim, state / name)
+    before = tree(outside)
+    code, out, err = run(["--root", str(root), *cmd], capsys)
+    assert code == 1, out + err
+    assert f"/var/lib/nodeagent/{name}: it has 2 hard links" in err and "nothing was written" in err, err
+    assert tree(outside) == before and (victim.stat().st_mode & 0o777) == 0o600
+    assert not [e for e in SimKernel(root).journal() if e["result"] == "ok"]
+    assert "hunter2" not in out + err + "".join(
+        p.read_text(errors="replace") for p in state.rglob("*") if p.is_file() and p.stat().st_nlink == 1)
