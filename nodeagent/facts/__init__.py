@@ -108,8 +108,11 @@ def _gather(host: Host, planning: bool = False, skip: frozenset[str] = frozenset
     bs = host.read_opt("/sys/devices/system/memory/block_size_bytes")
     simulated = None
     if host.simulated:
-        meta = json.loads((host.root / ".nodeagent-sim" / "meta.json").read_text())
-        simulated = meta.get("preset")
+        try:  # read like any file under the root: regular, bounded, resolved inside it
+            meta = json.loads(host.read_opt("/.nodeagent-sim/meta.json") or "{}")
+        except (ValueError, RecursionError):
+            meta = {}
+        simulated = meta.get("preset") if isinstance(meta, dict) else None
     return Facts(
         hostname=(host.read_opt("/proc/sys/kernel/hostname") or host.read_opt("/etc/hostname") or "").strip(),
         kernel_release=host.read_opt("/proc/sys/kernel/osrelease") or "",

@@ -18,11 +18,11 @@ from typing import Any
 
 import yaml
 
-from ..host.files import InputFileError, read_regular
+from ..host.files import MAX_PROFILE_BYTES, InputFileError, read_regular
 from ..util.errors import ProfileError
 from .resolved import Loc  # defined with the plain-form record, which must not load YAML
 
-MAX_BYTES = 1024 * 1024
+MAX_BYTES = MAX_PROFILE_BYTES
 KEY = "<key>"  # marks a key's own position in the locations map: (*path, KEY, key)
 MAX_NODES = 100_000  # values after alias expansion: far above any real profile, far below a "billion laughs"
 MAX_EXTENDS_DEPTH = 16
