@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..util.errors import HostError
-from ..util.kfmt import parse_list, parse_meminfo
+from ..util.kfmt import MAX_CPUS, parse_list, parse_meminfo
 
 if TYPE_CHECKING:
     from . import Host
@@ -115,11 +115,12 @@ class Survey:
 # -- what the node says --------------------------------------------------------------------------------------
 
 def _nodes(host: Host, name: str) -> list[int]:
-    return parse_list(host.read_opt(f"{NODE}/{name}") or "")
+    return parse_list(host.read_opt(f"{NODE}/{name}") or "", f"{NODE}/{name}")
 
 
 def node_cpus(host: Host, node: int) -> list[int]:
-    return parse_list(host.read_opt(f"{NODE}/node{node}/cpulist") or "")
+    return parse_list(host.read_opt(f"{NODE}/node{node}/cpulist") or "", f"{NODE}/node{node}/cpulist",
+                      limit=MAX_CPUS)
 
 
 def free_bytes(host: Host, node: int) -> int:
