@@ -13,6 +13,7 @@ from dataclasses import asdict, field
 from typing import Any
 
 from ..host import Host
+from ..util import jsonin
 from ..util.dataclass import dataclass
 from ..util.errors import PermissionDeniedError
 from ..util.kfmt import kernel_version, parse_hex, parse_list
@@ -112,7 +113,7 @@ def _gather(host: Host, planning: bool = False, skip: frozenset[str] = frozenset
     simulated = None
     if host.simulated:
         try:  # read like any file under the root: regular, bounded, resolved inside it
-            meta = json.loads(host.read_opt("/.nodeagent-sim/meta.json") or "{}")
+            meta = jsonin.loads(host.read_opt("/.nodeagent-sim/meta.json") or "{}")
         except (ValueError, RecursionError):
             meta = {}
         simulated = meta.get("preset") if isinstance(meta, dict) else None

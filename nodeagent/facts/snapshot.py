@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..host import Host
+from ..util import jsonin
 from ..util.errors import ExitCode, NodeagentError, UsageError
 from . import FORMAT, READS, SECTIONS, Facts, gather
 
@@ -149,7 +150,7 @@ def read(path: str | Path) -> Snapshot:
     except UnicodeDecodeError as exc:
         raise FactsFileError(f"{shown}: cannot read the facts file: not UTF-8 text (byte {exc.start})") from None
     try:
-        doc = json.loads(text)
+        doc = jsonin.loads(text)
     except ValueError as exc:
         raise FactsFileError(f"{shown}: not JSON ({exc})",
                              hint="a facts file is what `nodeagent facts --save FILE` writes") from None

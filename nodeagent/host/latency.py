@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 import os
 import shutil
 import subprocess
@@ -33,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..util import jsonin
 from ..util.errors import HostError
 from ..util.kfmt import MAX_CPUS, parse_list, parse_meminfo
 
@@ -334,7 +334,7 @@ def run(binary: Path, initiator: int, node: int, cpu: int, size: int, limits: Li
                 "checks.latency.max_seconds (up to 10)" if proc.returncode == 4 else None)
         raise HostError(f"the latency probe of node{node} from CPU {cpu} failed: {msg}", hint=hint)
     try:
-        out = json.loads(proc.stdout)
+        out = jsonin.loads(proc.stdout)
     except ValueError:
         raise HostError(f"the latency probe printed no result: {proc.stdout[:200]!r}") from None
     placed = tuple(out.get("nodes", ()))

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..util import jsonin
 from ..util.errors import HostError, LockTimeoutError, NodeagentError
 from ..util.kfmt import parse_meminfo
 from ..util.units import approx_size
@@ -89,7 +90,6 @@ def node_memory(engine: Engine, node: int) -> tuple[int, int] | None:
 def signature(engine: Engine) -> tuple[object, ...]:
     """What says the guarded schemes may have changed (read-only, a few small files): the kdamond slots and their
     pids, nodeagent's ownership records, the online nodes. The guard plans afresh only when it moves."""
-    import json
 
     from ..state import STATE_DIR
 
@@ -98,7 +98,7 @@ def signature(engine: Engine) -> tuple[object, ...]:
     pids = tuple((host.read_opt(f"{KDAMONDS}/{i}/pid") or "").strip() for i in range(int(n) if n.isdigit() else 0))
     try:  # which slot is whose (the record's timestamps and configurations move with every commit)
         raw = host.fs.read_own_opt(f"{STATE_DIR}/ownership.json") or "{}"
-        kds = json.loads(raw).get("damon", {}).get("kdamonds", {})
+        kds = jsonin.loads(raw).get("damon", {}).get("kdamonds", {})
         owned = tuple(sorted((str(i), str(r.get("name")), str(r.get("pid"))) for i, r in kds.items()))
     except (ValueError, AttributeError, RecursionError):  # a bad file: planning reports it
         owned = ()
@@ -209,14 +209,13 @@ class Guardian:
 
     def _last_beat(self) -> None:
         """A guard that stops takes its heartbeat away (plan then warns at once, not after it goes stale)."""
-        import json
         import os
 
         from ..facts.guard import HEARTBEAT
 
         text = self.engine.host.read_opt(HEARTBEAT)
         try:
-            mine = bool(text) and json.loads(text or "{}").get("pid") == os.getpid()
+            mine = bool(text) and jsonin.loads(text or "{}").get("pid") == os.getpid()
         except ValueError:
             mine = False
         if mine:

@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
+from ..util import jsonin
 from ..util.timestamps import parse as parse_time
 from ..util.timestamps import rfc3339
 
@@ -686,7 +687,7 @@ class StateStore:
         if raw is None or not raw.strip():
             return kind()
         try:
-            data = json.loads(raw)
+            data = jsonin.loads(raw)
             if not isinstance(data, dict):
                 raise ShapeError(f"expected a JSON object, got {_type(data)}")
             return kind.from_json(data)
@@ -840,7 +841,10 @@ def _salvage(kind: type[R], data: dict[str, Any]) -> tuple[R | None, list[str]]:
         return None, []
     if kind.FILE == "originals.json" and "originals" not in data:  # format 1: the targets at the top level
         data = {"format": FORMAT, "originals": {k: v for k, v in data.items() if k != "format"}}
-    base = json.loads(json.dumps(data))
+    try:
+        base = json.loads(json.dumps(data))
+    except RecursionError:  # nested just short of what the parser refuses: too deep to tell records apart
+        return None, []
     for path in paths:
         _put(base, path, {})
     try:
@@ -892,7 +896,7 @@ def _held(name: str, raw: str) -> str:
     """What a bad file held, as far as it can be read: its records by name where it parses at all."""
     what = _HOLDS.get(name, "its records")
     try:
-        data = json.loads(raw)
+        data = jsonin.loads(raw)
     except ValueError:
         return f"every record in it ({what}...)"
     if not isinstance(data, dict):

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..host import Host
+from ..util import jsonin
 from ..util.errors import UsageError
 from ..util.timestamps import rfc3339
 from . import JOURNAL
@@ -81,7 +82,7 @@ class Journal:
                 if not line.strip():
                     continue
                 try:
-                    event = json.loads(line)
+                    event = jsonin.loads(line)
                 except ValueError:
                     self.skipped += 1
                     continue
