@@ -34,6 +34,36 @@ from ..util.errors import (
     UsageError,
 )
 
+_KD = r"/sys/kernel/mm/damon/admin/kdamonds"
+_CTX = _KD + r"/[0-9]+/contexts/[0-9]+"
+_SCH = _CTX + r"/schemes/[0-9]+"
+#: The DAMON attribute files nodeagent writes, exactly (kinds/damon declares the same as its ``writes``).
+DAMON_WRITES: tuple[str, ...] = (
+    _KD + r"/nr_kdamonds",
+    _KD + r"/[0-9]+/(state|refresh_ms)",
+    _KD + r"/[0-9]+/contexts/nr_contexts",
+    _CTX + r"/(operations|addr_unit)",
+    _CTX + r"/monitoring_attrs/intervals/(sample_us|aggr_us|update_us)",
+    _CTX + r"/monitoring_attrs/intervals/intervals_goal/(access_bp|aggrs|min_sample_us|max_sample_us)",
+    _CTX + r"/monitoring_attrs/nr_regions/(min|max)",
+    _CTX + r"/targets/nr_targets",
+    _CTX + r"/targets/[0-9]+/pid_target",
+    _CTX + r"/targets/[0-9]+/regions/nr_regions",
+    _CTX + r"/targets/[0-9]+/regions/[0-9]+/(start|end)",
+    _CTX + r"/schemes/nr_schemes",
+    _SCH + r"/(action|target_nid|apply_interval_us)",
+    _SCH + r"/access_pattern/(sz|nr_accesses|age)/(min|max)",
+    _SCH + r"/quotas/(ms|bytes|reset_interval_ms)",
+    _SCH + r"/quotas/weights/(sz|nr_accesses|age)_permil",
+    _SCH + r"/quotas/goals/nr_goals",
+    _SCH + r"/quotas/goals/[0-9]+/(target_metric|target_value|current_value|nid|path)",
+    _SCH + r"/watermarks/(metric|interval_us|high|mid|low)",
+    _SCH + r"/(core_|ops_)?filters/nr_filters",
+    _SCH + r"/(core_|ops_)?filters/[0-9]+/(type|matching|allow|memcg_path|addr_start|addr_end|damon_target_idx|"
+           r"min|max)",
+    _SCH + r"/dests/nr_dests",
+)
+
 #: Every path the agent may ever write. A profile cannot widen this: it names settings, never paths. Each resource
 #: kind declares the paths it writes (``Resource.writes``); tests/unit/test_write_allow.py holds this table to
 #: exactly those plus nodeagent's own files (state, units, udev rule, NFD feature file).
@@ -48,7 +78,10 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/sys/kernel/mm/numa/demotion_enabled",
         r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
         r"/sys/devices/system/memory/auto_online_blocks",
-        r"/sys/kernel/mm/damon/admin/kdamonds/.*",
+        # DAMON's sysfs interface: each attribute file a kdamond's setup, start, commit and removal writes
+        # (kinds/damon/spec.py, apply.py), as the kernel lays them out (mm/damon/sysfs.c, sysfs-schemes.c) —
+        # never a name of nodeagent's choosing, so nothing else can be created or written under kdamonds/.
+        *DAMON_WRITES,
         # NUMA balancing's scan and promotion tunables (debugfs since 5.13; facts/knobs.py)
         r"/sys/kernel/debug/sched/numa_balancing/(scan_delay_ms|scan_period_(min|max)_ms|scan_size_mb|"
         r"hot_threshold_ms)",
@@ -248,6 +281,14 @@ class RootedFS:
             self._root_fd = os.open(self._real_root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         return self._root_fd
 
+    def _kernel_tree(self, path: str, real: str, verb: str) -> NotAllowedError:
+        """A file of nodeagent's own (state, units, label file) whose directory leads into /sys, /proc or /dev."""
+        return NotAllowedError(f"refusing to {verb} {path}: it leads to {real}, inside the kernel's "
+                               f"{real.split('/')[1]} tree; nodeagent keeps its own files outside /sys, /proc and "
+                               "/dev", path=path,
+                               hint=f"remove the symlink on the way to {path} that leads there, and let nodeagent "
+                                    "create its directory")
+
     def _escape(self, path: str, how: str) -> EscapeError:
         return EscapeError(f"refusing {path}: {how}, outside the root {self.root}", path=path,
                            hint="the root's tree is not what the kernel lays out: remove the symlink, or give "
@@ -292,6 +333,9 @@ class RootedFS:
                     except FileNotFoundError:
                         if not create:
                             raise
+                        if names and f"/{names[0]}/" in _KERNEL_TREES:  # only nodeagent's own directories are
+                            # created, and never inside the kernel's trees (a state dir linked into sysfs)
+                            raise self._kernel_tree(path, "/" + "/".join([*names, comp]), "create") from None
                         with suppress(FileExistsError):
                             os.mkdir(comp, 0o755, dir_fd=cur)
                         pending.append(comp)  # open it like any other component (it may have been swapped)
@@ -564,7 +608,9 @@ class RootedFS:
         files (``files``: state, units — fixed names, replaced by rename) a directory linked elsewhere inside
         the root is followed, as long as it does not lead into the kernel's trees."""
         real = "/" + "/".join(names)
-        if files and not real.startswith(_KERNEL_TREES):
+        if files and real.startswith(_KERNEL_TREES):
+            raise self._kernel_tree(path, real, verb)
+        if files:
             return
         if real != path and not self.allowed(real):
             raise NotAllowedError(f"refusing to {verb} {path}: it leads to {real}, which is not in nodeagent's "

@@ -213,3 +213,35 @@ def test_a_state_file_hard_linked_out_of_the_root_is_refused_before_any_change(m
     assert not [e for e in SimKernel(root).journal() if e["result"] == "ok"]
     assert "hunter2" not in out + err + "".join(
         p.read_text(errors="replace") for p in state.rglob("*") if p.is_file() and p.stat().st_nlink == 1)
+
+
+KERNEL_DIRS = ["sys/kernel/mm/damon/admin/kdamonds", "sys/kernel/mm/damon/admin/kdamonds/0", "proc/sys/vm",
+               "sys/devices/system/node", "dev"]
+
+
+@pytest.mark.parametrize("target", KERNEL_DIRS)
+@pytest.mark.parametrize("link", ["var/lib/nodeagent", "var/lib", "etc/kubernetes/node-feature-discovery/features.d"])
+def test_own_files_never_land_in_the_kernel_s_trees(make_node, capsys, link: str, target: str) -> None:
+    """``ln -s ../../sys/kernel/mm/damon/admin/kdamonds ROOT/var/lib/nodeagent`` made apply write its lock,
+    journal and state there (the allow-list's ``kdamonds/.*`` matched any name); the NFD features directory
+    likewise. State and label directories must resolve outside /sys, /proc and /dev: refused, nothing created."""
+    from nodeagent.sim import SimKernel
+
+    root = make_node("qemu-3node")
+    (root / target).mkdir(parents=True, exist_ok=True)
+    p = root / link
+    if p.exists() or p.is_symlink():
+        import shutil
+
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.symlink_to(os.path.relpath(root / target, p.parent))
+    before = sorted(str(x.relative_to(root)) for x in (root / target).rglob("*"))
+    cmd = ["apply", "--yes", "--skip-checks", "all", PROFILE] if "features.d" not in link else \
+        ["labels", "--write", PROFILE]
+    code, out, err = run(["--root", str(root), *cmd], capsys)
+    assert code != 0, out + err
+    assert "nodeagent keeps its own files outside /sys, /proc and /dev" in err, err
+    assert sorted(str(x.relative_to(root)) for x in (root / target).rglob("*")) == before
+    if "features.d" not in link:
+        assert not [e for e in SimKernel(root).journal() if e["result"] == "ok"]

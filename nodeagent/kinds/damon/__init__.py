@@ -25,6 +25,7 @@ from ...engine.projection import NodeProjection, project
 from ...facts import Facts
 from ...facts.damon import KDAMONDS, DamonFacts, Kdamond, from_facts
 from ...host import Host
+from ...host.fs import DAMON_WRITES
 from ...state import Original, Ownership, PlanState
 from ..base import ApplyContext, PlanContext, ResourcePlan, projection_of
 from .apply import apply_change
@@ -119,7 +120,7 @@ def build_specs(loaded: LoadedProfile, facts: Facts,
 
 class DamonResource:
     kind = KIND
-    writes: tuple[str, ...] = (rf"{KDAMONDS}/.*",)  # every file under the kdamonds directory, nothing else
+    writes: tuple[str, ...] = DAMON_WRITES  # each attribute file spec.py and apply.py write, by name
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         model = loaded.profile.damon
