@@ -76,6 +76,24 @@ def read_text(path: Path) -> str:
     return text
 
 
+def _bare(node: LNode) -> Any:
+    """The plain value of an :class:`LNode` tree, positions dropped."""
+    if isinstance(node.value, dict):
+        return {k: _bare(v) for k, v in node.value.items()}
+    if isinstance(node.value, list):
+        return [_bare(v) for v in node.value]
+    return node.value
+
+
+def _as_written(node: LNode) -> str:
+    """A value for a message, in words and in YAML's flow style (``a list [a, b]``, ``null``)."""
+    value = _bare(node)
+    kind = ("a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else
+            "a boolean" if isinstance(value, bool) else "a number" if isinstance(value, int | float) else "")
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip().removesuffix("...").strip()
+    return f"{kind} {text}" if kind else text
+
+
 class _DepthError(Exception):
     def __init__(self, mark: yaml.Mark) -> None:
         self.mark = mark
@@ -129,7 +147,8 @@ class _Converter:
                                         "use extends:"])
                 key = self.convert(knode, depth + 1)
                 if not isinstance(key.value, str):
-                    raise ProfileError([f"{key.loc}: keys must be strings, got {key.value!r}"])
+                    raise ProfileError([f"{key.loc}: keys must be strings, got {_as_written(key)}"],
+                                       hint="write the key as a name (quote it if it looks like a number: \"1\")")
                 if key.value in out:
                     first = out[key.value].loc
                     raise ProfileError([f"{key.loc}: duplicate key {key.value!r} (first at line {first.line})"])
