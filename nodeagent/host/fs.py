@@ -723,8 +723,11 @@ class RootedFS:
                             f"another nodeagent run (pid {holder}) holds {path}; waited {timeout:.0f}s",
                             hint="wait for it to finish, or raise --lock-timeout") from None
                     time.sleep(0.05)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError as exc:  # a full disk: the file could be created, its few bytes not written
+                raise map_oserror(exc, path, "write the holder's pid into") from None
             from .commands import HELD_LOCKS  # children inherit the lock: it ends with the last of them
 
             HELD_LOCKS.add(fd)

@@ -656,15 +656,17 @@ class StateStore:
     @contextmanager
     def locked(self, timeout: float = 60.0) -> Iterator[None]:
         from ..host.boot_cache import PERSIST
-        from ..util.errors import HostError
+        from ..util.errors import HostError, NoSpaceError
 
         with ExitStack() as stack:
             try:
                 stack.enter_context(self.host.fs.lock(self.path("lock"), timeout))
             except HostError as exc:  # the state directory cannot even hold the lock: nothing has been done
+                hint = f"free space on the filesystem that holds {STATE_DIR} (df {STATE_DIR}), then run again" \
+                    if isinstance(exc, NoSpaceError) else \
+                    f"make {STATE_DIR} writable (a read-only filesystem? a full disk?), then run again"
                 raise type(exc)(f"cannot take the state lock: {exc.message}; nothing was written", path=STATE_DIR,
-                                hint=exc.hint or f"make {STATE_DIR} writable (a read-only filesystem? a full disk?), "
-                                "then run again") from None
+                                hint=exc.hint or hint) from None
             try:  # every file of its own a writing run may write in place or set aside: checked before any work
                 for name in (*OWN_FILES, *(r.FILE for r in RECORDS)):
                     self.host.fs.require_own(self.path(name))
