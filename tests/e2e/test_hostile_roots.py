@@ -245,3 +245,20 @@ def test_own_files_never_land_in_the_kernel_s_trees(make_node, capsys, link: str
     assert sorted(str(x.relative_to(root)) for x in (root / target).rglob("*")) == before
     if "features.d" not in link:
         assert not [e for e in SimKernel(root).journal() if e["result"] == "ok"]
+
+
+def test_a_hard_linked_nfd_features_file_is_refused_and_the_apply_stands(make_node, outside, capsys) -> None:
+    """``labels --write`` refuses it naming the file; an apply converges and says the labels were not updated.
+    The file outside keeps its content."""
+    root = make_node("h100-cxl")
+    features = root / "etc/kubernetes/node-feature-discovery/features.d"
+    features.mkdir(parents=True, exist_ok=True)
+    victim = outside / "victim"
+    victim.write_text(SECRET + "\n")
+    os.link(victim, features / "nodeagent")
+    code, out, err = run(["--root", str(root), "labels", "--write", PROFILE], capsys)
+    assert code == 1 and "features.d/nodeagent: it has 2 hard links" in err, out + err
+    code, out, err = run(["--root", str(root), "apply", "--yes", "--skip-checks", "all", PROFILE], capsys)
+    assert code == 0, out + err
+    assert "labels: /etc/kubernetes/node-feature-discovery/features.d/nodeagent not updated" in err, err
+    assert victim.read_text() == SECRET + "\n"
