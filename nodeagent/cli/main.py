@@ -15,7 +15,7 @@ import click
 
 from .. import __version__
 from ..util.dataclass import dataclass
-from ..util.errors import ExitCode, NodeagentError, PlanError, UsageError
+from ..util.errors import ExitCode, HostError, NodeagentError, PlanError, UsageError
 from ..util.escape import escape_controls
 
 if TYPE_CHECKING:
@@ -418,7 +418,7 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
     from ..engine import signals
 
     with signals.deferred():  # the result is printed and the records after it written, whatever signal comes now
-        _after_apply(ctx, eng, loaded, result, text, dry_run, metrics_textfile)
+        textfile_error = _after_apply(ctx, eng, loaded, result, text, dry_run, metrics_textfile)
     if not result.interrupted and signals.pending() and not result.dry_run:
         from dataclasses import replace
 
@@ -437,11 +437,16 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
         ctx.failure = (f"apply {result.status}: some changes were not made" if not result.record_errors else
                        f"apply {result.status}: the changes made could not all be recorded", "see the outcomes")
         raise click.exceptions.Exit(ExitCode.PARTIAL)
+    if textfile_error is not None:  # the apply's result stands (printed, recorded): the textfile is what failed
+        raise HostError(f"apply {result.status} and recorded, but the metrics textfile {metrics_textfile} could not "
+                        f"be written: {textfile_error.message}", path=metrics_textfile,
+                        hint=textfile_error.hint or "fix the path, then apply again (nothing more will change)")
 
 
 def _after_apply(ctx: Ctx, eng: Engine, loaded: LoadedProfile, result: Any, text: bool, dry_run: bool,
-                 metrics_textfile: str | None) -> None:
-    """apply's result on stdout, then the metrics textfile and NFD's feature file."""
+                 metrics_textfile: str | None) -> NodeagentError | None:
+    """apply's result on stdout, then the metrics textfile and NFD's feature file. A textfile that cannot be
+    written (swapped for a symlink since the check before the apply) does not stop the rest: it is returned."""
     from ..render.text import outcomes_text
 
     if text:
@@ -452,8 +457,10 @@ def _after_apply(ctx: Ctx, eng: Engine, loaded: LoadedProfile, result: Any, text
         ctx.emit("", result.to_dict())
     from ..engine.hooks import AfterApply, after_apply
 
-    for note in after_apply(eng, loaded, result, AfterApply(metrics_textfile=metrics_textfile)):
+    done = after_apply(eng, loaded, result, AfterApply(metrics_textfile=metrics_textfile))
+    for note in done.notes:
         click.echo(escape_controls(f"nodeagent: {note}"), err=True)
+    return done.failed
 
 
 class _TerminalProgress:

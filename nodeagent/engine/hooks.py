@@ -4,11 +4,13 @@ module all call :func:`after_apply`, so a node converged by any of them has the 
 The hooks run in :data:`HOOKS`' order after an apply that was not a dry run:
 
 1. the metrics textfile, where the caller names one (``--metrics-textfile``, the module's ``metrics_textfile``):
-   a textfile that cannot be written raises (named), the apply's result stands;
+   a textfile that cannot be written is the run's failure (named), but the apply's result stands and the
+   other hooks still run;
 2. NFD's feature file (:mod:`nodeagent.k8s.labels`), where its ``features.d`` directory exists (or always /
    never, as the caller says): a failure is a note, never a failed apply.
 
-Each hook returns a note to show (or None); :func:`after_apply` returns them in order.
+Each hook returns a note to show (or None) or raises the :class:`~nodeagent.util.errors.NodeagentError` that
+makes the run fail; :func:`after_apply` runs them all and returns the notes and the first failure.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from ..util.errors import NodeagentError
 
 if TYPE_CHECKING:
     from ..profile import LoadedProfile
@@ -57,9 +61,27 @@ def _labels(engine: Engine, loaded: LoadedProfile, result: Any, opts: AfterApply
 HOOKS: tuple[Callable[[Engine, LoadedProfile, Any, AfterApply], str | None], ...] = (_metrics, _labels)
 
 
-def after_apply(engine: Engine, loaded: LoadedProfile, result: Any, opts: AfterApply | None = None) -> list[str]:
-    """Run :data:`HOOKS` after ``result`` (nothing after a dry run); the notes they returned."""
+@dataclass(frozen=True)
+class AfterApplyDone:
+    notes: tuple[str, ...] = ()
+    #: The first hook that failed (the caller exits with it after reporting the apply); None: all did their job.
+    failed: NodeagentError | None = None
+
+
+def after_apply(engine: Engine, loaded: LoadedProfile, result: Any, opts: AfterApply | None = None
+                ) -> AfterApplyDone:
+    """Run :data:`HOOKS` after ``result`` (nothing after a dry run): every hook runs, whatever an earlier one did."""
     if result.dry_run:
-        return []
+        return AfterApplyDone()
     opts = opts or AfterApply()
-    return [note for hook in HOOKS if (note := hook(engine, loaded, result, opts))]
+    notes: list[str] = []
+    failed: NodeagentError | None = None
+    for hook in HOOKS:
+        try:
+            note = hook(engine, loaded, result, opts)
+        except NodeagentError as exc:
+            failed = failed or exc
+            continue
+        if note:
+            notes.append(note)
+    return AfterApplyDone(tuple(notes), failed)

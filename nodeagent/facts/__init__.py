@@ -13,11 +13,15 @@ from dataclasses import asdict, field
 from typing import Any
 
 from ..host import Host
+from ..util import jsonin
 from ..util.dataclass import dataclass
 from ..util.errors import PermissionDeniedError
-from ..util.kfmt import kernel_version, parse_list
+from ..util.kfmt import kernel_version, parse_hex, parse_list
 from .knobs import KNOBS, Knob
 from .numa import _BLOCKS, NumaNode, read_nodes, read_tiers
+
+POSSIBLE = "/sys/devices/system/node/possible"
+BLOCK_SIZE = "/sys/devices/system/memory/block_size_bytes"
 
 FORMAT = "nodeagent-facts/v2"  # v2: the hardware section (facts.snapshot documents the version rule)
 #: The formats this nodeagent reads: the current one and the previous one.
@@ -105,17 +109,20 @@ def _read_knob(host: Host, knob: Knob) -> str | None:
 
 def _gather(host: Host, planning: bool = False, skip: frozenset[str] = frozenset()) -> Facts:
     tiers = read_tiers(host)
-    bs = host.read_opt("/sys/devices/system/memory/block_size_bytes")
+    bs = host.read_opt(BLOCK_SIZE)
     simulated = None
     if host.simulated:
-        meta = json.loads((host.root / ".nodeagent-machine" / "meta.json").read_text())
-        simulated = meta.get("preset")
+        try:  # read like any file under the root: regular, bounded, resolved inside it
+            meta = jsonin.loads(host.read_opt("/.nodeagent-machine/meta.json") or "{}")
+        except (ValueError, RecursionError):
+            meta = {}
+        simulated = meta.get("preset") if isinstance(meta, dict) else None
     return Facts(
         hostname=(host.read_opt("/proc/sys/kernel/hostname") or host.read_opt("/etc/hostname") or "").strip(),
         kernel_release=host.read_opt("/proc/sys/kernel/osrelease") or "",
         knobs={k.key: _read_knob(host, k) for k in KNOBS},
-        block_size_bytes=int(bs, 16) if bs else None,
-        possible_nodes=parse_list(host.read_opt("/sys/devices/system/node/possible") or ""),
+        block_size_bytes=parse_hex(bs, BLOCK_SIZE) if bs else None,
+        possible_nodes=parse_list(host.read_opt(POSSIBLE) or "", POSSIBLE),
         nodes=read_nodes(host, tiers),
         tiers=tiers,
         simulated=simulated,

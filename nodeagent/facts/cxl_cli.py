@@ -7,11 +7,11 @@ real-kernel tier (``tests/realkernel/captured/cxl-list-*.json``); each disagreem
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from ..host import Host
+from ..util import jsonin
 from ..util.errors import CommandError
 from .cxl import CxlFacts, _sort_key
 
@@ -37,7 +37,7 @@ def parse_cxl_list(text: str) -> dict[str, dict[str, dict[str, Any]]]:
                 if isinstance(v, list | dict):
                     walk(v)
 
-    walk(json.loads(text))
+    walk(jsonin.loads(text))
     return out
 
 
@@ -83,6 +83,6 @@ def cli_check(host: Host, facts: CxlFacts) -> tuple[str | None, list[str]]:
         return shown, [f"cxl list exited {res.returncode}: {res.stderr.strip()[-200:]}"]
     try:
         listing = parse_cxl_list(res.stdout)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: walking a document nested just short of too deep
         return shown, [f"cxl list printed no JSON ({exc})"]
     return shown, cross_check(facts, listing)

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from ..host import Host
 from ..util.dataclass import dataclass
 from ..util.errors import BusyError
-from ..util.kfmt import kernel_version, parse_list
+from ..util.kfmt import kernel_version, parse_hex, parse_list
 from . import SECTIONS, Facts
 from .damon_caps import MODULES, derive, normalize
 from .numa import node_ranges
@@ -116,7 +116,7 @@ def _node_ranges(host: Host, block_size: int | None) -> dict[str, list[list[int]
     out: dict[str, list[list[int]]] = {}
     if not block_size:
         return out
-    for nid in parse_list(host.read_opt(f"{NODE}/online") or ""):
+    for nid in parse_list(host.read_opt(f"{NODE}/online") or "", f"{NODE}/online"):
         out[str(nid)] = node_ranges(host, nid, block_size)
     return out
 
@@ -169,7 +169,7 @@ def gather(host: Host) -> dict[str, Any]:
             if ops is not None and avail is None:
                 avail = ops.split()
     bs = host.read_opt("/sys/devices/system/memory/block_size_bytes")
-    block_size = int(bs, 16) if bs else None
+    block_size = parse_hex(bs, "/sys/devices/system/memory/block_size_bytes") if bs else None
     modules = _modules(host, {k["pid"] for k in kdamonds if k["state"] == "on"})
     return {
         "sysfs": nr_text is not None,

@@ -208,7 +208,7 @@ def _node_summary(host: Host, ids: range, node: int, block_size: int) -> tuple[i
         return (0, 0, {}) if not host.fs.exists(f"{MEM}/memory{ids[0]}") else None
     if mine != set(ids):
         return None
-    if node in parse_list(host.read_opt(f"{NODE}/has_normal_memory") or ""):
+    if node in parse_list(host.read_opt(f"{NODE}/has_normal_memory") or "", f"{NODE}/has_normal_memory"):
         return None
     total_kb = parse_meminfo(host.read_opt(f"{NODE}/node{node}/meminfo") or "").get("MemTotal")
     if total_kb is None or (total_kb * 1024) % block_size:

@@ -9,11 +9,11 @@ profile has dest_free schemes and no guard counts: nothing would pause them as t
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from ..host import Host
+from ..util import jsonin
 from ..util.dataclass import dataclass
 from . import SECTIONS, Facts
 
@@ -37,7 +37,7 @@ class GuardFacts:
 def gather(host: Host) -> dict[str, Any]:
     text = host.read_opt(HEARTBEAT)
     try:
-        beat = json.loads(text) if text else None
+        beat = jsonin.loads(text) if text else None
     except ValueError:
         beat = None
     if not isinstance(beat, dict) or not isinstance(beat.get("time"), int | float):

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..host import Host
 from ..util.dataclass import dataclass
-from ..util.kfmt import parse_list, parse_meminfo
+from ..util.kfmt import MAX_CPUS, parse_distances, parse_list, parse_meminfo
 
 NODE = "/sys/devices/system/node"
 TIERS = "/sys/devices/virtual/memory_tiering"
@@ -34,7 +34,7 @@ class NumaNode:
 
     @property
     def cpus(self) -> list[int]:
-        return parse_list(self.cpulist)
+        return parse_list(self.cpulist, f"{NODE}/node{self.id}/cpulist", limit=MAX_CPUS)
 
     @property
     def has_cpu(self) -> bool:
@@ -152,20 +152,23 @@ def read_tiers(host: Host) -> dict[int, list[int]]:
     for name in host.fs.listdir(TIERS):
         m = re.fullmatch(r"memory_tier(\d+)", name)
         if m:
-            tiers[int(m.group(1))] = parse_list(host.read_opt(f"{TIERS}/{name}/nodelist") or "")
+            path = f"{TIERS}/{name}/nodelist"
+            tiers[int(m.group(1))] = parse_list(host.read_opt(path) or "", path)
     return dict(sorted(tiers.items()))
 
 
 def read_nodes(host: Host, tiers: dict[int, list[int]]) -> list[NumaNode]:
     tier_of = {n: t for t, nodes in tiers.items() for n in nodes}
-    has_memory = set(parse_list(host.read_opt(f"{NODE}/has_memory") or ""))
-    has_normal = set(parse_list(host.read_opt(f"{NODE}/has_normal_memory") or ""))
+    has_memory = set(parse_list(host.read_opt(f"{NODE}/has_memory") or "", f"{NODE}/has_memory"))
+    has_normal = set(parse_list(host.read_opt(f"{NODE}/has_normal_memory") or "", f"{NODE}/has_normal_memory"))
     nodes = []
-    for nid in parse_list(host.read_opt(f"{NODE}/online") or ""):
+    for nid in parse_list(host.read_opt(f"{NODE}/online") or "", f"{NODE}/online"):
         base = f"{NODE}/node{nid}"
         info = parse_meminfo(host.read_opt(f"{base}/meminfo") or "")
-        distances = [int(x) for x in (host.read_opt(f"{base}/distance") or "").split()]
-        nodes.append(NumaNode(nid, host.read_opt(f"{base}/cpulist") or "", nid in has_memory,
+        distances = parse_distances(host.read_opt(f"{base}/distance") or "", f"{base}/distance")
+        cpulist = host.read_opt(f"{base}/cpulist") or ""
+        parse_list(cpulist, f"{base}/cpulist", limit=MAX_CPUS)  # refused here, with its file, not when used
+        nodes.append(NumaNode(nid, cpulist, nid in has_memory,
                               nid in has_normal, info.get("MemTotal", 0) * 1024, info.get("MemFree", 0) * 1024,
                               tier_of.get(nid), distances))
     return nodes

@@ -101,7 +101,7 @@ def parse_lru_gen(text: str | None) -> int | None:
 
 def gather(host: Host) -> dict[str, Any]:
     zones = parse_zoneinfo(host.read_opt("/proc/zoneinfo") or "")
-    online = parse_list(host.read_opt(f"{NODE}/online") or "")
+    online = parse_list(host.read_opt(f"{NODE}/online") or "", f"{NODE}/online")
     swap = parse_meminfo(host.read_opt("/proc/meminfo") or "").get("SwapTotal", 0)
     path, mount = memcg_reclaim(host.fs)
     return {

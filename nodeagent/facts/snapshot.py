@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..util import jsonin
 from ..util.errors import ExitCode, NodeagentError, UsageError
 from . import FORMAT, READS, SECTIONS, Facts
 
@@ -119,7 +120,7 @@ def read(path: str | Path) -> Snapshot:
     except UnicodeDecodeError as exc:
         raise FactsFileError(f"{shown}: cannot read the facts file: not UTF-8 text (byte {exc.start})") from None
     try:
-        doc = json.loads(text)
+        doc = jsonin.loads(text)
     except ValueError as exc:
         raise FactsFileError(f"{shown}: not JSON ({exc})",
                              hint="a facts file is what `nodeagent facts --save FILE` writes") from None

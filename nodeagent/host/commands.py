@@ -1,8 +1,9 @@
 """External commands (daxctl, systemd-detect-virt, nvidia-smi...) run through ``sh``, rooted like the files.
 
 Every command runs with ``LANG=C``, stdin from ``/dev/null`` and its output on pipes — never a pseudo-terminal,
-which a minimal container, a chroot or a unit with ``PrivateDevices=yes`` cannot open. A command that cannot
-start raises a :class:`CommandError` naming the binary, the errno and the fix.
+which a minimal container, a chroot or a unit with ``PrivateDevices=yes`` cannot open. At most
+:data:`MAX_OUTPUT` bytes of each stream are kept: a command that prints more is killed and its run is an error.
+A command that cannot start raises a :class:`CommandError` naming the binary, the errno and the fix.
 
 Every child runs in a process group of its own (a terminal's Ctrl-C reaches nodeagent, which decides: see
 :mod:`nodeagent.engine.signals`), is listed in :data:`RUNNING` while it runs, and is sent SIGTERM by the kernel if
@@ -107,6 +108,47 @@ def _stop_group(pid: int) -> None:
             time.sleep(0.02)
 
 
+#: What nodeagent keeps of one stream of a command's output: daxctl's JSON for the largest machine is a few MiB, a
+#: probe's answer a line. A command that prints more is stopped and its run is an error, never memory without end.
+MAX_OUTPUT = 16 * 1024 * 1024
+_CHUNK = 64 * 1024  # read the pipes in chunks, never a "line" that has no end
+
+
+class _Capped:
+    """One stream of a child's output, kept up to ``limit`` bytes; beyond it the child's process group is killed
+    (``pid`` is set once it is known; output earlier than that is checked by :meth:`started`)."""
+
+    def __init__(self, limit: int) -> None:
+        self.buf = bytearray()
+        self.limit = limit
+        self.over = False
+        self.pid: int | None = None
+
+    def write(self, chunk: bytes) -> None:
+        if self.over:
+            return
+        if len(self.buf) + len(chunk) > self.limit:
+            self.over = True
+            self._kill()
+            return
+        self.buf.extend(chunk)
+
+    def flush(self) -> None:
+        pass
+
+    def started(self, pid: int) -> None:
+        self.pid = pid
+        if self.over:
+            self._kill()
+
+    def _kill(self) -> None:
+        if self.pid is not None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
 @dataclass(frozen=True)
 class CommandResult:
     argv: tuple[str, ...]
@@ -157,16 +199,20 @@ class CommandRunner:
         if env:
             full_env.update(env)
         start = time.monotonic()
+        out, err = _Capped(MAX_OUTPUT), _Capped(MAX_OUTPUT)
         try:
             # Pipes, never a pseudo-terminal: a tool's output must not depend on one (daxctl's JSON, nvidia-smi's
             # CSV), and a node may have none to give (a container, a chroot, an initramfs, PrivateDevices=yes).
             # Killed by a signal (negative codes) is an answer too, reported as the shell does (128 + signal).
             proc = sh.Command(exe)(*argv[1:], _env=full_env, _timeout=timeout, _ok_code=list(range(-64, 256)),
                                    _return_cmd=True, _in=None, _tty_in=False, _tty_out=False, _bg=True,
+                                   _out=out, _err=err, _out_bufsize=_CHUNK, _err_bufsize=_CHUNK,
                                    _bg_exc=False, _new_group=True, _preexec_fn=_death_signal(),
                                    **({"_pass_fds": set(HELD_LOCKS)} if HELD_LOCKS else {}))
             pid = proc.pid
             RUNNING[pid] = tuple([exe, *argv[1:]])
+            out.started(pid)
+            err.started(pid)
             try:
                 proc.wait()
             except BaseException:  # a timeout, or a signal that stops nodeagent here: the child goes too
@@ -180,9 +226,14 @@ class CommandRunner:
             raise cannot_start(exe, _child_errno(str(exc))) from None
         except OSError as exc:  # the parent could not set the child up (pipes, fork)
             raise cannot_start(exe, exc.errno, str(exc)) from None
+        for stream, sink in (("stdout", out), ("stderr", err)):
+            if sink.over:
+                raise CommandError(f"{name} printed more than {MAX_OUTPUT} bytes on {stream}, far more than it ever "
+                                   "prints: stopped, and its output is not used", path=exe,
+                                   hint=f"check that {exe} is the real {name}")
         code = proc.exit_code
         result = CommandResult(tuple([exe, *argv[1:]]), code if code >= 0 else 128 - code,
-                               proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"),
+                               out.buf.decode(errors="replace"), err.buf.decode(errors="replace"),
                                time.monotonic() - start)
         self.log.append(result)
         if ok_codes is not None and result.returncode not in ok_codes:

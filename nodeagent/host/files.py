@@ -6,7 +6,7 @@ regular files, checked on an ``O_PATH`` descriptor before the file is opened for
 device node such as ``/dev/zero`` never ends, and opening either can have effects), and are bounded by reading
 at most ``limit + 1`` bytes — ``st_size`` is 0 for a procfs file and says nothing about a device. The write is
 atomic in the way node_exporter's textfile collector needs: a temporary file in the same directory, fsync,
-rename — a scrape never sees half a file — and it replaces only a regular file or creates a new one.
+rename — a scrape never sees half a file — and it replaces only a regular file of one link or creates a new one.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from pathlib import Path
 
 from ..util.errors import HostError, UsageError
 from .fs import file_kind, map_oserror, read_bounded, replace_at
+
+#: A profile file (and each file it extends, and an inline profile): far above any real one, which is a few KiB.
+MAX_PROFILE_BYTES = 1024 * 1024
 
 
 class InputFileError(ValueError):
@@ -36,6 +39,17 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
 
     Raises :class:`InputFileError` for a missing path, a directory, a FIFO, socket or device node, a file longer
     than ``limit``, or one that cannot be read."""
+    return read_regular_stat(path, limit)[0]
+
+
+def read_regular_stat(path: str | os.PathLike[str], limit: int) -> tuple[bytes, os.stat_result]:
+    """:func:`read_regular`, with the ``stat`` of the file read (its identity, owner and mode, checked on the
+    descriptor the bytes came from — never a second lookup of the path). The one reader of files nodeagent does
+    not own: profiles and the files they extend, the profile cache, ``--facts`` files, a ConfigMap's profile.
+
+    The path is opened ``O_PATH`` (no open side effects: a FIFO is not waited on, a device not opened), its type
+    checked on that descriptor, and only a regular file is opened for reading, through that very descriptor,
+    ``O_NONBLOCK``; at most ``limit + 1`` bytes are read."""
     try:
         pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -49,14 +63,18 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise InputFileError(f"is {file_kind(st.st_mode)}, not a regular file",
                                  "save it to a regular file first (nodeagent reads only regular files)")
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
         try:
-            fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_CLOEXEC) if os.path.isdir("/proc/self/fd") \
-                else os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            fd = os.open(f"/proc/self/fd/{pfd}", flags) if os.path.isdir("/proc/self/fd") else os.open(path, flags)
         except OSError as exc:
             raise InputFileError(f"cannot read: {exc.strerror}") from None
     finally:
         os.close(pfd)
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # only without /proc: the path was looked up twice
+            raise InputFileError(f"is {file_kind(st.st_mode)}, not a regular file",
+                                 "save it to a regular file first (nodeagent reads only regular files)")
         data = read_bounded(fd, limit)
     except OSError as exc:
         raise InputFileError(f"cannot read: {exc.strerror}") from None
@@ -65,7 +83,7 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     if data is None:
         raise InputFileError(f"longer than {limit} bytes (the limit for this file)",
                              "check that this is the right file")
-    return data
+    return data, st
 
 
 def check_operator_target(path: str | os.PathLike[str], option: str = "--metrics-textfile") -> None:
@@ -109,6 +127,10 @@ def _require_replaceable(path: str | os.PathLike[str], dfd: int, name: str, opti
             what += f" (to {os.readlink(name, dir_fd=dfd)})"
         raise UsageError(f"{option} {path}: is {what}; nodeagent writes only a regular file or a new path",
                          hint=f"give the path of the file itself, e.g. {_EXAMPLES.get(option, 'out.txt')}")
+    if st.st_nlink > 1:
+        raise UsageError(f"{option} {path}: has {st.st_nlink} hard links, so it is also a file elsewhere; nodeagent "
+                         "replaces only a file of its own (one link) or creates a new path",
+                         hint=f"remove {path} (its other names keep the file), or give another path")
 
 
 def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o644, *,

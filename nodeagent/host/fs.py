@@ -34,6 +34,36 @@ from ..util.errors import (
     UsageError,
 )
 
+_KD = r"/sys/kernel/mm/damon/admin/kdamonds"
+_CTX = _KD + r"/[0-9]+/contexts/[0-9]+"
+_SCH = _CTX + r"/schemes/[0-9]+"
+#: The DAMON attribute files nodeagent writes, exactly (kinds/damon declares the same as its ``writes``).
+DAMON_WRITES: tuple[str, ...] = (
+    _KD + r"/nr_kdamonds",
+    _KD + r"/[0-9]+/(state|refresh_ms)",
+    _KD + r"/[0-9]+/contexts/nr_contexts",
+    _CTX + r"/(operations|addr_unit)",
+    _CTX + r"/monitoring_attrs/intervals/(sample_us|aggr_us|update_us)",
+    _CTX + r"/monitoring_attrs/intervals/intervals_goal/(access_bp|aggrs|min_sample_us|max_sample_us)",
+    _CTX + r"/monitoring_attrs/nr_regions/(min|max)",
+    _CTX + r"/targets/nr_targets",
+    _CTX + r"/targets/[0-9]+/pid_target",
+    _CTX + r"/targets/[0-9]+/regions/nr_regions",
+    _CTX + r"/targets/[0-9]+/regions/[0-9]+/(start|end)",
+    _CTX + r"/schemes/nr_schemes",
+    _SCH + r"/(action|target_nid|apply_interval_us)",
+    _SCH + r"/access_pattern/(sz|nr_accesses|age)/(min|max)",
+    _SCH + r"/quotas/(ms|bytes|reset_interval_ms)",
+    _SCH + r"/quotas/weights/(sz|nr_accesses|age)_permil",
+    _SCH + r"/quotas/goals/nr_goals",
+    _SCH + r"/quotas/goals/[0-9]+/(target_metric|target_value|current_value|nid|path)",
+    _SCH + r"/watermarks/(metric|interval_us|high|mid|low)",
+    _SCH + r"/(core_|ops_)?filters/nr_filters",
+    _SCH + r"/(core_|ops_)?filters/[0-9]+/(type|matching|allow|memcg_path|addr_start|addr_end|damon_target_idx|"
+           r"min|max)",
+    _SCH + r"/dests/nr_dests",
+)
+
 #: Every path the agent may ever write. A profile cannot widen this: it names settings, never paths. Each resource
 #: kind declares the paths it writes (``Resource.writes``); tests/unit/test_write_allow.py holds this table to
 #: exactly those plus nodeagent's own files (state, units, udev rule, NFD feature file).
@@ -52,7 +82,10 @@ WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
         r"/sys/kernel/mm/numa/demotion_enabled",
         r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
         r"/sys/devices/system/memory/auto_online_blocks",
-        r"/sys/kernel/mm/damon/admin/kdamonds/.*",
+        # DAMON's sysfs interface: each attribute file a kdamond's setup, start, commit and removal writes
+        # (kinds/damon/spec.py, apply.py), as the kernel lays them out (mm/damon/sysfs.c, sysfs-schemes.c) —
+        # never a name of nodeagent's choosing, so nothing else can be created or written under kdamonds/.
+        *DAMON_WRITES,
         # NUMA balancing's scan and promotion tunables (debugfs since 5.13; facts/knobs.py)
         r"/sys/kernel/debug/sched/numa_balancing/(scan_delay_ms|scan_period_(min|max)_ms|scan_size_mb|"
         r"hot_threshold_ms)",
@@ -252,6 +285,14 @@ class RootedFS:
             self._root_fd = os.open(self._real_root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         return self._root_fd
 
+    def _kernel_tree(self, path: str, real: str, verb: str) -> NotAllowedError:
+        """A file of nodeagent's own (state, units, label file) whose directory leads into /sys, /proc or /dev."""
+        return NotAllowedError(f"refusing to {verb} {path}: it leads to {real}, inside the kernel's "
+                               f"{real.split('/')[1]} tree; nodeagent keeps its own files outside /sys, /proc and "
+                               "/dev", path=path,
+                               hint=f"remove the symlink on the way to {path} that leads there, and let nodeagent "
+                                    "create its directory")
+
     def _escape(self, path: str, how: str) -> EscapeError:
         return EscapeError(f"refusing {path}: {how}, outside the root {self.root}", path=path,
                            hint="the root's tree is not what the kernel lays out: remove the symlink, or give "
@@ -296,6 +337,9 @@ class RootedFS:
                     except FileNotFoundError:
                         if not create:
                             raise
+                        if names and f"/{names[0]}/" in _KERNEL_TREES:  # only nodeagent's own directories are
+                            # created, and never inside the kernel's trees (a state dir linked into sysfs)
+                            raise self._kernel_tree(path, "/" + "/".join([*names, comp]), "create") from None
                         with suppress(FileExistsError):
                             os.mkdir(comp, 0o755, dir_fd=cur)
                         pending.append(comp)  # open it like any other component (it may have been swapped)
@@ -352,10 +396,12 @@ class RootedFS:
                 os.close(w.fd)
 
     @contextmanager
-    def _open_regular(self, path: str, flags: int, verb: str) -> Iterator[tuple[int, list[str]]]:
+    def _open_regular(self, path: str, flags: int, verb: str, *, own: bool = False
+                      ) -> Iterator[tuple[int, list[str]]]:
         """``(fd, resolved components)`` of the existing regular file ``path`` opened with ``flags``. The
         type is checked on the walk's ``O_PATH`` descriptor and the file reopened through that very
-        descriptor, so a FIFO or device node is refused without ever being opened (no open side effects)."""
+        descriptor, so a FIFO or device node is refused without ever being opened (no open side effects).
+        With ``own`` a file with more than one hard link is refused too (:func:`require_own_file`)."""
         with self._leaf(path) as w:
             if w.fd is None or w.st is None:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
@@ -364,6 +410,8 @@ class RootedFS:
                     raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
                 raise NotAllowedError(f"refusing to {verb} {path}: {file_kind(w.st.st_mode)}, not a regular file",
                                       path=path, hint="kernel attributes and state files are regular files")
+            if own:
+                require_own_file(w.st, path, verb)
             fd = os.open(f"/proc/self/fd/{w.fd}", flags | os.O_CLOEXEC) if _PROC_FD else \
                 os.open(w.name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=w.dir_fd)
         try:
@@ -383,9 +431,9 @@ class RootedFS:
             raise map_oserror(exc, path, "resolve") from None
 
     # -- reads ---------------------------------------------------------------------------------------
-    def _read(self, path: str) -> str:
+    def _read(self, path: str, *, own: bool = False) -> str:
         limit = MAX_READ
-        with self._open_regular(path, os.O_RDONLY, "read") as (fd, _):
+        with self._open_regular(path, os.O_RDONLY, "read", own=own) as (fd, _):
             data = read_bounded(fd, limit)
         if data is None:
             raise NotAllowedError(f"refusing to read {path}: longer than {limit} bytes", path=path)
@@ -406,6 +454,28 @@ class RootedFS:
             return None
         except OSError as exc:
             raise map_oserror(exc, path, "read") from None
+
+    def read_own_opt(self, path: str) -> str | None:
+        """One of nodeagent's own files (state, journal), like :meth:`read_opt`, but a file with more than one
+        hard link is refused: what it holds is another file's, which nodeagent must neither trust nor copy."""
+        try:
+            return self._read(path, own=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise map_oserror(exc, path, "read") from None
+
+    def require_own(self, path: str, verb: str = "use") -> None:
+        """Refuse, before any work, a regular file at ``path`` (not followed) with more than one hard link
+        (:func:`require_own_file`); absent is fine."""
+        try:
+            with self._leaf(path, follow=False) as w:
+                if w.st is not None:
+                    require_own_file(w.st, path, verb)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise map_oserror(exc, path, "stat") from None
 
     def _stat(self, path: str) -> os.stat_result | None:
         try:
@@ -542,20 +612,26 @@ class RootedFS:
         files (``files``: state, units — fixed names, replaced by rename) a directory linked elsewhere inside
         the root is followed, as long as it does not lead into the kernel's trees."""
         real = "/" + "/".join(names)
-        if files and not real.startswith(_KERNEL_TREES):
+        if files and real.startswith(_KERNEL_TREES):
+            raise self._kernel_tree(path, real, verb)
+        if files:
             return
         if real != path and not self.allowed(real):
             raise NotAllowedError(f"refusing to {verb} {path}: it leads to {real}, which is not in nodeagent's "
                                   "write allow-list", path=path)
 
     @contextmanager
-    def _parent(self, path: str, verb: str, *, create: bool) -> Iterator[tuple[int, str]]:
+    def _parent(self, path: str, verb: str, *, create: bool, own: bool = True) -> Iterator[tuple[int, str]]:
         """``(dir_fd, name)`` for a file nodeagent creates or replaces itself (state, units): the directory
-        resolved (and with ``create`` made) inside the root, the entry itself never followed."""
+        resolved (and with ``create`` made) inside the root, the entry itself never followed. With ``own`` an
+        existing entry that is a regular file with more than one hard link is refused (:func:`require_own_file`);
+        callers that then open the entry check its descriptor again."""
         w = self._resolve(path, follow=False, create=create)
         try:
             if w.fd is not None:
                 os.close(w.fd)
+            if own and w.st is not None:
+                require_own_file(w.st, path, verb)
             if not w.name:
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
             self._require_resolved_allowed(path, w.names, verb, files=True)
@@ -582,7 +658,9 @@ class RootedFS:
                                               "kernel attribute", path=path)
                 self._writer.write("/" + "/".join(w.names), value)
             else:
-                with self._open_regular(path, os.O_WRONLY, "write") as (fd, names):
+                # A kernel attribute has one link: a second one makes it some other file (a hard link from outside
+                # the root), which a write in place would change.
+                with self._open_regular(path, os.O_WRONLY, "write", own=True) as (fd, names):
                     self._require_resolved_allowed(path, names, "write")
                     os.write(fd, value.encode())
         except OSError as exc:
@@ -636,6 +714,7 @@ class RootedFS:
             if not stat.S_ISREG(st.st_mode):
                 raise NotAllowedError(f"refusing to lock {path}: {file_kind(st.st_mode)}, not a regular file",
                                       path=path, hint=f"remove {path}; nodeagent creates it")
+            require_own_file(st, path, "lock")
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -648,8 +727,11 @@ class RootedFS:
                             f"another nodeagent run (pid {holder}) holds {path}; waited {timeout:.0f}s",
                             hint="wait for it to finish, or raise --lock-timeout") from None
                     time.sleep(0.05)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError as exc:  # a full disk: the file could be created, its few bytes not written
+                raise map_oserror(exc, path, "write the holder's pid into") from None
             from .commands import HELD_LOCKS  # children inherit the lock: it ends with the last of them
 
             HELD_LOCKS.add(fd)
@@ -685,6 +767,7 @@ class RootedFS:
                 if not stat.S_ISREG(st.st_mode):
                     raise NotAllowedError(f"refusing to append to {path}: {file_kind(st.st_mode)}, not a regular "
                                           "file", path=path, hint=f"remove {path}; nodeagent creates it")
+                require_own_file(st, path, "append to")
                 os.write(fd, data.encode())
                 os.fsync(fd)
             finally:
@@ -708,6 +791,7 @@ class RootedFS:
                 if not stat.S_ISREG(st.st_mode):
                     raise NotAllowedError(f"refusing to write {path}: {file_kind(st.st_mode)}, not a regular file",
                                           path=path, hint=f"remove {path}; nodeagent creates it")
+                require_own_file(st, path, "reserve space in")
                 if st.st_size < nbytes:
                     try:
                         os.posix_fallocate(fd, 0, nbytes)
@@ -730,7 +814,8 @@ class RootedFS:
         points to."""
         self._require_allowed(path, "remove")
         try:
-            with self._parent(path, "remove", create=False) as (dfd, name):
+            # own=False: unlinking one name of a hard-linked file leaves its other names, and the file, untouched
+            with self._parent(path, "remove", create=False, own=False) as (dfd, name):
                 self._before_file(path)
                 os.unlink(name, dir_fd=dfd)
         except FileNotFoundError:
@@ -766,6 +851,17 @@ def read_bounded(fd: int, limit: int) -> bytes | None:
         chunks.append(chunk)
         got += len(chunk)
     return None
+
+
+def require_own_file(st: os.stat_result, path: str, verb: str) -> None:
+    """Refuse a regular file with more than one hard link where nodeagent writes, appends, locks or sets aside
+    its own files: another name of that inode may lie outside the root (``ln /etc/shadow ROOT/.../lock``), and a
+    write in place would change that file. nodeagent never links its files, so a second link is not its own."""
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise NotAllowedError(
+            f"refusing to {verb} {path}: it has {st.st_nlink} hard links, so it is also a file elsewhere "
+            "(nodeagent writes only files of its own, which have one link)", path=path,
+            hint=f"remove {path} (the other names of the file keep it); nodeagent creates its own")
 
 
 def check_timeout(timeout: float) -> None:

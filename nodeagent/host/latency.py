@@ -21,7 +21,6 @@ refused: it would measure this machine. Nothing is written but the helper's own 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -32,8 +31,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..util import jsonin
 from ..util.errors import HostError
-from ..util.kfmt import parse_list, parse_meminfo
+from ..util.kfmt import MAX_CPUS, parse_list, parse_meminfo
 
 if TYPE_CHECKING:
     from . import Host
@@ -114,11 +114,12 @@ class Survey:
 # -- what the node says --------------------------------------------------------------------------------------
 
 def _nodes(host: Host, name: str) -> list[int]:
-    return parse_list(host.read_opt(f"{NODE}/{name}") or "")
+    return parse_list(host.read_opt(f"{NODE}/{name}") or "", f"{NODE}/{name}")
 
 
 def node_cpus(host: Host, node: int) -> list[int]:
-    return parse_list(host.read_opt(f"{NODE}/node{node}/cpulist") or "")
+    return parse_list(host.read_opt(f"{NODE}/node{node}/cpulist") or "", f"{NODE}/node{node}/cpulist",
+                      limit=MAX_CPUS)
 
 
 def free_bytes(host: Host, node: int) -> int:
@@ -334,7 +335,7 @@ def run(binary: Path, initiator: int, node: int, cpu: int, size: int, limits: Li
                 "checks.latency.max_seconds (up to 10)" if proc.returncode == 4 else None)
         raise HostError(f"the latency probe of node{node} from CPU {cpu} failed: {msg}", hint=hint)
     try:
-        out = json.loads(proc.stdout)
+        out = jsonin.loads(proc.stdout)
     except ValueError:
         raise HostError(f"the latency probe printed no result: {proc.stdout[:200]!r}") from None
     placed = tuple(out.get("nodes", ()))

@@ -116,5 +116,5 @@ def copy_bandwidth(host: Host, node: int, cpus: list[int], *, size: int, iterati
 def _max_node(host: Host) -> int:
     from ..util.kfmt import parse_list
 
-    ids = parse_list(host.read_opt("/sys/devices/system/node/possible") or "0")
+    ids = parse_list(host.read_opt("/sys/devices/system/node/possible") or "0", "/sys/devices/system/node/possible")
     return max(ids) if ids else 0

@@ -20,6 +20,7 @@ from itertools import count
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ..util import jsonin
 from ..util.errors import UsageError
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ class SimSource:
         out = []
         for line in lines:
             try:
-                ev = UEvent(**json.loads(line))
+                ev = UEvent(**jsonin.loads(line))
             except (ValueError, TypeError):
                 continue
             if ev.subsystem in self.subsystems:

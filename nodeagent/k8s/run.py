@@ -69,15 +69,18 @@ def require_sole_owner(engine: Engine) -> None:
 
 
 def _fingerprint(path: str) -> tuple[Any, ...] | None:
-    """What says the profile changed: where its path leads now, that file's identity and content digest."""
+    """What says the profile changed: where its path leads now, that file's identity and content digest; for a
+    path that is there but is no profile file (a FIFO, a device, too large) what it is instead, so that the change
+    is noticed once and reported by the load. ``None`` when nothing is there. Read through the one bounded reader:
+    a FIFO is never waited on, ``/dev/zero`` never read without end."""
+    from ..host.files import MAX_PROFILE_BYTES, InputFileError, read_regular_stat
+
+    real = os.path.realpath(path)
     try:
-        real = os.path.realpath(path)
-        st = os.stat(real)
-        with open(real, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
-    return real, st.st_ino, st.st_mtime_ns, st.st_size, digest
+        data, st = read_regular_stat(real, MAX_PROFILE_BYTES)
+    except InputFileError as exc:
+        return None if str(exc) == "no such file" else (real, "unreadable", str(exc))
+    return real, st.st_ino, st.st_mtime_ns, st.st_size, hashlib.sha256(data).hexdigest()
 
 
 @dataclass
@@ -205,8 +208,11 @@ class Runner:
                 self.log(f"reconcile ({why}): profile {loaded.name}: {result.status}"
                          + (f", {len(result.outcomes)} change(s)" if result.outcomes else ""))
                 # the hooks every apply goes through (the labels among them, with this loop's expiry)
-                for note in after_apply(eng, loaded, result, self._after()):
+                done = after_apply(eng, loaded, result, self._after())
+                for note in done.notes:
                     self.log(note)
+                if done.failed is not None:
+                    self.log(f"after the apply: {done.failed.render()}")
                 return
             facts = eng.facts(loaded)
             checks = eng.checks(loaded, facts)

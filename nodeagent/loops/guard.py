@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..util import jsonin
 from ..util.errors import HostError, LockTimeoutError, NodeagentError
 from ..util.kfmt import parse_meminfo
 from ..util.units import approx_size
@@ -202,14 +203,13 @@ class Guardian:
 
     def _last_beat(self) -> None:
         """A guard that stops takes its heartbeat away (plan then warns at once, not after it goes stale)."""
-        import json
         import os
 
         from ..facts.guard import HEARTBEAT
 
         text = self.engine.host.read_opt(HEARTBEAT)
         try:
-            mine = bool(text) and json.loads(text or "{}").get("pid") == os.getpid()
+            mine = bool(text) and jsonin.loads(text or "{}").get("pid") == os.getpid()
         except ValueError:
             mine = False
         if mine:

@@ -212,7 +212,7 @@ class Collector:
     def node_vmstat(self) -> dict[int, dict[str, int]]:
         """Each online node's ``vmstat`` counters."""
         return {nid: parse_vmstat(self.host.read_opt(f"{NODE}/node{nid}/vmstat") or "")
-                for nid in parse_list(self.host.read_opt(f"{NODE}/online") or "")}
+                for nid in parse_list(self.host.read_opt(f"{NODE}/online") or "", f"{NODE}/online")}
 
 
     # -- the families ------------------------------------------------------------------------------------------

@@ -7,6 +7,12 @@ A scrape collects the cheap kernel files there and then; a sampler thread does t
 write; the sampler writes ``update_schemes_stats`` to nodeagent's own kdamonds only, and nothing on kernels with
 ``refresh_ms``.
 ``process_*`` series (CPU seconds, resident memory) show what the exporter itself costs.
+
+HTTP is served by waitress, which holds under load the way a node's exporter must: one thread reads every
+connection without blocking and hands only complete requests to :data:`WORKERS` threads (idle or half-sent
+connections cost a descriptor, never a thread); a connection quiet for :data:`READ_TIMEOUT` seconds is closed
+(an HTTP/0.9 request, a half-open one); at most :data:`MAX_CONNECTIONS` are open. Concurrent scrapes share one
+collection, kept :data:`CACHE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -26,6 +32,14 @@ from .latency import measure as measure_latency
 #: Above the 9100-9999 range of Prometheus' default port allocations, which is full (9400 is dcgm-exporter's).
 DEFAULT_PORT = 10075
 DEFAULT_LISTEN = f":{DEFAULT_PORT}"
+#: Threads that answer complete requests (a scrape collects in milliseconds; more would only contend for the lock).
+WORKERS = 4
+#: Open connections at most; beyond it new ones wait in the listen backlog until quiet ones are closed.
+MAX_CONNECTIONS = 2000
+#: A connection that sends nothing (or not a whole request) for this long is closed.
+READ_TIMEOUT = 5.0
+#: Scrapes within this many seconds of a collection are answered with it (one collection for a burst of them).
+CACHE_SECONDS = 1.0
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -49,14 +63,23 @@ def _to_client(f: Family) -> Any:
 
 class _Adapter:
     """A prometheus_client collector over :meth:`Collector.collect` (its lock keeps a scrape and the sampler
-    from reading half of each other's state)."""
+    from reading half of each other's state). A collection younger than ``cache`` seconds is served again:
+    scrapes that arrive together (several Prometheus servers, a burst) wait for one collection and share it."""
 
-    def __init__(self, collector: Collector, lock: threading.Lock) -> None:
-        self.collector, self.lock = collector, lock
+    def __init__(self, collector: Collector, lock: threading.Lock, cache: float = CACHE_SECONDS) -> None:
+        self.collector, self.lock, self.cache = collector, lock, cache
+        self._last: tuple[float, list[Family]] | None = None
+        self.collections = 0  # how many collections the scrapes made (the cache's effect, for tests and logs)
 
     def collect(self) -> Iterator[Any]:
         with self.lock:
-            fams = self.collector.collect()
+            now = time.monotonic()
+            if self._last is not None and now - self._last[0] < self.cache:
+                fams = self._last[1]
+            else:
+                fams = self.collector.collect()
+                self.collections += 1
+                self._last = (time.monotonic(), fams)
         for f in fams:
             if f.samples:
                 yield _to_client(f)
@@ -77,13 +100,15 @@ class Exporter:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.server: Any = None
+        self.adapter = _Adapter(collector, self.lock)
+        self._http: threading.Thread | None = None
 
     def registry(self) -> Any:
         from prometheus_client import CollectorRegistry
         from prometheus_client.process_collector import ProcessCollector
 
         reg = CollectorRegistry(auto_describe=False)
-        reg.register(_Adapter(self.collector, self.lock))  # type: ignore[arg-type]
+        reg.register(self.adapter)  # type: ignore[arg-type]
         ProcessCollector(registry=reg)
         return reg
 
@@ -124,29 +149,42 @@ class Exporter:
 
     def start(self, addr: str, port: int) -> tuple[str, int]:
         """Listen on ``addr:port`` (port 0: an ephemeral one) and start sampling. Returns where it listens."""
-        import socket
-        from wsgiref.simple_server import WSGIRequestHandler, make_server
-
+        import waitress
         from prometheus_client import make_wsgi_app
-        from prometheus_client.exposition import ThreadingWSGIServer
 
-        class Quiet(WSGIRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        class Server(ThreadingWSGIServer):
-            address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-
+        _raise_open_files(MAX_CONNECTIONS + 256)
         with self.lock:
             self.collector.sample()  # the first scrape has everything
-        self.server = make_server(addr, port, make_wsgi_app(self.registry()), Server, handler_class=Quiet)
+        self.server = waitress.create_server(
+            make_wsgi_app(self.registry()), host=addr, port=port, threads=WORKERS, connection_limit=MAX_CONNECTIONS,
+            channel_timeout=READ_TIMEOUT, cleanup_interval=1, asyncore_use_poll=True,  # poll: no FD_SETSIZE limit
+            max_request_header_size=16 * 1024, max_request_body_size=0, ident="nodeagent", expose_tracebacks=False)
         threading.Thread(target=self._sampler, name="nodeagent-sampler", daemon=True).start()
-        threading.Thread(target=self.server.serve_forever, name="nodeagent-http", daemon=True).start()
-        host, bound = self.server.server_address[:2]
-        return host, bound
+        self._http = threading.Thread(target=self._serve, name="nodeagent-http", daemon=True)
+        self._http.start()
+        return str(self.server.effective_host), int(self.server.effective_port)
+
+    def _serve(self) -> None:
+        """waitress's loop, a quarter second at a time so that :meth:`shutdown` ends it from this thread."""
+        server = self.server
+        while not self.stop.is_set():
+            server.asyncore.loop(timeout=0.25, map=server._map, use_poll=True, count=1)
+        for channel in list(server._map.values()):
+            channel.close()
+        server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
 
     def shutdown(self) -> None:
         self.stop.set()
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        if self._http is not None:
+            self._http.join(timeout=10)
+
+
+def _raise_open_files(want: int) -> None:
+    """Lift the soft limit on open files to ``want`` (within the hard limit): each connection is a descriptor, and
+    the default soft limit (1024) is below :data:`MAX_CONNECTIONS`."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -71,10 +71,22 @@ def versions() -> dict[str, str]:
             "pydantic-core": _dist_version("pydantic-core"), "model": _model_code()}
 
 
+#: A cache entry holds one validated profile in plain form: a few hundred KiB at most.
+MAX_ENTRY_BYTES = 16 * 1024 * 1024
+
+
+def _read(path: str | Path) -> bytes:
+    """A file of the chain, through the one bounded reader (a FIFO or ``/dev/zero`` is refused, never waited on
+    or read without end); :class:`~nodeagent.host.files.InputFileError` (a ValueError) otherwise."""
+    from ..host.files import MAX_PROFILE_BYTES, read_regular
+
+    return read_regular(path, MAX_PROFILE_BYTES)
+
+
 def _sha(path: str) -> str | None:
     try:
-        return sha256(Path(path).read_bytes())
-    except OSError:
+        return sha256(_read(path))
+    except ValueError:  # not a readable regular file of a profile's size: no match, the load reports it
         return None
 
 
@@ -93,7 +105,7 @@ def chain_files(path: Path) -> dict[str, str]:
         p = todo.pop()
         if str(p) in out:
             continue
-        raw = p.read_bytes()
+        raw = _read(p)
         out[str(p)] = sha256(raw)
         doc = yaml.safe_load(raw)
         ext = doc.get("extends") if isinstance(doc, dict) else None
@@ -107,13 +119,14 @@ def lookup(path: str | Path) -> ResolvedProfile | None:
     if os.environ.get("NODEAGENT_PROFILE_CACHE") == "0":
         return None
     real = Path(path).resolve()
+    from ..host.files import read_regular_stat
+
     try:
-        with open(_entry_path(real), "rb") as f:
-            st = os.fstat(f.fileno())
-            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-                return None  # an entry someone else could have written is not trusted as validated
-            entry = json.loads(f.read())
-    except (OSError, ValueError):
+        raw, st = read_regular_stat(_entry_path(real), MAX_ENTRY_BYTES)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None  # an entry someone else could have written is not trusted as validated
+        entry = json.loads(raw)
+    except (OSError, ValueError, RecursionError):  # no entry, not a regular file, too large, not JSON, too deep
         return None
     if not isinstance(entry, dict) or entry.get("versions") != versions() or entry.get("shown") != str(path):
         return None
@@ -148,7 +161,7 @@ def store(path: str | Path, loaded: Any) -> None:
         except BaseException:
             os.unlink(tmp)
             raise
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):
         pass
 
 

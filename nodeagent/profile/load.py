@@ -18,11 +18,11 @@ from typing import Any
 
 import yaml
 
-from ..host.files import InputFileError, read_regular
+from ..host.files import MAX_PROFILE_BYTES, InputFileError, read_regular
 from ..util.errors import ProfileError
 from .resolved import Loc  # defined with the plain-form record, which must not load YAML
 
-MAX_BYTES = 1024 * 1024
+MAX_BYTES = MAX_PROFILE_BYTES
 KEY = "<key>"  # marks a key's own position in the locations map: (*path, KEY, key)
 MAX_NODES = 100_000  # values after alias expansion: far above any real profile, far below a "billion laughs"
 MAX_EXTENDS_DEPTH = 16
@@ -74,6 +74,24 @@ def read_text(path: Path) -> str:
         raise ProfileError([f"{shown}: empty profile"],
                            hint="a profile starts with apiVersion: nodeagent/v1 and kind: NodeProfile")
     return text
+
+
+def _bare(node: LNode) -> Any:
+    """The plain value of an :class:`LNode` tree, positions dropped."""
+    if isinstance(node.value, dict):
+        return {k: _bare(v) for k, v in node.value.items()}
+    if isinstance(node.value, list):
+        return [_bare(v) for v in node.value]
+    return node.value
+
+
+def _as_written(node: LNode) -> str:
+    """A value for a message, in words and in YAML's flow style (``a list [a, b]``, ``null``)."""
+    value = _bare(node)
+    kind = ("a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else
+            "a boolean" if isinstance(value, bool) else "a number" if isinstance(value, int | float) else "")
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip().removesuffix("...").strip()
+    return f"{kind} {text}" if kind else text
 
 
 class _DepthError(Exception):
@@ -129,7 +147,8 @@ class _Converter:
                                         "use extends:"])
                 key = self.convert(knode, depth + 1)
                 if not isinstance(key.value, str):
-                    raise ProfileError([f"{key.loc}: keys must be strings, got {key.value!r}"])
+                    raise ProfileError([f"{key.loc}: keys must be strings, got {_as_written(key)}"],
+                                       hint="write the key as a name (quote it if it looks like a number: \"1\")")
                 if key.value in out:
                     first = out[key.value].loc
                     raise ProfileError([f"{key.loc}: duplicate key {key.value!r} (first at line {first.line})"])

@@ -14,7 +14,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from ..util.errors import ProfileError
-from .load import KEY, LNode, Loc, load_tree, parse, resolve_extends, to_plain
+from .load import KEY, MAX_BYTES, LNode, Loc, load_tree, parse, resolve_extends, to_plain
 from .model import NodeProfile
 
 __all__ = ["LoadedProfile", "load_profile", "load_profile_text", "NodeProfile", "schema"]
@@ -146,6 +146,10 @@ def load_profile(path: str | Path) -> LoadedProfile:
 def load_profile_text(text: str, shown: str = "<inline>", base_dir: Path | None = None) -> LoadedProfile:
     """A profile given as text (Ansible's inline profile). ``extends`` resolves against ``base_dir``; without
     one it is refused."""
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_BYTES:
+        raise ProfileError([f"{shown}: too large for a profile ({size} bytes, the limit is {MAX_BYTES}, as for a "
+                            "profile file)"], hint="check that this is the right profile")
     node: LNode = parse(text, shown)
     if "extends" in node.value:
         if base_dir is None:

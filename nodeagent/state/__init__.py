@@ -23,9 +23,10 @@ Every file carries its ``format`` (:data:`FORMAT`) and every time in it is RFC 3
 previous format (no ``format`` key) is migrated on read and written in the new one by the next write; a file
 that is not JSON, of the wrong shape, or of a newer format is reported in :attr:`StateStore.warnings` (naming the
 file and the field) and read as empty — set aside as ``<name>.corrupt-<time>`` when a writing command holds the
-lock, with what was lost in it, never a crash and never silently reset. Every write goes through
-:meth:`StateStore.write_record` (atomic: temp file, fsync, rename, fsync of the directory; on ENOSPC the room an
-apply holds is given back and the write tried again).
+lock (renamed: the file itself moves, nothing is copied), with what was lost in it, never a crash and never
+silently reset. A state file with more than one hard link is refused, read or written: it is another file's too.
+Every write goes through :meth:`StateStore.write_record` (atomic: temp file, fsync, rename, fsync of the
+directory; on ENOSPC the room an apply holds is given back and the write tried again).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
+from ..util import jsonin
 from ..util.timestamps import parse as parse_time
 from ..util.timestamps import rfc3339
 
@@ -634,6 +636,8 @@ class PlanState(NamedTuple):
 RECORDS: tuple[type[Record], ...] = (LastApplied, Originals, Ownership, DriftRecord, LastChecks, Probes, Progress)
 #: Where a run holds room for its records (:meth:`StateStore.reserve`).
 RESERVE = ".reserve"
+#: The state directory's files besides the records: the lock, the journal and its rotations, the reserve.
+OWN_FILES = ("lock", "journal.jsonl", "journal.jsonl.1", "journal.jsonl.2", RESERVE)
 #: Beyond the records' own size: the journal's event, ownership records of what gets built, filesystem overhead.
 SLACK = 64 * 1024
 
@@ -654,16 +658,24 @@ class StateStore:
 
     @contextmanager
     def locked(self, timeout: float = 60.0) -> Iterator[None]:
-        from ..util.errors import HostError
+        from ..util.errors import HostError, NoSpaceError
         from .boot_cache import PERSIST
 
         with ExitStack() as stack:
             try:
                 stack.enter_context(self.host.fs.lock(self.path("lock"), timeout))
             except HostError as exc:  # the state directory cannot even hold the lock: nothing has been done
+                hint = f"free space on the filesystem that holds {STATE_DIR} (df {STATE_DIR}), then run again" \
+                    if isinstance(exc, NoSpaceError) else \
+                    f"make {STATE_DIR} writable (a read-only filesystem? a full disk?), then run again"
                 raise type(exc)(f"cannot take the state lock: {exc.message}; nothing was written", path=STATE_DIR,
-                                hint=exc.hint or f"make {STATE_DIR} writable (a read-only filesystem? a full disk?), "
-                                "then run again") from None
+                                hint=exc.hint or hint) from None
+            try:  # every file of its own a writing run may write in place or set aside: checked before any work
+                for name in (*OWN_FILES, *(r.FILE for r in RECORDS)):
+                    self.host.fs.require_own(self.path(name))
+            except HostError as exc:
+                raise type(exc)(f"cannot use the state directory: {exc.message}; nothing was written", path=exc.path,
+                                hint=exc.hint) from None
             self.writable = True
             token = PERSIST.set(True)  # probes run while the lock is held are kept for this boot
             try:
@@ -676,11 +688,11 @@ class StateStore:
     def read(self, kind: type[R]) -> R:
         """The record in ``kind.FILE``, validated (and migrated from the previous format); empty when there is
         none, or when the file is unreadable (see the module docs)."""
-        raw = self.host.read_opt(self.path(kind.FILE))
+        raw = self.host.fs.read_own_opt(self.path(kind.FILE))  # a hard link to another file is refused
         if raw is None or not raw.strip():
             return kind()
         try:
-            data = json.loads(raw)
+            data = jsonin.loads(raw)
             if not isinstance(data, dict):
                 raise ShapeError(f"expected a JSON object, got {_type(data)}")
             return kind.from_json(data)
@@ -762,7 +774,8 @@ class StateStore:
             return
         aside = f"{name}.corrupt-{rfc3339().replace(':', '')}"
         try:
-            self.host.fs.write_file_atomic(self.path(aside), raw)
+            # Set aside by rename: the file itself moves (its mode, its owner, one link), nothing is copied.
+            self.host.fs.rename(self.path(name), self.path(aside))
             if kept is not None:
                 self.write_record(kept)
             else:
@@ -833,7 +846,10 @@ def _salvage(kind: type[R], data: dict[str, Any]) -> tuple[R | None, list[str]]:
         return None, []
     if kind.FILE == "originals.json" and "originals" not in data:  # format 1: the targets at the top level
         data = {"format": FORMAT, "originals": {k: v for k, v in data.items() if k != "format"}}
-    base = json.loads(json.dumps(data))
+    try:
+        base = json.loads(json.dumps(data))
+    except RecursionError:  # nested just short of what the parser refuses: too deep to tell records apart
+        return None, []
     for path in paths:
         _put(base, path, {})
     try:
@@ -885,7 +901,7 @@ def _held(name: str, raw: str) -> str:
     """What a bad file held, as far as it can be read: its records by name where it parses at all."""
     what = _HOLDS.get(name, "its records")
     try:
-        data = json.loads(raw)
+        data = jsonin.loads(raw)
     except ValueError:
         return f"every record in it ({what}...)"
     if not isinstance(data, dict):

@@ -14,6 +14,7 @@ and skip a torn last line rather than fail.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..host import Host
+from ..util import jsonin
 from ..util.errors import UsageError
 from ..util.timestamps import rfc3339
 from . import JOURNAL
@@ -74,18 +76,18 @@ class Journal:
         """Every event, oldest first. Lines that do not parse (a torn write) are counted in ``skipped``."""
         self.skipped = 0
         for name in self.files():
-            text = self.host.read_opt(name)
+            text = self.host.fs.read_own_opt(name)  # a hard link to another file is refused
             if not text:
                 continue
             for line in text.splitlines():
                 if not line.strip():
                     continue
                 try:
-                    event = json.loads(line)
+                    event = jsonin.loads(line)
                 except ValueError:
                     self.skipped += 1
                     continue
-                if isinstance(event, dict):
+                if well_formed(event):
                     yield event
                 else:
                     self.skipped += 1
@@ -99,6 +101,34 @@ class Journal:
                and (resource is None or resource in resources_of(e))
                and (target is None or target in targets_of(e))]
         return out[-limit:] if limit else out
+
+
+#: Fields of an event that are text when present (null counts as absent), and those that are lists of text.
+_TEXT = ("event", "time", "resource", "target", "profile", "status", "device", "action", "subsystem")
+_TEXTS = ("scope", "reverted")
+
+
+def well_formed(event: Any) -> bool:
+    """An event as nodeagent writes it, as far as readers rely on it: an object with a finite number ``ts``, an
+    ``event`` name, text where text is read and lists where lists are; ``changes`` a list of objects with text
+    targets. A line that parses as JSON but is none of that (``{"ts": "x"}``, ``"changes": "abc"``) is skipped like
+    a torn one, never a crash of ``history`` or ``status``."""
+    if not isinstance(event, dict):
+        return False
+    ts = event.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+        return False
+    if not isinstance(event.get("event"), str):
+        return False
+    if any(event.get(k) is not None and not isinstance(event[k], str) for k in _TEXT):
+        return False
+    if any(k in event and not (isinstance(event[k], list) and all(isinstance(x, str) for x in event[k]))
+           for k in _TEXTS):
+        return False
+    changes = event.get("changes", [])
+    return isinstance(changes, list) and all(
+        isinstance(c, dict) and all(c.get(k) is None or isinstance(c[k], str) for k in ("kind", "target", "status"))
+        for c in changes)
 
 
 def resources_of(event: dict[str, Any]) -> set[str]:

@@ -88,6 +88,11 @@ class NotAllowedError(HostError):
     """A write outside the agent's allow-list, or a path that escapes the root. Never a user setting."""
 
 
+class KernelFormatError(HostError):
+    """A kernel file that does not read as the kernel prints it: a list with an id beyond what the kernel allows, a
+    number that is no number. ``path`` names the file; the tree under the root is not a kernel's."""
+
+
 class CommandError(HostError):
     """An external command could not be run or failed."""
 

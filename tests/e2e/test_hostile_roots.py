@@ -183,3 +183,82 @@ def test_tree_writes_refuse_links(tmp_path) -> None:
     with pytest.raises(OSError):
         t.file("/sys/dir/f", "1")
     assert (outside / "f").read_text() == "precious\n" and sorted(os.listdir(outside)) == ["f"]
+
+
+@pytest.mark.parametrize("name", ["lock", "journal.jsonl", "journal.jsonl.1", ".reserve", "last-applied.json",
+                                  "ownership.json", "originals.json", "progress.json"])
+@pytest.mark.parametrize("cmd", [["apply", "--yes", "--skip-checks", "all", PROFILE], ["revert", "--yes"]],
+                         ids=lambda c: c[0])
+def test_a_state_file_hard_linked_out_of_the_root_is_refused_before_any_change(make_node, outside, capsys, name,
+                                                                               cmd) -> None:
+    """``ln OUTSIDE/victim ROOT/var/lib/nodeagent/<file>``: every component of the path is inside the root, only
+    the link count says the file is another one too. Refused with the file named, before the node is changed;
+    the file outside keeps its content and its mode, and no copy of it appears under the root."""
+    from nodeagent_sim import SimKernel
+
+    root = make_node("h100-cxl")
+    state = root / "var/lib/nodeagent"
+    state.mkdir(parents=True, exist_ok=True)
+    victim = outside / "victim"
+    victim.write_text(SECRET + "\n")
+    os.chmod(victim, 0o600)
+    if (state / name).exists():
+        (state / name).unlink()
+    os.link(victim, state / name)
+    before = tree(outside)
+    code, out, err = run(["--root", str(root), *cmd], capsys)
+    assert code == 1, out + err
+    assert f"/var/lib/nodeagent/{name}: it has 2 hard links" in err and "nothing was written" in err, err
+    assert tree(outside) == before and (victim.stat().st_mode & 0o777) == 0o600
+    assert not [e for e in SimKernel(root).journal() if e["result"] == "ok"]
+    assert "hunter2" not in out + err + "".join(
+        p.read_text(errors="replace") for p in state.rglob("*") if p.is_file() and p.stat().st_nlink == 1)
+
+
+KERNEL_DIRS = ["sys/kernel/mm/damon/admin/kdamonds", "sys/kernel/mm/damon/admin/kdamonds/0", "proc/sys/vm",
+               "sys/devices/system/node", "dev"]
+
+
+@pytest.mark.parametrize("target", KERNEL_DIRS)
+@pytest.mark.parametrize("link", ["var/lib/nodeagent", "var/lib", "etc/kubernetes/node-feature-discovery/features.d"])
+def test_own_files_never_land_in_the_kernel_s_trees(make_node, capsys, link: str, target: str) -> None:
+    """``ln -s ../../sys/kernel/mm/damon/admin/kdamonds ROOT/var/lib/nodeagent`` made apply write its lock,
+    journal and state there (the allow-list's ``kdamonds/.*`` matched any name); the NFD features directory
+    likewise. State and label directories must resolve outside /sys, /proc and /dev: refused, nothing created."""
+    from nodeagent_sim import SimKernel
+
+    root = make_node("qemu-3node")
+    (root / target).mkdir(parents=True, exist_ok=True)
+    p = root / link
+    if p.exists() or p.is_symlink():
+        import shutil
+
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.symlink_to(os.path.relpath(root / target, p.parent))
+    before = sorted(str(x.relative_to(root)) for x in (root / target).rglob("*"))
+    cmd = ["apply", "--yes", "--skip-checks", "all", PROFILE] if "features.d" not in link else \
+        ["labels", "--write", PROFILE]
+    code, out, err = run(["--root", str(root), *cmd], capsys)
+    assert code != 0, out + err
+    assert "nodeagent keeps its own files outside /sys, /proc and /dev" in err, err
+    assert sorted(str(x.relative_to(root)) for x in (root / target).rglob("*")) == before
+    if "features.d" not in link:
+        assert not [e for e in SimKernel(root).journal() if e["result"] == "ok"]
+
+
+def test_a_hard_linked_nfd_features_file_is_refused_and_the_apply_stands(make_node, outside, capsys) -> None:
+    """``labels --write`` refuses it naming the file; an apply converges and says the labels were not updated.
+    The file outside keeps its content."""
+    root = make_node("h100-cxl")
+    features = root / "etc/kubernetes/node-feature-discovery/features.d"
+    features.mkdir(parents=True, exist_ok=True)
+    victim = outside / "victim"
+    victim.write_text(SECRET + "\n")
+    os.link(victim, features / "nodeagent")
+    code, out, err = run(["--root", str(root), "labels", "--write", PROFILE], capsys)
+    assert code == 1 and "features.d/nodeagent: it has 2 hard links" in err, out + err
+    code, out, err = run(["--root", str(root), "apply", "--yes", "--skip-checks", "all", PROFILE], capsys)
+    assert code == 0, out + err
+    assert "labels: /etc/kubernetes/node-feature-discovery/features.d/nodeagent not updated" in err, err
+    assert victim.read_text() == SECRET + "\n"

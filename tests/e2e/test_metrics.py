@@ -181,3 +181,36 @@ def test_the_apply_keeps_its_checks_once_inside_its_own_lock(make_node, tmp_path
                 if n == "nodeagent_check_status" and v == 1}
     assert kept and exported == {(r["name"], r["status"]) for r in kept}
     assert (root / FEATURES_FILE.lstrip("/")).exists()
+
+
+@pytest.mark.parametrize("swap", ["symlink", "hard link"])
+def test_a_textfile_swapped_mid_apply_fails_the_textfile_not_the_apply(make_node, tmp_path: Path, capsys,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      swap: str) -> None:
+    """The path passes the check before the apply and is swapped (for a symlink, for a hard link to another
+    file) before the textfile is written: the apply's result stands — converged, recorded, NFD labels kept —
+    and the run fails naming the textfile (exit 1), not as a usage error (64)."""
+    import nodeagent.host.files as files
+
+    root = make_node("workstation")
+    prom = tmp_path / "nodeagent.prom"
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    real_check = files.check_operator_target
+
+    def check_then_swap(path, option="--metrics-textfile"):  # the real check, then the swap a racer makes
+        real_check(path, option)
+        if swap == "symlink":
+            prom.symlink_to(victim)
+        else:
+            prom.hardlink_to(victim)
+
+    monkeypatch.setattr(files, "check_operator_target", check_then_swap)
+    code = main(["--root", str(root), "--format", "json", "apply", "--yes", "--metrics-textfile", str(prom),
+                 PROFILE])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    assert json.loads(out)["status"] == "converged"
+    assert f"apply converged and recorded, but the metrics textfile {prom} could not be written" in err, err
+    assert victim.read_text() == "precious\n"
+    assert json.loads((root / "var/lib/nodeagent/last-applied.json").read_text())["status"] == "converged"

@@ -217,3 +217,107 @@ def test_metrics_serve_command_scrapes_and_stops_on_sigterm(h100: Path) -> None:
         if proc.stderr:
             proc.stderr.close()
     assert rc == 0
+
+
+# -- under load: idle and half-sent connections, HTTP/0.9, bursts of scrapes -------------------------------------
+@pytest.fixture
+def serving(h100: Path):
+    """An exporter on an ephemeral loopback port, stopped after the test; the descriptors a thousand client
+    connections need on top of the server's."""
+    import resource
+
+    from nodeagent.metrics import exporter as exp_mod
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    exp = Exporter(Collector(open_host(h100)), exp_mod.Intervals(latency=0))
+    where = exp.start("127.0.0.1", 0)
+    yield exp, where
+    exp.shutdown()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _open(where: tuple[str, int], n: int, send: bytes = b"") -> list:
+    import socket
+
+    out = []
+    for _ in range(n):
+        s = socket.create_connection(where, timeout=10)
+        if send:
+            s.sendall(send)
+        out.append(s)
+    return out
+
+
+def _wait_accepted(exp: Exporter, n: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while len(exp.server._map) - 1 < n and time.monotonic() < deadline:  # the map holds the listener too
+        time.sleep(0.05)
+    assert len(exp.server._map) - 1 >= n, len(exp.server._map)
+
+
+def test_a_scrape_answers_in_under_a_second_beside_a_thousand_idle_connections(serving) -> None:
+    """The reported case: 1,100 half-open requests made 1,103 threads and a concurrent scrape timed out at 10 s.
+    Idle and half-sent connections cost a descriptor each, never a thread; scrapes are answered at once."""
+    import threading
+
+    exp, where = serving
+    threads_before = threading.active_count()
+    socks = _open(where, 1000) + _open(where, 100, b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+    try:
+        _wait_accepted(exp, 1100)
+        for _ in range(3):
+            start = time.monotonic()
+            text = scrape(where)
+            assert time.monotonic() - start < 1.0
+            assert "nodeagent_info" in text
+        assert threading.active_count() <= threads_before + 1  # waitress's 4 workers started with it
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_quiet_connections_are_closed_after_the_read_timeout(serving) -> None:
+    """An HTTP/0.9 request (no version, no headers to end), a half-sent one and a silent one are all closed once
+    quiet for READ_TIMEOUT seconds — the HTTP/0.9 one once held its connection past 8 s."""
+    from nodeagent.metrics.exporter import READ_TIMEOUT
+
+    _, where = serving
+    socks = _open(where, 1, b"GET /metrics\r\n") + _open(where, 1, b"GET /metrics HTTP/1.1\r\n") + _open(where, 1)
+    start = time.monotonic()
+    for s in socks:
+        s.settimeout(READ_TIMEOUT + 5)
+        assert s.recv(100) == b""  # closed by the server, nothing sent
+        s.close()
+    assert time.monotonic() - start < READ_TIMEOUT + 2.5
+
+
+def test_a_burst_of_scrapes_shares_one_collection(serving) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    exp, where = serving
+    before = exp.adapter.collections
+    with ThreadPoolExecutor(16) as pool:
+        texts = list(pool.map(lambda _: scrape(where), range(16)))
+    assert all("nodeagent_info" in t for t in texts)
+    assert exp.adapter.collections - before == 1
+    time.sleep(1.1)
+    scrape(where)
+    assert exp.adapter.collections - before == 2  # and a later one collects afresh
+
+
+def test_connections_beyond_the_cap_wait_instead_of_costing_a_thread_each(serving, monkeypatch) -> None:
+    import threading
+
+    exp, where = serving
+    monkeypatch.setattr(exp.server.adj, "connection_limit", 50)
+    socks = _open(where, 60)
+    try:
+        time.sleep(1.5)
+        assert len(exp.server._map) - 1 <= 50  # the rest wait in the listen backlog
+        assert threading.active_count() < 20
+    finally:
+        for s in socks:
+            s.close()
+    time.sleep(1.5)
+    assert "nodeagent_info" in scrape(where)  # below the cap again: serving

@@ -119,3 +119,39 @@ def test_expand_resolves_blocks_regions_and_memory_to_dax_devices(make_node) -> 
     with k.locked():
         to_system_ram(k, "dax0.0", None)
     assert expand(host, ["memory"]) == {"dax0.0"}
+
+
+BAD_EVENTS = [{"ts": "x", "event": "apply"}, {"ts": None, "event": "apply"}, {"event": "apply"},
+              {"ts": 1.0, "event": 5}, {"ts": 1.0, "event": "apply", "changes": "abc"},
+              {"ts": 1.0, "event": "apply", "changes": [1, 2]}, {"ts": 1.0, "event": "drift", "target": [1]},
+              {"ts": 1.0, "event": "apply", "status": {"a": 1}}, {"ts": float("inf"), "event": "apply"},
+              {"ts": True, "event": "apply"}, {"ts": 1.0, "event": "revert", "reverted": [None]}, [1, 2], "apply"]
+
+
+@pytest.mark.parametrize("bad", BAD_EVENTS, ids=lambda b: json.dumps(b)[:40])
+@pytest.mark.parametrize("args", [["history"], ["history", "--since", "1h"], ["history", "--resource", "knob"],
+                                  ["history", "--target", "x"], ["--format", "json", "history"], ["status"]],
+                         ids=lambda a: " ".join(a))
+def test_a_rotated_journal_with_a_line_of_the_wrong_shape_is_read_past(tmp_path, capsys, bad, args) -> None:
+    """After a rotation, ``history`` reads journal.jsonl.1 too: a line there that is JSON but not an event as
+    nodeagent writes it (``"ts": "x"``, ``"changes": "abc"``) once ended ``history`` and ``status`` in an
+    internal error. It is skipped and counted, like a torn line; the events around it are shown."""
+    from nodeagent.cli.main import main
+
+    root = tmp_path / "root"
+    (root / "sys").mkdir(parents=True)
+    (root / "proc").mkdir()
+    journal = Journal(open_host(root), max_bytes=200)
+    journal.append([{"event": "apply", "profile": "a", "status": "converged"}])
+    state = root / "var/lib/nodeagent"
+    with open(state / "journal.jsonl", "a") as f:
+        f.write(json.dumps(bad) + "\n")
+    journal.append([{"event": "revert", "status": "reverted", "reverted": ["knob.x"]}])  # rotates
+    assert (state / "journal.jsonl.1").exists()
+    events = list(journal.read())
+    assert [e["event"] for e in events] == ["apply", "revert"] and journal.skipped == 1
+    code = main(["--root", str(root), *args])
+    out, err = capsys.readouterr()
+    assert code == 0 and "internal error" not in err, out + err
+    if args == ["history"]:
+        assert "apply a: converged" in out and "revert: reverted" in out and "1 unreadable journal lines" in out

@@ -102,11 +102,17 @@ def test_wrong_api_version(tmp_path: Path) -> None:
                                                       "not allowed"),
     (HEAD + "kernel: !custom {}\n", "YAML tag '!custom' is not allowed"),
     (HEAD + "base: &b {x: 1}\nkernel:\n  <<: *b\n", "merge keys"),
-    (HEAD + "1: x\n", "keys must be strings"),
+    (HEAD + "1: x\n", "keys must be strings, got a number 1"),
+    (HEAD + "kernel:\n  [a]: b\n", "5:3: keys must be strings, got a list [a]"),
+    (HEAD + "kernel:\n  {a: 1}: b\n", "keys must be strings, got a mapping {a: 1}"),
+    (HEAD + "kernel:\n  ? [a, [b]]\n  : c\n", "keys must be strings, got a list [a, [b]]"),
+    (HEAD + "kernel:\n  null: 1\n", "keys must be strings, got null"),
+    (HEAD + "kernel:\n  yes: 1\n", "keys must be strings, got a boolean true"),
 ])
 def test_bad_files(tmp_path: Path, content: str | bytes, fragment: str) -> None:
     errs = errors_of(write(tmp_path, content))
     assert any(fragment in e for e in errs), errs
+    assert not any("LNode(" in e or "Loc(" in e for e in errs), errs  # never the loader's own objects
 
 
 def test_billion_laughs_is_refused_quickly(tmp_path: Path) -> None:

@@ -88,3 +88,21 @@ def test_what_apply_and_revert_write_is_what_the_kinds_declare(make_node, capsys
     kinds = [re.compile(p) for p in KIND_WRITES]
     for path in written:
         assert any(d.fullmatch(path) for d in kinds) or path.startswith(f"{STATE_DIR}/"), path
+
+
+@pytest.mark.parametrize("name", ["lock", "journal.jsonl", ".reserve", "last-applied.json", "0/lock",
+                                  "0/contexts/0/schemes/0/x", "0/contexts/0/schemes/0/quotas/goals/0/../../ms"])
+def test_the_kdamonds_directory_takes_only_damon_s_own_attribute_names(name: str) -> None:
+    """The allow-list once held ``kdamonds/.*``: a state directory linked into kdamonds/ had its lock, journal
+    and state written there. Only the attribute files DAMON lays out are on it now."""
+    assert not allowed(f"/sys/kernel/mm/damon/admin/kdamonds/{name}")
+
+
+@pytest.mark.parametrize("name", ["nr_kdamonds", "3/state", "0/contexts/nr_contexts", "0/contexts/0/operations",
+                                  "0/contexts/0/monitoring_attrs/intervals/intervals_goal/access_bp",
+                                  "1/contexts/0/targets/0/regions/12/start", "0/contexts/0/schemes/2/target_nid",
+                                  "0/contexts/0/schemes/0/quotas/goals/1/target_metric",
+                                  "0/contexts/0/schemes/0/core_filters/0/type",
+                                  "0/contexts/0/schemes/0/dests/nr_dests"])
+def test_damon_s_attribute_files_are_on_the_list(name: str) -> None:
+    assert allowed(f"/sys/kernel/mm/damon/admin/kdamonds/{name}")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ...facts import Facts
 from ...facts.damon import KDAMONDS, DamonFacts, Kdamond, from_facts
 from ...host import Host
+from ...host.fs import DAMON_WRITES
 from ...plan import Change, Problem
 from ...state import Original, Ownership, PlanState
 from ..base import ApplyContext, Kind, PlanContext, ResourcePlan, projection_of
@@ -121,7 +122,7 @@ class DamonResource(Kind):
     kind = KIND
     revertible = True
     reverts_from_ownership = True
-    writes: tuple[str, ...] = (rf"{KDAMONDS}/.*",)  # every file under the kdamonds directory, nothing else
+    writes: tuple[str, ...] = DAMON_WRITES  # each attribute file spec.py and apply.py write, by name
 
     def plan(self, loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         model = loaded.profile.damon

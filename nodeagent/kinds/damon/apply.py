@@ -26,6 +26,8 @@ from ..base import ApplyContext
 from .plan import ALL
 from .prime import PRIMING, SCHEMES, final_writes, walk_bytes, walk_index
 
+HAS_MEMORY = "/sys/devices/system/node/has_memory"
+
 #: How long a priming walk may take before the kdamond is committed to the profile's schemes anyway.
 PRIME_TIMEOUT_S = 30.0
 
@@ -74,7 +76,7 @@ def _closing(actx: ApplyContext, index: int, entry: OwnedKdamond, done: str) -> 
 
 
 def _require_nodes(host: Host, nodes: list[int], what: str) -> None:
-    online = set(parse_list(host.read_opt("/sys/devices/system/node/has_memory") or ""))
+    online = set(parse_list(host.read_opt(HAS_MEMORY) or "", HAS_MEMORY))
     missing = [n for n in nodes if n not in online]
     if missing:
         raise KdamondError(f"{what}: destination node{'s' if len(missing) > 1 else ''} "

@@ -17,6 +17,7 @@ from ...host import Host
 from ...plan import Change
 from ...state import OwnedDevice, Ownership
 from ...util.errors import ChangeSkipped, CommandError, HostError, MissingError, NotRecorded
+from ...util.kfmt import parse_hex
 from ...util.timestamps import rfc3339
 from ...util.units import format_size
 from ..base import ApplyContext
@@ -43,7 +44,7 @@ class Applier:
     # -- reading ------------------------------------------------------------------------------------------
     def block_size(self) -> int:
         text = self.host.read_opt("/sys/devices/system/memory/block_size_bytes")
-        return int(text, 16) if text else 0
+        return parse_hex(text, "/sys/devices/system/memory/block_size_bytes") if text else 0
 
     def device(self) -> DaxDevice:
         dev = read_device(self.host, self.name, self.block_size())

@@ -9,7 +9,6 @@ onlined memory first, so the zone must be checked.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...host import CommandResult, Host
+from ...util import jsonin
 from ...util.errors import CommandError
 
 INSTALL_HINT = ("install the daxctl package (Debian/Ubuntu: apt install daxctl; Fedora/RHEL: dnf install daxctl), "
@@ -45,7 +45,7 @@ def parse_device_json(text: str) -> list[DaxctlDevice]:
     if not text:
         return []
     try:
-        data = json.loads(text)
+        data = jsonin.loads(text)
     except ValueError as exc:
         raise ValueError(f"daxctl printed something that is not JSON ({exc})") from None
     items = data if isinstance(data, list) else [data]

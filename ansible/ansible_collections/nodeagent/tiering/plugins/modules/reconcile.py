@@ -415,8 +415,11 @@ def run(module):
     for w in node_warnings(result):
         module.warn(w)
     # the hooks every apply goes through (CLI, DaemonSet, this module): NFD labels, the metrics textfile
-    for note in after_apply(engine, loaded, result, AfterApply(metrics_textfile=p["metrics_textfile"])):
+    done = after_apply(engine, loaded, result, AfterApply(metrics_textfile=p["metrics_textfile"]))
+    for note in done.notes:
         module.warn(note)
+    if done.failed is not None:  # the apply stands (reported as the task's result); the hook's failure fails it
+        raise done.failed
     ret, failed = report(result, module.check_mode, p["allow_disruptive"], module._diff)
     if failed is not None:
         ret["msg"], ret["exit_code"] = failed
