@@ -21,12 +21,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import replace
 
 from . import cxl as simcxl
 from . import dax as simdax
+from . import devnodes
 from .kernel import SimKernel
 from .presets import LAYERS, GiB, Preset, TiB, _h100, _qemu_3node
 from .tree import RO, RW
@@ -86,7 +86,7 @@ def _hmem(k: SimKernel) -> None:
     start, size, name = 3 * TiB, 2 * TiB, "dax1.0"
     dev = f"/sys/devices/platform/hmem.1/{name}"
     t = k.tree
-    t.new_dir(dev, {"align": (2 * MiB, RW), "dev": ("252:1", RO), "memmap_on_memory": (0, RW),
+    t.new_dir(dev, {"align": (2 * MiB, RW), "dev": (f"{simdax.DAX_MAJOR}:1", RO), "memmap_on_memory": (0, RW),
                     "modalias": ("dax:t0*", RO), "numa_node": (1, RO), "resource": (hex(start), RO),
                     "size": (size, RW), "target_node": (3, RO), "uevent": (f"DEVNAME={name}\nDEVTYPE=dax", RW)})
     for attr, value in (("start", hex(start)), ("end", hex(start + size - 1)), ("page_offset", "0x0")):
@@ -95,6 +95,7 @@ def _hmem(k: SimKernel) -> None:
         t.file(f"/sys/devices/platform/hmem.1/dax_region/{attr}", value, RO)
     t.link(f"{dev}/subsystem", "../../../../bus/dax")
     t.link(f"{simdax.BUS}/devices/{name}", f"../../../devices/platform/hmem.1/{name}")
+    devnodes.add(k, dev, simdax.DAX_MAJOR, 1, name)
     t.file("/sys/module/dax_hmem/initstate", "live", RO)
     state = k.state()
     state.setdefault("dax", {})[name] = {"start": start, "size": size, "node": 3}
@@ -149,12 +150,12 @@ def complete_dax_cxl(k: SimKernel, preset: Preset) -> None:
         t.link(f"{simcxl.ROOT}/dport{0x30 + 0x10 * r}", f"../../../{bridge}")
         hb = f"{simcxl.ROOT}/port{port}"
         simcxl.port(k, hb, f"/sys/devices/{bridge}")
+        t.link(f"{hb}/parent_dport", f"../../../../{bridge}")
         t.link(f"{hb}/dport0", f"../../../../{bridge}/{bridge[3:]}:00.0")
         # no switch decoder: sim.dax numbers ports and endpoints so that its decoderN.0 would be an endpoint's
-        endpoint = f"{hb}/endpoint{ep}"
-        for name, value in (("devtype", "cxl_port"), ("decoders_committed", 1), ("modalias", "cxl:t3")):
-            t.file(f"{endpoint}/{name}", value, RO)
-        t.link(f"{endpoint}/subsystem", "../../../../../../bus/cxl")
+        endpoint = f"{hb}/endpoint{ep}"  # laid out (bound to cxl_port) by sim.dax with its memdev
+        t.set(f"{endpoint}/decoders_committed", 1)
+        t.link(f"{endpoint}/parent_dport", f"../../../../../{bridge}/{bridge[3:]}:00.0")
         dec = f"{endpoint}/decoder{ep}.0"
         simcxl.decoder(k, dec, "endpoint")
         for name, value in (("mode", "ram"), ("dpa_resource", "0x0"), ("dpa_size", f"0x{d.size:016x}")):
@@ -163,9 +164,8 @@ def complete_dax_cxl(k: SimKernel, preset: Preset) -> None:
             t.file(f"{region}/{name}", value, RO)
         t.file(f"{region}/interleave_ways", 1, RW)
         t.file(f"{region}/interleave_granularity", 256, RW)
-        t.link(f"{region}/driver", "../../../../../../bus/cxl/drivers/cxl_region")
-        memdev = os.path.realpath(k.tree.local(f"{simcxl.DEV}/mem{r}"))
-        t.link(memdev + "/driver", os.path.relpath(k.tree.local(f"{simcxl.BUS}/drivers/cxl_mem"), memdev))
+        t.link(f"{region}/subsystem", "../../../../../../bus/cxl")
+        simcxl.bind(k, region, "cxl_region")
         cx["windows"][f"decoder0.{r}"] = {"node": d.target_node, "hbs": [bridge]}
         cx["endpoints"][f"endpoint{ep}"] = {"memdev": f"mem{r}", "ram": d.size, "pmem": 0, "hb": bridge, "dport": 0,
                                             "port": f"port{port}"}
