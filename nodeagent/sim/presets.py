@@ -623,7 +623,9 @@ def capture_like(name: str, dest: Path) -> Path:
     build(get(name), tmp)
     import shutil  # (with bz2, lzma and zlib: loaded by the two helpers that copy or delete trees)
 
-    shutil.copytree(tmp, dest, symlinks=True, ignore=shutil.ignore_patterns(MARKER))
+    # no marker, and no /dev: a capture of /sys and /proc holds no device nodes (copying one would read it)
+    shutil.copytree(tmp, dest, symlinks=True,
+                    ignore=lambda d, names: [n for n in names if n == MARKER or (n == "dev" and Path(d) == tmp)])
     for tool in ("nvidia-smi", "systemd-detect-virt", "daxctl"):
         (dest / "usr/bin" / tool).unlink(missing_ok=True)
     remove(tmp)
