@@ -88,7 +88,11 @@ def scheme(k: SimKernel, base: str) -> None:
               ("watermarks/metric", "none", W), ("watermarks/interval_us", 0, W), ("watermarks/high", 0, W),
               ("watermarks/mid", 0, W), ("watermarks/low", 0, W)]
     files += [(f"stats/{s}", 0, R) for s in ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds")]
+    # tried_regions/ arrived in 6.2 (its numbered regions appear on update_schemes_tried_regions); its total_bytes
+    # in 6.6, with the update_schemes_tried_bytes command (damo's sysfs/schemes_tried_regions_sz: 6.6)
     if k.at_least(6, 2):
+        k.tree.dir(f"{base}/tried_regions")
+    if k.at_least(6, 6):
         files.append(("tried_regions/total_bytes", 0, R))
     if k.at_least(6, 3):
         files.append(("filters/nr_filters", 0, W))

@@ -1,0 +1,73 @@
+"""Attributes with the kernel's semantics and version gates, as the peer tools found them wrong (issue 48)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+import pytest
+
+from nodeagent.host.fs import RootedFS
+from nodeagent.sim import SimKernel
+from nodeagent.util.errors import PermissionDeniedError
+
+STATE = "/sys/kernel/mm/damon/admin/kdamonds/0/state"
+SCHEME = "/sys/kernel/mm/damon/admin/kdamonds/0/contexts/0/schemes/0"
+
+
+def test_reading_a_store_only_attribute_is_eacces_as_kernfs_says(make_node) -> None:
+    """kernfs_fop_open refuses a read-open of an attribute without a read bit, root or not (the captures show
+    ``Permission denied`` for ``delete_region``); a readable one next to it reads."""
+    root = make_node("qemu-cxl")
+    fs = RootedFS(root)
+    with pytest.raises(PermissionDeniedError) as exc:
+        fs.read("/sys/bus/cxl/devices/decoder0.0/delete_region")
+    assert "EACCES" in str(exc.value)
+    with pytest.raises(PermissionDeniedError):
+        fs.read_tree("/sys/bus/cxl/drivers/cxl_region")
+    assert fs.read("/sys/bus/cxl/devices/decoder0.0/size") == "0x100000000"
+
+
+@pytest.mark.parametrize(("kernel", "accepted"), [("6.12.0", False), ("6.15.0", True)])
+def test_update_tuned_intervals_is_a_6_15_command(make_node, kernel: str, accepted: bool) -> None:
+    """On 6.12 the running kdamond's ``state`` refuses the command with EINVAL (damon_sysfs_handle_cmd knows no
+    such word there) and keeps running; 6.15 takes it."""
+    k = SimKernel(make_node("h100-cxl-foreign-kdamond", kernel=kernel))
+    assert k.tree.read(STATE) == "on"
+    if accepted:
+        k.write(STATE, "update_tuned_intervals")
+    else:
+        with pytest.raises(OSError) as exc:
+            k.write(STATE, "update_tuned_intervals")
+        assert exc.value.errno == errno.EINVAL
+    assert k.tree.read(STATE) == "on"
+
+
+@pytest.mark.parametrize(("kernel", "total_bytes"), [("6.5.0", False), ("6.6.0", True)])
+def test_tried_regions_total_bytes_arrives_in_6_6(make_node, kernel: str, total_bytes: bool) -> None:
+    """The tried_regions directory is 6.2's; its total_bytes 6.6's (damo's schemes_tried_regions_sz), and the
+    facts' capability probe takes the directory for the 6.2 feature."""
+    from nodeagent.facts.damon_caps import derive
+
+    root = make_node("h100-cxl-foreign-kdamond", kernel=kernel)
+    assert (root / SCHEME.lstrip("/") / "tried_regions").is_dir()
+    assert (root / SCHEME.lstrip("/") / "tried_regions/total_bytes").is_file() == total_bytes
+    caps = derive((6, 5), set(), {"contexts/*/schemes/*", "contexts/*/schemes/*/tried_regions"}, None)
+    assert caps["features"]["tried_regions"] == {"present": True, "since": "6.2", "source": "tree"}
+
+
+def test_dax_devices_and_memdevs_have_their_dev_t(make_node) -> None:
+    """What libdaxctl/libcxl resolve: /sys/dev/char/MAJ:MIN leads to the device (whose subsystem is its bus), and
+    the root's dev/ holds the node udev names (a character device where the simulator may make one)."""
+    root = make_node("h100-cxl-committed")
+    for name, bus, node in (("dax0.0", "dax", "dax0.0"), ("mem1", "cxl", "cxl/mem1")):
+        dev = root / "sys/bus" / bus / "devices" / name
+        majmin = (dev / "dev").read_text().strip()
+        link = root / "sys/dev/char" / majmin
+        assert os.path.realpath(link) == os.path.realpath(dev)
+        assert os.path.realpath(link / "subsystem") == os.path.realpath(root / "sys/bus" / bus)
+        if os.geteuid() == 0:
+            st = os.lstat(root / "dev" / node)
+            assert stat.S_ISCHR(st.st_mode)
+            assert f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}" == majmin
