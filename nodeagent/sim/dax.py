@@ -22,7 +22,7 @@ import errno
 import os
 from dataclasses import dataclass
 
-from . import devnodes, memory
+from . import devnodes, memory, nd
 from .kernel import SimKernel, ebusy, rule
 from .tree import RO, RW, WO
 
@@ -94,6 +94,8 @@ def lay_out(k: SimKernel, d: DaxDef) -> None:
                 t.file(f"{BUS}/drivers/{drv}/{attr}", "", WO)
     if d.kind == "cxl":
         _cxl_objects(k, d)
+    else:
+        nd.lay_out(k, d)
     bind(k, d.name, "device_dax")
     state = k.state()
     state.setdefault("dax", {})[d.name] = {"start": d.start, "size": d.size, "node": d.target_node}

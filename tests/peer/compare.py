@@ -129,7 +129,7 @@ def ndctl(listing: list | dict, facts: dict) -> list[str]:
     """``ndctl list -RNDi``: one region and a devdax namespace per pmem-backed DAX device of the facts."""
     pmem = {d["name"]: d for d in facts["sections"]["dax"]["devices"] if d.get("backing") == "pmem"}
     objs = list(walk(listing))
-    namespaces = {o["chardev"]: o for o in objs if "namespace" in o and "chardev" in o}
+    namespaces = {o["chardev"]: o for o in objs if str(o.get("dev", "")).startswith("namespace") and "chardev" in o}
     for o in objs:
         for dax in o.get("daxregion", {}).get("devices", []) if isinstance(o.get("daxregion"), dict) else []:
             namespaces.setdefault(dax["chardev"], o)
@@ -140,6 +140,8 @@ def ndctl(listing: list | dict, facts: dict) -> list[str]:
         ns = namespaces[name]
         if ns.get("mode") != "devdax":
             problems.append(f"{name}: ndctl mode {ns.get('mode')!r}, facts devdax-backed")
+        if ns.get("size") != pmem[name]["size"]:
+            problems.append(f"{name}: ndctl size {ns.get('size')!r}, facts {pmem[name]['size']!r}")
     return problems
 
 
