@@ -153,7 +153,7 @@ def bind(k: SimKernel, name: str, driver: str) -> None:
     """Attach ``name`` to ``driver`` (links only; :func:`attach` also does what the driver does)."""
     rel = _device_rel(k, name)
     k.tree.link(f"{rel}/driver", f"{_up(rel)}bus/dax/drivers/{driver}")
-    k.tree.link(f"{BUS}/drivers/{driver}/{name}", f"../../../..{rel}")
+    k.tree.link(f"{BUS}/drivers/{driver}/{name}", f"../../../..{rel[4:]}")
     other = "kmem" if driver == "device_dax" else "device_dax"
     stale = k.tree.local(f"{BUS}/drivers/{other}/{name}")
     if stale.is_symlink():

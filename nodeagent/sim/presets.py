@@ -597,6 +597,8 @@ def _memory(k: SimKernel, p: Preset) -> None:
         t.file(f"{memory.NODE}/{name}", "", RO)
     t.file(f"{memory.TIERS}/uevent", "", RW)
     t.file(f"{memory.TIERS}/power/control", "auto", RW)
+    for bus in ("node", "memory", "memory_tiering"):  # where the nodes', blocks' and tiers' subsystem links lead
+        t.dir(f"/sys/bus/{bus}/devices")
     for n in p.nodes:
         dist = list(p.distances.get(n.id, [10 if i == n.id else 21 for i in range(p.possible_nodes)]))
         memory.add_node(k, n.id, list(n.cpus), dist, used_kb=n.used // 1024)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
 from nodeagent.host.fs import RootedFS
-from nodeagent.sim import SimKernel
+from nodeagent.sim import PRESETS, SimKernel
 from nodeagent.util.errors import PermissionDeniedError
 
 STATE = "/sys/kernel/mm/damon/admin/kdamonds/0/state"
@@ -71,3 +72,32 @@ def test_dax_devices_and_memdevs_have_their_dev_t(make_node) -> None:
             st = os.lstat(root / "dev" / node)
             assert stat.S_ISCHR(st.st_mode)
             assert f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}" == majmin
+
+
+def _dangling(root: Path) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root / "sys"):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            if os.path.islink(p) and not os.path.exists(p):
+                out.append(p.removeprefix(str(root)))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("preset", sorted(set(PRESETS) - {"stress"}))
+def test_every_sysfs_link_leads_somewhere(make_node, preset: str) -> None:
+    """Driver back-links, subsystem links, uport and dev/char links resolve inside the tree: the peer tools
+    follow them (a dax driver's daxN.M link had an extra sys/, memory_tierN/subsystem led to a missing bus)."""
+    root = make_node(preset)
+    assert _dangling(root) == []
+
+
+@pytest.mark.parametrize("preset", ["qemu-cxl", "h100-cxl", "qemu-3node"])
+def test_links_still_lead_somewhere_after_apply(make_node, preset: str) -> None:
+    """After regions are made, DAX devices hot-added and tiers changed through the kernel's ABI."""
+    from nodeagent.cli.main import main
+
+    root = make_node(preset)
+    profile = str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml")
+    assert main(["--root", str(root), "apply", "--yes", "--skip-checks", "all", "--allow-disruptive", profile]) == 0
+    assert _dangling(root) == []
