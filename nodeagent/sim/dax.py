@@ -93,7 +93,7 @@ def lay_out(k: SimKernel, d: DaxDef) -> None:
             if not t.exists(f"{BUS}/drivers/{drv}/{attr}"):
                 t.file(f"{BUS}/drivers/{drv}/{attr}", "", WO)
     if d.kind == "cxl":
-        _cxl_objects(k, d)
+        _cxl_dax_region(k, d)
     else:
         nd.lay_out(k, d)
     bind(k, d.name, "device_dax")
@@ -102,36 +102,18 @@ def lay_out(k: SimKernel, d: DaxDef) -> None:
     k.save_state(state)
 
 
-def _cxl_objects(k: SimKernel, d: DaxDef) -> None:
-    """The CXL objects behind the device: its region (committed, bound to ``cxl_region``), the region's
-    ``dax_regionN`` (bound to ``cxl_dax_region``), the endpoint decoder the region targets, the endpoint port and
-    the memdev behind that (one-way, 256 B) — laid out by :mod:`nodeagent.sim.cxl`'s own ``port``/``memdev``;
-    :func:`nodeagent.sim.cxl_presets.complete_dax_cxl` adds the window, host bridge and modules."""
+def _cxl_dax_region(k: SimKernel, d: DaxDef) -> None:
+    """The ``dax_regionN`` device dax_cxl makes under the CXL region (bound to ``cxl_dax_region``); the region and
+    the rest of the bus are :func:`nodeagent.sim.cxl_presets.expanders`'."""
     from . import cxl as simcxl
 
     t = k.tree
-    r, ep = d.region, d.region + 2
-    region = f"/sys/devices/platform/ACPI0017:00/root0/decoder0.{r}/region{r}"
-    for attr, value in (("mode", "ram"), ("size", d.size), ("resource", hex(d.start)), ("interleave_ways", 1),
-                        ("interleave_granularity", 256), ("commit", 1), ("target0", f"decoder{ep}.0"),
-                        ("uuid", ""), ("uevent", "DEVTYPE=cxl_region")):
-        t.file(f"{region}/{attr}", value, RW if attr in ("size", "commit", "target0") else RO)
-    dreg = f"{region}/dax_region{r}"
+    dreg = device_dir(d).rsplit("/", 1)[0]
     for attr, value, mode in (("devtype", "cxl_dax_region", RO), ("modalias", "cxl:t8", RO), ("uevent", "", RW)):
         t.file(f"{dreg}/{attr}", value, mode)
     t.link(f"{dreg}/subsystem", f"{_up(dreg)}bus/cxl")
     simcxl.bind(k, dreg, "cxl_dax_region")
-    t.link(f"{CXL_BUS}/devices/dax_region{r}", "../../.." + dreg[4:])
-    bus = 0x30 + 0x10 * r
-    memdev = f"/sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:00.0/0000:{bus + 1:02x}:00.0/mem{r}"
-    simcxl.memdev(k, memdev, r, serial=0x1000 + r, ram_size=d.size, numa_node=d.numa_node)
-    endpoint = f"/sys/devices/platform/ACPI0017:00/root0/port{r + 1}/endpoint{ep}"
-    t.file(f"{endpoint}/decoder{ep}.0/mode", "ram", RO)
-    t.file(f"{endpoint}/decoder{ep}.0/dpa_size", hex(d.size), RO)
-    t.file(f"{endpoint}/decoder{ep}.0/region", f"region{r}", RO)
-    simcxl.port(k, endpoint, memdev)
-    for name, target in ((f"region{r}", region), (f"decoder{ep}.0", f"{endpoint}/decoder{ep}.0")):
-        t.link(f"{CXL_BUS}/devices/{name}", "../../.." + target[4:])
+    t.link(f"{CXL_BUS}/devices/dax_region{d.region}", "../../.." + dreg[4:])
 
 
 def _device_rel(k: SimKernel, name: str) -> str:

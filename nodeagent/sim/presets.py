@@ -452,8 +452,13 @@ def build(preset: Preset, root: Path, *, kernel: str | None = None) -> Path:
     _proc_and_etc(k, preset)
     _cpus(k, preset)
     _memory(k, preset)
+    from .cxl_presets import expanders  # (the CXL bus behind CXL DAX devices; cxl_presets imports this module)
+
     for d in preset.dax:
-        simdax.lay_out(k, d)
+        if d.kind != "cxl":
+            simdax.lay_out(k, d)
+    expanders(k, preset.dax)
+    for d in preset.dax:
         if preset.dax_online_zone:
             simdax.to_system_ram(k, d.name, preset.dax_online_zone)
     if preset.daxctl if preset.daxctl is not None else bool(preset.dax):
