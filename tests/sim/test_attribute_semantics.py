@@ -101,3 +101,24 @@ def test_links_still_lead_somewhere_after_apply(make_node, preset: str) -> None:
     profile = str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml")
     assert main(["--root", str(root), "apply", "--yes", "--skip-checks", "all", "--allow-disruptive", profile]) == 0
     assert _dangling(root) == []
+
+
+@pytest.mark.parametrize(("kernel", "present"), [("6.18.0", False), ("6.19.0", True)])
+def test_6_19_has_obsolete_target_and_goal_path(make_node, kernel: str, present: bool) -> None:
+    """damo's sysfs/obsolete_target and schemes_quota_goal_node_memcg_used_free (6.19): a target's
+    ``obsolete_target``, a goal's ``path`` and the node_memcg_{used,free}_bp metrics."""
+    k = SimKernel(make_node("h100-cxl", kernel=kernel))
+    admin = "/sys/kernel/mm/damon/admin/kdamonds"
+    for path, value in ((f"{admin}/nr_kdamonds", "1"), (f"{admin}/0/contexts/nr_contexts", "1"),
+                        (f"{admin}/0/contexts/0/targets/nr_targets", "1"),
+                        (f"{admin}/0/contexts/0/schemes/nr_schemes", "1"),
+                        (f"{SCHEME}/quotas/goals/nr_goals", "1")):
+        k.write(path, value)
+    assert k.tree.exists(f"{admin}/0/contexts/0/targets/0/obsolete_target") == present
+    assert k.tree.exists(f"{SCHEME}/quotas/goals/0/path") == present
+    if present:
+        k.write(f"{SCHEME}/quotas/goals/0/target_metric", "node_memcg_used_bp")
+    else:
+        with pytest.raises(OSError) as exc:
+            k.write(f"{SCHEME}/quotas/goals/0/target_metric", "node_memcg_used_bp")
+        assert exc.value.errno == errno.EINVAL
