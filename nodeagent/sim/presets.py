@@ -520,6 +520,11 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
             "pgpromote_success", "pgpromote_candidate", "pgdemote_kswapd", "pgdemote_direct",
             "pgdemote_khugepaged", "numa_pte_updates", "numa_huge_pte_updates", "numa_hint_faults",
             "numa_hint_faults_local", "numa_pages_migrated", "pgmigrate_success", "pgmigrate_fail"]
+    # in the order of shared/reference/vmstat-tiering-keys-6.18.txt
+    if k.at_least(6, 14):
+        keys.insert(keys.index("pgdemote_khugepaged") + 1, "pgdemote_proactive")
+    if k.at_least(6, 18):
+        keys.insert(keys.index("pgpromote_candidate") + 1, "pgpromote_candidate_nrl")
     t.file("/proc/vmstat", "\n".join(f"{key} 0" for key in keys), RO)
     knobs = dict(DEFAULT_KNOBS)
     knobs.update(p.knobs)

@@ -122,3 +122,18 @@ def test_6_19_has_obsolete_target_and_goal_path(make_node, kernel: str, present:
         with pytest.raises(OSError) as exc:
             k.write(f"{SCHEME}/quotas/goals/0/target_metric", "node_memcg_used_bp")
         assert exc.value.errno == errno.EINVAL
+
+
+#: /proc/vmstat's tiering counters on 6.18, in order (shared/reference/vmstat-tiering-keys-6.18.txt)
+VMSTAT_6_18 = ("numa_hit numa_miss numa_foreign numa_interleave numa_local numa_other pgpromote_success "
+               "pgpromote_candidate pgpromote_candidate_nrl pgdemote_kswapd pgdemote_direct pgdemote_khugepaged "
+               "pgdemote_proactive numa_pte_updates numa_huge_pte_updates numa_hint_faults numa_hint_faults_local "
+               "numa_pages_migrated").split()
+
+
+@pytest.mark.parametrize(("kernel", "absent"), [("6.18.0", set()), ("6.14.0", {"pgpromote_candidate_nrl"}),
+                                                ("6.12.0", {"pgpromote_candidate_nrl", "pgdemote_proactive"})])
+def test_proc_vmstat_has_the_tiering_counters_of_its_release(make_node, kernel: str, absent: set[str]) -> None:
+    keys = [line.split()[0] for line in (make_node("workstation", kernel=kernel) / "proc/vmstat").read_text()
+            .splitlines()]
+    assert keys[:len(VMSTAT_6_18) - len(absent)] == [key for key in VMSTAT_6_18 if key not in absent]
