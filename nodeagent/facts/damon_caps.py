@@ -32,7 +32,7 @@ def ver(text: str) -> Version:
 class Feature:
     name: str
     since: str
-    marker: str | None  # path under kdamonds/<N>/ with indexes as '*'; None: not visible in the tree
+    marker: str | None  # file or directory under kdamonds/<N>/, indexes as '*'; None: not visible in the tree
     parent: str | None = None  # directory whose presence makes the marker observable
     what: str = ""
 
@@ -50,7 +50,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("sysfs", "5.18", None, what="the DAMON sysfs interface"),
     Feature("commit", "5.19", None, what="online `commit` of a running kdamond"),
     Feature("avail_operations", "5.19", f"{_CTX}/avail_operations", _CTX, "the avail_operations file"),
-    Feature("tried_regions", "6.2", f"{_SCHEME}/tried_regions/total_bytes", _SCHEME, "scheme tried regions"),
+    # the directory (6.2): its total_bytes came in 6.6 (damo: sysfs/schemes_tried_regions_sz)
+    Feature("tried_regions", "6.2", f"{_SCHEME}/tried_regions", _SCHEME, "scheme tried regions"),
     Feature("filters", "6.3", f"{_SCHEME}/filters/nr_filters", _SCHEME, "DAMOS filters"),
     Feature("apply_interval", "6.7", f"{_SCHEME}/apply_interval_us", _SCHEME, "per-scheme apply_interval_us"),
     Feature("quota_goals", "6.8", f"{_SCHEME}/quotas/goals/nr_goals", _SCHEME, "quota goals"),
@@ -159,7 +160,7 @@ def derive(kernel: Version, seen: set[str], dirs: set[str], avail_operations: li
     for f in FEATURES:
         if f.marker is None or f.parent is None or not any(fnmatchcase(d, f.parent) for d in dirs):
             continue
-        tree[f.name] = any(fnmatchcase(s, f.marker) for s in seen)
+        tree[f.name] = any(fnmatchcase(s, f.marker) for s in seen) or any(fnmatchcase(d, f.marker) for d in dirs)
         (proven if tree[f.name] else disproven).append(f.version)
     level = max([kernel, *proven])
     cap = min(disproven) if disproven else None

@@ -232,6 +232,14 @@ _O_WALK = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 _PROC_FD = os.path.isdir("/proc/self/fd")  # reopen an O_PATH descriptor through procfs (no second lookup)
 
 
+def _sysfs_readable(path: str, mode: int) -> None:
+    """kernfs refuses to open for reading an attribute whose mode has no read bit (a store-only attribute such as
+    a root decoder's ``delete_region``) with EACCES, root or not (``kernfs_fop_open``): the same for a simulated
+    or captured ``/sys``, whose files root could otherwise read."""
+    if path.startswith("/sys/") and not mode & 0o444:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+
+
 @dataclass(frozen=True)
 class _Walked:
     """Where a walk inside the root arrived: the leaf's directory (``O_PATH``), its name (``""`` for the root),
@@ -412,6 +420,8 @@ class RootedFS:
                                       path=path, hint="kernel attributes and state files are regular files")
             if own:
                 require_own_file(w.st, path, verb)
+            if not flags & (os.O_WRONLY | os.O_RDWR):
+                _sysfs_readable(path, w.st.st_mode)
             fd = os.open(f"/proc/self/fd/{w.fd}", flags | os.O_CLOEXEC) if _PROC_FD else \
                 os.open(w.name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=w.dir_fd)
         try:
@@ -545,6 +555,7 @@ class RootedFS:
                     else:
                         files[child] = self.read_opt(full)
                 else:
+                    _sysfs_readable(full, mode)
                     rfd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC) if _PROC_FD else \
                         os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
                     try:

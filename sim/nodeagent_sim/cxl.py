@@ -15,6 +15,7 @@ import errno
 import os
 from dataclasses import dataclass
 
+from . import devnodes
 from .kernel import SimKernel, einval
 from .tree import RO, RW, WO
 
@@ -114,13 +115,43 @@ def decoder(k: SimKernel, path: str, kind: str, ways: int = 1, gran: int = 256, 
     _link_bus(k, os.path.basename(path), path)
 
 
+def bind(k: SimKernel, path: str, driver: str) -> None:
+    """The driver core's links for device ``path`` bound to ``driver``: ``driver`` and the driver's link back."""
+    k.tree.link(f"{path}/driver", f"{_up(path)}bus/cxl/drivers/{driver}")
+    k.tree.link(f"{BUS}/drivers/{driver}/{os.path.basename(path)}", "../../../.." + path[4:])
+
+
 def port(k: SimKernel, path: str, uport: str) -> None:
+    """A port (host bridge or endpoint) as cxl_port leaves it: bound (cxl-cli lists a port without a driver as
+    disabled and hides its memdev from ``cxl list -M``)."""
     t = k.tree
     _files(k, path, {"decoders_committed": (0, RO), "devtype": ("cxl_port", RO), "modalias": ("cxl:t3", RO),
                      "uevent": ("", RW)})
     t.link(f"{path}/uport", _up(path) + uport[5:])
     t.link(f"{path}/subsystem", f"{_up(path)}bus/cxl")
     _link_bus(k, os.path.basename(path), path)
+    bind(k, path, "cxl_port")
+
+
+#: the cxl memdev class's char major (dynamic: /dev/cxl/memN)
+MEM_MAJOR = 250
+
+
+def memdev(k: SimKernel, path: str, index: int, *, serial: int, ram_size: int, pmem_size: int = 0,
+           numa_node: int = -1) -> None:
+    """``memN`` under its PCI function as cxl_pci makes it and cxl_mem binds it: what libcxl's ``add_cxl_memdev``
+    needs (``/dev/cxl/memN``, ``payload_max``, ``label_storage_size``, ``serial``, ``firmware_version``...)."""
+    t = k.tree
+    t.new_dir(path, {"dev": (f"{MEM_MAJOR}:{index}", RO), "firmware_version": ("BWFW VERSION 00", RO),
+                     "label_storage_size": (0, RO), "numa_node": (numa_node, RO), "payload_max": (2048, RO),
+                     "serial": (_hex(serial), RO),
+                     "uevent": (f"MAJOR={MEM_MAJOR}\nMINOR={index}\nDEVNAME=cxl/mem{index}", RW)})
+    t.file(f"{path}/ram/size", _hex(ram_size), RO)
+    t.file(f"{path}/pmem/size", _hex(pmem_size), RO)
+    t.link(f"{path}/subsystem", f"{_up(path)}bus/cxl")
+    _link_bus(k, f"mem{index}", path)
+    bind(k, path, "cxl_mem")
+    devnodes.add(k, path, MEM_MAJOR, index, f"cxl/mem{index}")
 
 
 def base(k: SimKernel, modules: tuple[str, ...]) -> None:
@@ -130,10 +161,12 @@ def base(k: SimKernel, modules: tuple[str, ...]) -> None:
     t.file(f"{ROOT}/devtype", "cxl_port", RO)
     t.file(f"{ROOT}/decoders_committed", 0, RO)
     t.link(f"{ROOT}/uport", "../../ACPI0017:00")
+    t.link(f"{ROOT}/subsystem", f"{_up(ROOT)}bus/cxl")
     _link_bus(k, "root0", ROOT)
     for d in DRIVERS:
         for attr in ("bind", "unbind"):
             t.file(f"{BUS}/drivers/{d}/{attr}", "", WO)
+    bind(k, ROOT, "cxl_port")
     for m in modules:
         t.file(f"/sys/module/{m}/initstate", "live", RO)
     for m in BUILTIN:  # built into Debian's kernel: /sys/module/NAME without initstate, listed in modules.builtin
@@ -196,19 +229,12 @@ def lay_out(k: SimKernel, spec: CxlDef) -> None:
         hb = rp_bridge[m.root_port]
         pci_dir = f"/sys/devices/{hb.name}/{m.root_port}/{m.pci}"
         mem = f"{pci_dir}/mem{i}"
-        t.new_dir(mem, {"dev": (f"250:{i}", RO), "firmware_version": ("BWFW VERSION 00", RO),
-                        "label_storage_size": (0, RO), "numa_node": (hb.numa_node, RO), "payload_max": (2048, RO),
-                        "serial": (_hex(m.serial), RO), "uevent": ("", RW)})
-        t.file(f"{mem}/ram/size", _hex(m.ram_size), RO)
-        t.file(f"{mem}/pmem/size", _hex(m.pmem_size), RO)
-        t.link(f"{mem}/driver", f"{_up(mem)}bus/cxl/drivers/cxl_mem")
-        t.link(f"{mem}/subsystem", f"{_up(mem)}bus/cxl")
+        memdev(k, mem, i, serial=m.serial, ram_size=m.ram_size, pmem_size=m.pmem_size, numa_node=hb.numa_node)
         for attr, value in (("current_link_speed", m.link[0]), ("current_link_width", m.link[1]),
                             ("max_link_speed", m.link[0]), ("max_link_width", m.link[1]),
                             ("numa_node", hb.numa_node), ("vendor", "0x8086"), ("class", "0x050210")):
             t.file(f"{pci_dir}/{attr}", value, RO)
         t.link(f"/sys/bus/pci/devices/{m.pci}", "../../.." + pci_dir[4:])
-        _link_bus(k, f"mem{i}", mem)
         mems.append((hb, mem))
     order = spec.endpoint_order if spec.endpoint_order is not None else tuple(range(len(spec.memdevs)))
     for i in order:

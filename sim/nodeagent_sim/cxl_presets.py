@@ -22,11 +22,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from . import cxl as simcxl
 from . import dax as simdax
+from . import devnodes
 from .kernel import SimKernel
 from .presets import LAYERS, GiB, Preset, TiB, _h100, _qemu_3node
 from .tree import RO, RW
@@ -93,7 +95,7 @@ def hmem(k: SimKernel, region: int, start: int, size: int, node: int, host: int)
     name = f"dax{region}.0"
     dev = f"/sys/devices/platform/hmem.{region}/{name}"
     t = k.tree
-    t.new_dir(dev, {"align": (2 * MiB, RW), "dev": (f"252:{region}", RO), "memmap_on_memory": (0, RW),
+    t.new_dir(dev, {"align": (2 * MiB, RW), "dev": (f"{simdax.DAX_MAJOR}:{region}", RO), "memmap_on_memory": (0, RW),
                     "modalias": ("dax:t0*", RO), "numa_node": (host, RO), "resource": (hex(start), RO),
                     "size": (size, RW), "target_node": (node, RO), "uevent": (f"DEVNAME={name}\nDEVTYPE=dax", RW)})
     for attr, value in (("start", hex(start)), ("end", hex(start + size - 1)), ("page_offset", "0x0")):
@@ -102,6 +104,7 @@ def hmem(k: SimKernel, region: int, start: int, size: int, node: int, host: int)
         t.file(f"/sys/devices/platform/hmem.{region}/dax_region/{attr}", value, RO)
     t.link(f"{dev}/subsystem", "../../../../bus/dax")
     t.link(f"{simdax.BUS}/devices/{name}", f"../../../devices/platform/hmem.{region}/{name}")
+    devnodes.add(k, dev, simdax.DAX_MAJOR, region, name)
     t.file("/sys/module/dax_hmem/initstate", "live", RO)
     state = k.state()
     state.setdefault("dax", {})[name] = {"start": start, "size": size, "node": node}
@@ -137,65 +140,106 @@ BUSES.update({"qemu-cxl": (QEMU_CXL, None), "qemu-cxl-rp0first": (QEMU_CXL_RP0_F
               "h100-cxl-committed": (H100_CXL, _committed), "h100-cxl-hmem": (H100_HMEM, _hmem)})
 
 
-def complete_dax_cxl(k: SimKernel, preset: Preset) -> None:
-    """The rest of the CXL bus behind presets whose CXL DAX devices :mod:`nodeagent_sim.dax` lays out with only
-    their region, endpoint decoder and memdev (h100-cxl, h100-cxl-autoonline, the benchmark nodes): each device's
-    own window (root decoder), host bridge and its decoder, committed and bound to ``cxl_region``, the CXL
-    modules loaded — so that the facts of those nodes are those of a whole bus and the region ABI answers."""
-    devs = [d for d in preset.dax if d.kind == "cxl"]
+def expanders(k: SimKernel, devs: Sequence[simdax.DaxDef]) -> None:
+    """CXL expanders behind DAX devices, laid out by :mod:`nodeagent_sim.cxl` as for the CXL-bus presets and as a
+    6.x kernel shows regions the firmware committed (h100-cxl, h100-cxl-autoonline, the benchmark nodes, a
+    ``nodeagent sim hot-add``): per device its window ``decoder0.R`` (R = its region id), a host bridge
+    ``pci0000:BB`` with one root port (one switch decoder, as cxl_port gives a single-dport bridge), the memdev
+    ``memR`` under it and its endpoint with 4 decoders; region R committed over the endpoint's first decoder and
+    bound to ``cxl_region``, whose ``dax_regionR`` holds the device (:func:`nodeagent_sim.dax.lay_out`, devdax).
+    Ports take the next ids as cxl_acpi and cxl_mem add them: the host bridges first, then the endpoints."""
+    devs = [d for d in devs if d.kind == "cxl"]
     if not devs:
         return
     t = k.tree
-    simcxl.base(k, simcxl.MODULES)
+    if not t.exists(f"{simcxl.ROOT}/devtype"):
+        simcxl.base(k, simcxl.MODULES)
+    for d in devs:
+        if t.exists(f"{simcxl.ROOT}/decoder0.{d.region}"):
+            raise ValueError(f"{d.name}: the CXL window decoder0.{d.region} exists already")
+    taken = [int(m[2]) for m in (re.fullmatch(r"(port|endpoint)(\d+)", n) for n in os.listdir(t.local(simcxl.DEV)))
+             if m]
+    n = max(taken, default=0) + 1
     state = k.state()
     cx = state["cxl"]
-    cx["ids"] = sorted({d.region for d in devs})
-    for d in devs:
-        r, ep, port = d.region, d.region + 2, d.region + 1
-        bridge = f"pci0000:{0x30 + 0x10 * r:02x}"
-        root = f"{simcxl.ROOT}/decoder0.{r}"
-        region = f"{root}/region{r}"
-        simcxl.root_decoder(k, root, d.start, d.size, 1, 256, str(0x30 + 0x10 * r))
-        t.link(f"{simcxl.ROOT}/dport{0x30 + 0x10 * r}", f"../../../{bridge}")
-        hb = f"{simcxl.ROOT}/port{port}"
-        simcxl.port(k, hb, f"/sys/devices/{bridge}")
-        t.link(f"{hb}/dport0", f"../../../../{bridge}/{bridge[3:]}:00.0")
-        # no switch decoder: sim.dax numbers ports and endpoints so that its decoderN.0 would be an endpoint's
-        endpoint = f"{hb}/endpoint{ep}"
-        for name, value in (("devtype", "cxl_port"), ("decoders_committed", 1), ("modalias", "cxl:t3")):
-            t.file(f"{endpoint}/{name}", value, RO)
-        t.link(f"{endpoint}/subsystem", "../../../../../../bus/cxl")
-        dec = f"{endpoint}/decoder{ep}.0"
-        simcxl.decoder(k, dec, "endpoint")
+    hb_port: dict[int, tuple[str, str]] = {}
+    for d in devs:  # cxl_acpi: the windows and host bridges
+        r, bus = d.region, 0x30 + 0x10 * d.region
+        hb, rp = f"pci0000:{bus:02x}", f"0000:{bus:02x}:00.0"
+        simcxl.root_decoder(k, f"{simcxl.ROOT}/decoder0.{r}", d.start, d.size, 1, 256, str(bus))
+        t.link(f"{simcxl.ROOT}/dport{bus}", f"../../../{hb}")
+        if r not in cx["ids"]:
+            cx["ids"].append(r)
+        cx["windows"][f"decoder0.{r}"] = {"node": d.target_node, "hbs": [hb]}
+        path = f"{simcxl.ROOT}/port{n}"
+        simcxl.port(k, path, f"/sys/devices/{hb}")
+        t.link(f"{path}/parent_dport", f"../../../../{hb}")
+        t.link(f"{path}/dport0", f"../../../../{hb}/{rp}")
+        t.file(f"/sys/devices/{hb}/{rp}/numa_node", d.numa_node, RO)
+        simcxl.decoder(k, f"{path}/decoder{n}.0", "switch", targets="0")
+        hb_port[r] = (f"port{n}", path)
+        n += 1
+    eps: dict[int, int] = {}
+    for d in devs:  # cxl_pci and cxl_mem: the memdevs and their endpoints
+        r, bus = d.region, 0x30 + 0x10 * d.region
+        hb, rp, pci = f"pci0000:{bus:02x}", f"0000:{bus:02x}:00.0", f"0000:{bus + 1:02x}:00.0"
+        pci_dir = f"/sys/devices/{hb}/{rp}/{pci}"
+        mem = f"{pci_dir}/mem{r}"
+        simcxl.memdev(k, mem, r, serial=0x1000 + r, ram_size=d.size, numa_node=d.numa_node)
+        for attr, value in (("current_link_speed", "32.0 GT/s PCIe"), ("current_link_width", 16),
+                            ("max_link_speed", "32.0 GT/s PCIe"), ("max_link_width", 16),
+                            ("numa_node", d.numa_node), ("vendor", "0x8086"), ("class", "0x050210")):
+            t.file(f"{pci_dir}/{attr}", value, RO)
+        t.link(f"/sys/bus/pci/devices/{pci}", "../../.." + pci_dir[4:])
+        port_name, port_path = hb_port[r]
+        ep = f"{port_path}/endpoint{n}"
+        simcxl.port(k, ep, mem)
+        t.link(f"{ep}/parent_dport", f"../../../../../{hb}/{rp}")
+        for i in range(4):
+            simcxl.decoder(k, f"{ep}/decoder{n}.{i}", "endpoint")
+        cx["hdm_end"][f"endpoint{n}"] = 0
+        cx["endpoints"][f"endpoint{n}"] = {"memdev": f"mem{r}", "ram": d.size, "pmem": 0, "hb": hb, "dport": 0,
+                                           "port": port_name}
+        eps[r] = n
+        n += 1
+    for d in devs:  # the committed regions
+        r, ep = d.region, eps[d.region]
+        port_name, port_path = hb_port[r]
+        switch = f"decoder{port_name.removeprefix('port')}.0"
+        region = f"{simcxl.ROOT}/decoder0.{r}/region{r}"
+        for attr, value, mode in (("commit", 1, RW), ("devtype", "cxl_region", RO), ("interleave_granularity", 256, RW),
+                                  ("interleave_ways", 1, RW), ("modalias", "cxl:t6", RO), ("mode", "ram", RO),
+                                  ("resource", hex(d.start), RO), ("size", hex(d.size), RW), ("target0",
+                                  f"decoder{ep}.0", RW), ("uuid", "", RO),
+                                  ("uevent", "DEVTYPE=cxl_region\nMODALIAS=cxl:t6", RW)):
+            t.file(f"{region}/{attr}", value, mode)
+        for a in ("access0", "access1"):
+            t.dir(f"{region}/{a}")
+        t.link(f"{region}/subsystem", f"{simcxl._up(region)}bus/cxl")
+        t.link(f"{simcxl.DEV}/region{r}", "../../.." + region[4:])
+        simcxl.bind(k, region, "cxl_region")
+        dec = f"{port_path}/endpoint{ep}/decoder{ep}.0"
         for name, value in (("mode", "ram"), ("dpa_resource", "0x0"), ("dpa_size", f"0x{d.size:016x}")):
             t.set(f"{dec}/{name}", value)
-        for name, value in (("devtype", "cxl_region"), ("modalias", "cxl:t6")):
-            t.file(f"{region}/{name}", value, RO)
-        t.file(f"{region}/interleave_ways", 1, RW)
-        t.file(f"{region}/interleave_granularity", 256, RW)
-        t.link(f"{region}/driver", "../../../../../../bus/cxl/drivers/cxl_region")
-        memdev = os.path.realpath(k.tree.local(f"{simcxl.DEV}/mem{r}"))
-        t.link(memdev + "/driver", os.path.relpath(k.tree.local(f"{simcxl.BUS}/drivers/cxl_mem"), memdev))
-        cx["windows"][f"decoder0.{r}"] = {"node": d.target_node, "hbs": [bridge]}
-        cx["endpoints"][f"endpoint{ep}"] = {"memdev": f"mem{r}", "ram": d.size, "pmem": 0, "hb": bridge, "dport": 0,
-                                            "port": f"port{port}"}
-        cx["hdm_end"][f"endpoint{ep}"] = 0
+        t.set(f"{port_path}/{switch}/target_list", "0")
+        for p in (port_path, f"{port_path}/endpoint{ep}"):
+            t.set(f"{p}/decoders_committed", 1)
         cx["regions"][f"region{r}"] = {"state": simcxl.COMMIT, "mode": "ram", "id": r, "ways": 1,
-                                       "targets": {"0": f"decoder{ep}.0"}, "switch": {}}
+                                       "targets": {"0": f"decoder{ep}.0"}, "switch": {port_name: switch}}
     for d in devs:
         cx["next"][f"decoder0.{d.region}"] = simcxl.alloc_id(cx)
     k.save_state(state)
     for d in devs:
-        r, ep, port = d.region, d.region + 2, d.region + 1
-        simcxl.program(k, [f"decoder{ep}.0"], f"region{r}", d.start, d.size)
+        r, ep = d.region, eps[d.region]
+        switch = f"decoder{hb_port[r][0].removeprefix('port')}.0"
+        simcxl.program(k, [f"decoder{ep}.0", switch], f"region{r}", d.start, d.size)
         simcxl.next_names(k, f"decoder0.{r}")
-        t.set(f"{simcxl.ROOT}/port{port}/decoders_committed", 1)
+        simdax.lay_out(k, d)
 
 
 def _layer(k: SimKernel, preset: Preset) -> None:
     bus = BUSES.get(preset.name)
-    if bus is None:
-        complete_dax_cxl(k, preset)
+    if bus is None:  # CXL DAX devices (if any) were laid out with their bus by expanders()
         return
     spec, boot = bus
     simcxl.lay_out(k, spec)

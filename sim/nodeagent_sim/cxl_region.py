@@ -37,6 +37,7 @@ import os
 import re
 
 from . import dax as simdax
+from . import devnodes
 from .cxl import (
     ACTIVE,
     AT,
@@ -410,14 +411,16 @@ def add_dax(k: SimKernel, region: str) -> str:
     name = f"dax{rid}.0"
     dev = f"{dreg}/{name}"
     node = k.state()["cxl"]["windows"][_root_of(k, region)]["node"]
-    k.tree.new_dir(dev, {"align": (2 * 1024**2, RW), "dev": (f"252:{rid}", RO), "memmap_on_memory": (1, RW),
+    k.tree.new_dir(dev, {"align": (2 * 1024**2, RW), "dev": (f"{simdax.DAX_MAJOR}:{rid}", RO),
+                         "memmap_on_memory": (1, RW),
                          "modalias": ("dax:t0*", RO), "numa_node": (-1, RO), "resource": (_hex(start), RO),
                          "size": (size, RW), "target_node": (node, RO),
-                         "uevent": (f"MAJOR=252\nMINOR={rid}\nDEVNAME={name}\nDEVTYPE=dax", RW)})
+                         "uevent": (f"MAJOR={simdax.DAX_MAJOR}\nMINOR={rid}\nDEVNAME={name}\nDEVTYPE=dax", RW)})
     for attr, value in (("start", _hex(start)), ("end", _hex(start + size - 1)), ("page_offset", "0x0")):
         k.tree.file(f"{dev}/mapping0/{attr}", value, RO)
     k.tree.link(f"{dev}/subsystem", f"{_up(dev)}bus/dax")
     k.tree.link(f"{simdax.BUS}/devices/{name}", "../../.." + dev[4:])
+    devnodes.add(k, dev, simdax.DAX_MAJOR, rid, name)
     for drv in simdax.DRIVERS:
         for attr in ("bind", "unbind", "new_id", "remove_id"):
             if not k.tree.exists(f"{simdax.BUS}/drivers/{drv}/{attr}"):

@@ -274,13 +274,17 @@ def _state(k: SimKernel, path: str, value: str) -> None:
     elif cmd == "update_schemes_stats":
         _refresh_stats(k, base, kd)
     elif cmd == "update_schemes_effective_quotas":  # as of the last quota reset: a commit shows up later
-        for i, eff in enumerate(kd.get("effective", [])):
-            p = f"{base}/contexts/0/schemes/{i}/quotas/effective_bytes"
-            if k.tree.exists(p):
-                k.tree.set(p, eff)
+        _refresh_effective(k, base, kd)
     elif cmd == "commit_schemes_quota_goals" and not any(s["goals"] for s in kd["snapshot"]["schemes"]):
         raise einval("no quota goals")
     k.save_state(state)
+
+
+def _refresh_effective(k: SimKernel, base: str, kd: dict[str, Any]) -> None:
+    for i, eff in enumerate(kd.get("effective", [])):
+        p = f"{base}/contexts/0/schemes/{i}/quotas/effective_bytes"
+        if k.tree.exists(p):
+            k.tree.set(p, eff)
 
 
 def _refresh_stats(k: SimKernel, base: str, kd: dict[str, Any]) -> None:
@@ -316,7 +320,10 @@ def tick(k: SimKernel) -> None:
         for index, kd in d["kdamonds"].items():
             base = f"{lay.KDAMONDS}/{index}"
             if kd["running"] and int(_read(k, f"{base}/refresh_ms")) > 0:
+                # damon_sysfs_refresh_ms_fn (6.17): the statistics and the effective quotas alike (the tuned
+                # intervals too, which the simulator does not tune: they stay the committed ones)
                 _refresh_stats(k, base, kd)
+                _refresh_effective(k, base, kd)
         k.save_state(state)
 
 

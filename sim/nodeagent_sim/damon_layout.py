@@ -25,7 +25,7 @@ ACTIONS = [("willneed", (5, 18)), ("cold", (5, 18)), ("pageout", (5, 18)), ("hug
 FILTER_TYPES = [("anon", (6, 3)), ("memcg", (6, 3)), ("addr", (6, 6)), ("target", (6, 6)), ("young", (6, 10)),
                 ("hugepage_size", (6, 15)), ("unmapped", (6, 15)), ("active", (6, 15))]
 GOAL_METRICS = [("user_input", (6, 9)), ("some_mem_psi_us", (6, 9)), ("node_mem_used_bp", (6, 16)),
-                ("node_mem_free_bp", (6, 16))]
+                ("node_mem_free_bp", (6, 16)), ("node_memcg_used_bp", (6, 19)), ("node_memcg_free_bp", (6, 19))]
 COMMANDS = [("on", (5, 18)), ("off", (5, 18)), ("update_schemes_stats", (5, 18)), ("commit", (5, 19)),
             ("update_schemes_tried_regions", (6, 2)), ("clear_schemes_tried_regions", (6, 2)),
             ("update_schemes_tried_bytes", (6, 6)), ("commit_schemes_quota_goals", (6, 8)),
@@ -71,7 +71,10 @@ def context(k: SimKernel, base: str) -> None:
 
 
 def target(k: SimKernel, base: str) -> None:
-    _files(k, base, [("pid_target", 0, W), ("regions/nr_regions", 0, W)])
+    files: list[tuple[str, str | int, int]] = [("pid_target", 0, W), ("regions/nr_regions", 0, W)]
+    if k.at_least(6, 19):  # damo: sysfs/obsolete_target
+        files.append(("obsolete_target", "N", W))
+    _files(k, base, files)
 
 
 def region(k: SimKernel, base: str) -> None:
@@ -88,7 +91,11 @@ def scheme(k: SimKernel, base: str) -> None:
               ("watermarks/metric", "none", W), ("watermarks/interval_us", 0, W), ("watermarks/high", 0, W),
               ("watermarks/mid", 0, W), ("watermarks/low", 0, W)]
     files += [(f"stats/{s}", 0, R) for s in ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds")]
+    # tried_regions/ arrived in 6.2 (its numbered regions appear on update_schemes_tried_regions); its total_bytes
+    # in 6.6, with the update_schemes_tried_bytes command (damo's sysfs/schemes_tried_regions_sz: 6.6)
     if k.at_least(6, 2):
+        k.tree.dir(f"{base}/tried_regions")
+    if k.at_least(6, 6):
         files.append(("tried_regions/total_bytes", 0, R))
     if k.at_least(6, 3):
         files.append(("filters/nr_filters", 0, W))
@@ -127,6 +134,8 @@ def goal(k: SimKernel, base: str) -> None:
         files.append(("target_metric", "user_input", W))
     if k.at_least(6, 16):
         files.append(("nid", 0, W))
+    if k.at_least(6, 19):  # the memcg of node_memcg_{used,free}_bp goals (damo: ..._node_memcg_used_free)
+        files.append(("path", "\n", W))
     _files(k, base, files)
 
 

@@ -22,13 +22,15 @@ import errno
 import os
 from dataclasses import dataclass
 
-from . import memory
+from . import devnodes, memory, nd
 from .kernel import SimKernel, ebusy, rule
 from .tree import RO, RW, WO
 
 BUS = "/sys/bus/dax"
 CXL_BUS = "/sys/bus/cxl"
 DRIVERS = ("device_dax", "kmem")
+#: the dax class's char major (dynamic; what the captured 6.12 guest gave it)
+DAX_MAJOR = 252
 #: struct page bytes per 4 KiB page (x86-64).
 STRUCT_PAGE = 64
 PAGE = 4096
@@ -63,19 +65,21 @@ def lay_out(k: SimKernel, d: DaxDef) -> None:
     base = device_dir(d)
     t.dir(base)
     t.file(f"{base}/align", d.align, RW)
-    t.file(f"{base}/dev", f"252:{d.region}", RO)
+    t.file(f"{base}/dev", f"{DAX_MAJOR}:{d.region}", RO)
     t.file(f"{base}/memmap_on_memory", 0, RW)
     t.file(f"{base}/modalias", "dax:t0*", RO)
     t.file(f"{base}/numa_node", d.numa_node, RO)
     t.file(f"{base}/resource", hex(d.start), RO)
     t.file(f"{base}/size", d.size, RW)
     t.file(f"{base}/target_node", d.target_node, RO)
-    t.file(f"{base}/uevent", f"MAJOR=252\nMINOR={d.region}\nDEVNAME={d.name}\nDEVTYPE=dax", RW)
+    t.file(f"{base}/uevent", f"MAJOR={DAX_MAJOR}\nMINOR={d.region}\nDEVNAME={d.name}\nDEVTYPE=dax", RW)
     t.file(f"{base}/mapping0/start", hex(d.start), RO)
     t.file(f"{base}/mapping0/end", hex(d.start + d.size - 1), RO)
     t.file(f"{base}/mapping0/page_offset", "0x0", RO)
     region = base.rsplit("/", 1)[0]
-    region_attrs = f"{region}/dax_region" if d.kind == "pmem" else region
+    # the dax_region's attributes live in its ``dax_region`` group, for pmem's ``daxN.0`` and CXL's ``dax_regionN``
+    # alike (``daxctl`` reads ``<region>/dax_region/size``)
+    region_attrs = f"{region}/dax_region"
     t.file(f"{region_attrs}/id", d.region, RO)
     t.file(f"{region_attrs}/size", d.size, RO)
     t.file(f"{region_attrs}/align", d.align, RO)
@@ -83,42 +87,33 @@ def lay_out(k: SimKernel, d: DaxDef) -> None:
     up = _up(base)
     t.link(f"{base}/subsystem", f"{up}bus/dax")
     t.link(f"{BUS}/devices/{d.name}", f"../../..{device_dir(d)[4:]}")
+    devnodes.add(k, base, DAX_MAJOR, d.region, d.name)
     for drv in DRIVERS:
         for attr in ("bind", "unbind", "new_id", "remove_id"):
             if not t.exists(f"{BUS}/drivers/{drv}/{attr}"):
                 t.file(f"{BUS}/drivers/{drv}/{attr}", "", WO)
     if d.kind == "cxl":
-        _cxl_objects(k, d)
+        _cxl_dax_region(k, d)
+    else:
+        nd.lay_out(k, d)
     bind(k, d.name, "device_dax")
     state = k.state()
     state.setdefault("dax", {})[d.name] = {"start": d.start, "size": d.size, "node": d.target_node}
     k.save_state(state)
 
 
-def _cxl_objects(k: SimKernel, d: DaxDef) -> None:
-    """The CXL region above the DAX region, its endpoint decoder and the memdev behind it (one-way, 256 B)."""
+def _cxl_dax_region(k: SimKernel, d: DaxDef) -> None:
+    """The ``dax_regionN`` device dax_cxl makes under the CXL region (bound to ``cxl_dax_region``); the region and
+    the rest of the bus are :func:`nodeagent_sim.cxl_presets.expanders`'."""
+    from . import cxl as simcxl
+
     t = k.tree
-    r, ep = d.region, d.region + 2
-    region = f"/sys/devices/platform/ACPI0017:00/root0/decoder0.{r}/region{r}"
-    for attr, value in (("mode", "ram"), ("size", d.size), ("resource", hex(d.start)), ("interleave_ways", 1),
-                        ("interleave_granularity", 256), ("commit", 1), ("target0", f"decoder{ep}.0"),
-                        ("uuid", ""), ("uevent", "DEVTYPE=cxl_region")):
-        t.file(f"{region}/{attr}", value, RW if attr in ("size", "commit", "target0") else RO)
-    bus = 0x30 + 0x10 * r
-    memdev = f"/sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:00.0/0000:{bus + 1:02x}:00.0/mem{r}"
-    t.file(f"{memdev}/ram/size", hex(d.size), RO)
-    t.file(f"{memdev}/pmem/size", "0x0", RO)
-    t.file(f"{memdev}/serial", hex(0x1000 + r), RO)
-    t.file(f"{memdev}/numa_node", d.numa_node, RO)
-    t.file(f"{memdev}/firmware_version", "BWFW VERSION 00", RO)
-    endpoint = f"/sys/devices/platform/ACPI0017:00/root0/port{r + 1}/endpoint{ep}"
-    t.file(f"{endpoint}/decoder{ep}.0/mode", "ram", RO)
-    t.file(f"{endpoint}/decoder{ep}.0/dpa_size", hex(d.size), RO)
-    t.file(f"{endpoint}/decoder{ep}.0/region", f"region{r}", RO)
-    t.link(f"{endpoint}/uport", "../../../../.." + memdev[4:])
-    for name, target in ((f"region{r}", region), (f"mem{r}", memdev), (f"endpoint{ep}", endpoint),
-                         (f"decoder{ep}.0", f"{endpoint}/decoder{ep}.0")):
-        t.link(f"{CXL_BUS}/devices/{name}", "../../.." + target[4:])
+    dreg = device_dir(d).rsplit("/", 1)[0]
+    for attr, value, mode in (("devtype", "cxl_dax_region", RO), ("modalias", "cxl:t8", RO), ("uevent", "", RW)):
+        t.file(f"{dreg}/{attr}", value, mode)
+    t.link(f"{dreg}/subsystem", f"{_up(dreg)}bus/cxl")
+    simcxl.bind(k, dreg, "cxl_dax_region")
+    t.link(f"{CXL_BUS}/devices/dax_region{d.region}", "../../.." + dreg[4:])
 
 
 def _device_rel(k: SimKernel, name: str) -> str:
@@ -140,7 +135,7 @@ def bind(k: SimKernel, name: str, driver: str) -> None:
     """Attach ``name`` to ``driver`` (links only; :func:`attach` also does what the driver does)."""
     rel = _device_rel(k, name)
     k.tree.link(f"{rel}/driver", f"{_up(rel)}bus/dax/drivers/{driver}")
-    k.tree.link(f"{BUS}/drivers/{driver}/{name}", f"../../../..{rel}")
+    k.tree.link(f"{BUS}/drivers/{driver}/{name}", f"../../../..{rel[4:]}")
     other = "kmem" if driver == "device_dax" else "device_dax"
     stale = k.tree.local(f"{BUS}/drivers/{other}/{name}")
     if stale.is_symlink():
@@ -240,6 +235,9 @@ def unplug(k: SimKernel, name: str) -> None:
         raise ebusy(f"{name} is system-ram")
     rel = _device_rel(k, name)
     unbind(k, name)
+    dev = devnodes.dev_of(k, rel)
+    if dev is not None:
+        devnodes.remove(k, *dev, name)
     k.tree.remove_tree(rel)
     k.tree.local(f"{BUS}/devices/{name}").unlink()
     state = k.state()

@@ -54,7 +54,12 @@ def hot_add_dax(k: SimKernel, d: simdax.DaxDef, *, system_ram: bool = False,
     if d.target_node not in possible:
         raise ValueError(f"{d.name}: node {d.target_node} is not a possible node here ({format_list(possible)})")
     with k.locked():
-        simdax.lay_out(k, d)
+        if d.kind == "cxl":
+            from .cxl_presets import expanders
+
+            expanders(k, [d])
+        else:
+            simdax.lay_out(k, d)
     events = [emit(k, "add", "dax", d.name, simdax.device_dir(d).removeprefix("/sys"))]
     if system_ram:
         with k.locked():

@@ -84,6 +84,7 @@ def add_node(k: SimKernel, node: int, cpus: list[int], distances: list[int], use
     t.file(f"{base}/vmstat", node_vmstat(k), RO)
     t.file(f"{base}/compact", "", WO)
     t.file(f"{base}/uevent", "", RW)
+    t.link(f"{base}/subsystem", "../../../../bus/node")
     t.dir(f"{base}/hugepages")
     if k.at_least(6, 17):
         t.file(f"{base}/reclaim", "", WO)
@@ -128,7 +129,7 @@ def add_blocks(k: SimKernel, node: int, start: int, size: int, zone: str | None)
             "state": ("online" if zone else "offline", RW), "online": (1 if zone else 0, RW),
             "phys_index": (f"{n:08x}", RO), "phys_device": (0, RO), "removable": (1, RO),
             "valid_zones": (zones, RO), "uevent": ("", RW),
-        }, {f"node{node}": f"../../node/node{node}"},
+        }, {f"node{node}": f"../../node/node{node}", "subsystem": "../../../../bus/memory"},
             shared=("state", "online", "phys_device", "removable", "valid_zones", "uevent"))
         os.symlink(f"../../memory/memory{n}", node_dir / f"memory{n}")
     if zone is not None:
@@ -287,6 +288,7 @@ def set_tier(k: SimKernel, node: int, tier: int | None) -> None:
                 k.tree.set(path, format_list(sorted(ids)))
             else:
                 k.tree.remove_tree(f"{TIERS}/{name}")
+                k.tree.local(f"/sys/bus/memory_tiering/devices/{name}").unlink(missing_ok=True)
     if tier is None:
         return
     path = f"{TIERS}/memory_tier{tier}/nodelist"
@@ -303,6 +305,9 @@ def make_tier(k: SimKernel, tier: int, nodes: list[int]) -> None:
     k.tree.file(f"{base}/uevent", "", RW)
     k.tree.file(f"{base}/power/control", "auto", RW)
     k.tree.link(f"{base}/subsystem", "../../../../bus/memory_tiering")
+    # memory_tiering is a bus (subsys_virtual_register): its devices list the tiers
+    k.tree.link(f"/sys/bus/memory_tiering/devices/memory_tier{tier}", f"../../../devices/virtual/memory_tiering/"
+                f"memory_tier{tier}")
 
 
 ZONE_OF = {"online_movable": "Movable", "online_kernel": "Normal"}

@@ -425,8 +425,13 @@ def build(preset: Preset, root: Path, *, kernel: str | None = None) -> Path:
     _proc_and_etc(k, preset)
     _cpus(k, preset)
     _memory(k, preset)
+    from .cxl_presets import expanders  # (the CXL bus behind CXL DAX devices; cxl_presets imports this module)
+
     for d in preset.dax:
-        simdax.lay_out(k, d)
+        if d.kind != "cxl":
+            simdax.lay_out(k, d)
+    expanders(k, preset.dax)
+    for d in preset.dax:
         if preset.dax_online_zone:
             simdax.to_system_ram(k, d.name, preset.dax_online_zone)
     if preset.daxctl if preset.daxctl is not None else bool(preset.dax):
@@ -488,6 +493,11 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
             "pgpromote_success", "pgpromote_candidate", "pgdemote_kswapd", "pgdemote_direct",
             "pgdemote_khugepaged", "numa_pte_updates", "numa_huge_pte_updates", "numa_hint_faults",
             "numa_hint_faults_local", "numa_pages_migrated", "pgmigrate_success", "pgmigrate_fail"]
+    # in the order of shared/reference/vmstat-tiering-keys-6.18.txt
+    if k.at_least(6, 14):
+        keys.insert(keys.index("pgdemote_khugepaged") + 1, "pgdemote_proactive")
+    if k.at_least(6, 18):
+        keys.insert(keys.index("pgpromote_candidate") + 1, "pgpromote_candidate_nrl")
     t.file("/proc/vmstat", "\n".join(f"{key} 0" for key in keys), RO)
     knobs = dict(DEFAULT_KNOBS)
     knobs.update(p.knobs)
@@ -576,6 +586,8 @@ def _memory(k: SimKernel, p: Preset) -> None:
         t.file(f"{memory.NODE}/{name}", "", RO)
     t.file(f"{memory.TIERS}/uevent", "", RW)
     t.file(f"{memory.TIERS}/power/control", "auto", RW)
+    for bus in ("node", "memory", "memory_tiering"):  # where the nodes', blocks' and tiers' subsystem links lead
+        t.dir(f"/sys/bus/{bus}/devices")
     for n in p.nodes:
         dist = list(p.distances.get(n.id, [10 if i == n.id else 21 for i in range(p.possible_nodes)]))
         memory.add_node(k, n.id, list(n.cpus), dist, used_kb=n.used // 1024)
@@ -602,7 +614,9 @@ def capture_like(name: str, dest: Path) -> Path:
     build(get(name), tmp)
     import shutil  # (with bz2, lzma and zlib: loaded by the two helpers that copy or delete trees)
 
-    shutil.copytree(tmp, dest, symlinks=True, ignore=shutil.ignore_patterns(MARKER))
+    # no marker, and no /dev: a capture of /sys and /proc holds no device nodes (copying one would read it)
+    shutil.copytree(tmp, dest, symlinks=True,
+                    ignore=lambda d, names: [n for n in names if n == MARKER or (n == "dev" and Path(d) == tmp)])
     for tool in ("nvidia-smi", "systemd-detect-virt", "daxctl"):
         (dest / "usr/bin" / tool).unlink(missing_ok=True)
     remove(tmp)

@@ -164,10 +164,13 @@ def test_refresh_ms_makes_the_kernel_refresh_statistics_itself(make_node) -> Non
     k = SimKernel(make_node("qemu-3node", kernel="6.18.0"))
     _paddr_kdamond(k)
     k.write(f"{S}/action", "pageout")
+    k.write(f"{S}/quotas/bytes", str(64 << 20))
     k.write(f"{K}/0/refresh_ms", "1000")
     k.write(f"{K}/0/state", "on")
+    assert k.tree.read(f"{S}/quotas/effective_bytes") == "0"
     tick(k)
     assert int(k.tree.read(f"{S}/stats/nr_tried")) > 0
+    assert k.tree.read(f"{S}/quotas/effective_bytes") == str(64 << 20)  # 6.17 refreshes these too
 
 
 @pytest.mark.parametrize("kernel, layer", [("6.12.0", "filters"), ("6.18.0", "ops_filters")])

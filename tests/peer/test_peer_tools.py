@@ -1,0 +1,88 @@
+"""Every preset read by tools no one here wrote — Debian 12's daxctl/cxl/ndctl 76.1, util-linux's lsmem and damo
+3.4.3 — before and after an apply, against ``nodeagent facts``: any tool error, parse error or disagreement fails.
+
+The tools run only in a private mount namespace over the simulated tree (``peer.py``, ``nsrun.sh``); where they are
+not fetched (``scripts/peer-tools.sh``) or unshare is not allowed, the tests skip and say why — except under CI,
+which fetches them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from nodeagent.cli.main import main
+from nodeagent_sim import PRESETS, SimKernel
+
+from . import compare, peer
+
+PROFILE = str(peer.REPO / "profiles" / "cxl-inference.yaml")
+#: stress: 8 × 2 TiB in 128 MiB blocks (130,000 blocks): the benchmarks' node, the same code as ``small``.
+SKIP = {"stress"}
+
+
+@pytest.fixture(scope="module")
+def tools() -> None:
+    why = peer.unavailable()
+    if why:
+        if os.environ.get("CI") and "unshare" not in why and "not root" not in why:
+            pytest.fail(f"CI fetches the peer tools (scripts/peer-tools.sh): {why}")
+        pytest.skip(why)
+
+
+def facts(root: Path, capsys: pytest.CaptureFixture[str]) -> dict:
+    capsys.readouterr()
+    code = main(["--root", str(root), "--format", "json", "facts"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)
+
+
+def disagreements(root: Path, scratch: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    f = facts(root, capsys)
+    res = peer.run(root, SimKernel(root).meta["kernel"], scratch)
+    problems = []
+    for name, o in res.items():
+        problems += compare.tool_errors(name, o.rc, o.out, o.err)
+    if problems:
+        return problems
+    problems += compare.daxctl(res["daxctl"].json(), f)
+    problems += compare.cxl(res["cxl"].json(), f)
+    cxl_u = list(compare.walk(res["cxl-u"].json()))
+    cxl_n = list(compare.walk(res["cxl"].json()))
+    if len(cxl_u) != len(cxl_n):
+        problems.append(f"cxl list -u lists {len(cxl_u)} objects, without -u {len(cxl_n)}")
+    problems += compare.ndctl(res["ndctl"].json(), f)
+    problems += compare.lsmem(res["lsmem"].json(), res["lsmem-summary"].out, f)
+    problems += compare.damo(res["damo"].json(), f)
+    return problems
+
+
+@pytest.mark.parametrize("preset", sorted(set(PRESETS) - SKIP))
+def test_peer_tools_read_the_node_as_nodeagent_does(preset: str, tools: None, make_node, scratch_dir: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_node(preset)
+    before = disagreements(root, scratch_dir / "before", capsys)
+    assert before == [], f"{preset} as laid out:\n  " + "\n  ".join(before)
+    main(["--root", str(root), "apply", "--yes", "--skip-checks", "all", "--allow-disruptive", PROFILE])
+    after = disagreements(root, scratch_dir / "after", capsys)
+    assert after == [], f"{preset} after apply:\n  " + "\n  ".join(after)
+
+
+def test_the_namespace_refuses_to_run_tools_without_the_simulated_sys(tools: None, make_node,
+                                                                     scratch_dir: Path) -> None:
+    """The marker is read through /sys before any tool runs: a root whose sys lacks it runs nothing."""
+    import subprocess
+
+    root = make_node("qemu-3node")
+    out = scratch_dir / "out"
+    out.mkdir()
+    env = {**os.environ, **peer.tool_env(), "NODEAGENT_PEER_HOST_MNTNS": os.readlink("/proc/self/ns/mnt")}
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", str(peer.NSRUN), str(root), str(out),
+                           "no-such-token", str(scratch_dir)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 98, proc.stderr
+    assert "marker missing" in proc.stderr
+    assert list(out.iterdir()) == []
