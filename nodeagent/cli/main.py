@@ -95,8 +95,28 @@ def _profile(ctx: Ctx, given: str | None) -> str:
 
 
 def _is_interactive() -> bool:
-    """Ask for confirmation only on a terminal: never under systemd, Ansible or a pipe."""
-    return sys.stdin.isatty() and sys.stdout.isatty()
+    """A person can answer: stdin is a terminal (stdout may be a pipe: ``nodeagent apply P | tee log``)."""
+    return sys.stdin.isatty()
+
+
+def _consent(yes: bool, question: str, command: str, show: Any = None) -> bool:
+    """Consent to change the node, asked only when there is something to change: ``--yes``, else the answer of a
+    person at the terminal on stdin, else a refusal (exit 64) — never a silent yes because nobody could be asked.
+
+    systemd units, ``run --apply``, the Ansible module and scripts give their consent up front (``--yes``, or the
+    engine's API). The question goes to stderr when stdout is not the terminal (a pipe, a log, a JSON document);
+    ``show`` first prints there what would change when stdout does not carry it (``--format json``).
+    """
+    if yes:
+        return True
+    if not _is_interactive():
+        raise UsageError(f"{command} would change this node and stdin is not a terminal to ask on: nothing was "
+                         "written",
+                         hint=f"pass --yes to {command} without asking (systemd units, scripts, CI); "
+                              f"`nodeagent {command} --dry-run` shows what it would do")
+    if show is not None:
+        show()
+    return click.confirm(question, default=False, err=not sys.stdout.isatty())
 
 
 profile_arg = click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
@@ -380,7 +400,6 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
 
         wait_memdevs_option(eng, loaded, wait_memdevs)
     text = ctx.fmt == "text"
-    interactive = _is_interactive() and text
 
     def show(report: Any, p: Any) -> None:
         """One shape wherever it runs: the checks, then the plan (before → after), then the prompt, then outcomes."""
@@ -390,7 +409,10 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
             click.echo(escape_controls(plan_text(p)))
 
     def confirm(p: Any) -> bool:
-        return yes or not interactive or click.confirm("Apply these changes?", default=False)
+        def on_stderr() -> None:  # --format json: stdout carries the document, the person reads the plan here
+            click.echo(escape_controls(plan_text(p)), err=True)
+
+        return _consent(yes, "Apply these changes?", "apply", show=None if text else on_stderr)
 
     progress = _TerminalProgress() if text and sys.stderr.isatty() else None
     try:

@@ -131,15 +131,13 @@ def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: 
     """Restore the values the node had before nodeagent changed them, then forget them."""
     from ..engine.plan import Result
     from ..render.ops_text import revert_text
-    from .main import _is_interactive, _TerminalProgress
-
-    interactive = _is_interactive() and ctx.fmt == "text"
+    from .main import _consent, _TerminalProgress
 
     def confirm(p: Any) -> bool:
-        if yes or not interactive:
-            return True
-        click.echo(escape_controls(revert_text(Result(p, dry_run=True))))
-        return click.confirm("Revert these settings?", default=False)
+        def show() -> None:
+            click.echo(escape_controls(revert_text(Result(p, dry_run=True))), err=ctx.fmt != "text")
+
+        return _consent(yes, "Revert these settings?", "revert", show=show)
 
     progress = _TerminalProgress() if ctx.fmt == "text" and sys.stderr.isatty() else None
     try:
