@@ -9,15 +9,28 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any, get_args
 
 from ..util.errors import ProfileError
-from .load import KEY, LNode, Loc, load_tree, parse, resolve_extends, to_plain
-from .model import NodeProfile
+from .resolved import Loc
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from .load import LNode
+    from .model import NodeProfile
 
 __all__ = ["LoadedProfile", "load_profile", "load_profile_text", "NodeProfile", "schema"]
+
+
+def __getattr__(name: str) -> Any:
+    """``NodeProfile`` on first use: importing this package (for ``profile.cache``, ``profile.shipped``, ...) must
+    not load pydantic and YAML, which the timer's read-only commands never need (tests/e2e/test_imports.py)."""
+    if name == "NodeProfile":
+        from .model import NodeProfile
+
+        return NodeProfile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,10 @@ def _dotted(path: tuple) -> str:
 
 def _model_at(path: tuple) -> type[BaseModel] | None:
     """The model class that validates the mapping at ``path`` (to list the keys it allows)."""
+    from pydantic import BaseModel
+
+    from .model import NodeProfile
+
     cls: Any = NodeProfile
     for part in path:
         if isinstance(part, int):
@@ -72,6 +89,8 @@ def _model_at(path: tuple) -> type[BaseModel] | None:
 
 
 def _unwrap(tp: Any) -> Any:
+    from pydantic import BaseModel
+
     for arg in (tp, *get_args(tp)):
         if isinstance(arg, type) and issubclass(arg, BaseModel):
             return arg
@@ -120,6 +139,11 @@ def _did_you_mean(key: str, allowed: list[str]) -> str:
 
 
 def validate(data: dict[str, Any], locs: dict[tuple, Loc], path_shown: str) -> NodeProfile:
+    from pydantic import ValidationError
+
+    from .load import KEY
+    from .model import NodeProfile
+
     try:
         return NodeProfile.model_validate(data)
     except ValidationError as exc:
@@ -137,6 +161,8 @@ def validate(data: dict[str, Any], locs: dict[tuple, Loc], path_shown: str) -> N
 
 
 def load_profile(path: str | Path) -> LoadedProfile:
+    from .load import load_tree, to_plain
+
     tree = load_tree(Path(path))
     data, locs = to_plain(tree)
     profile = validate(data, locs, str(path))
@@ -146,6 +172,8 @@ def load_profile(path: str | Path) -> LoadedProfile:
 def load_profile_text(text: str, shown: str = "<inline>", base_dir: Path | None = None) -> LoadedProfile:
     """A profile given as text (Ansible's inline profile). ``extends`` resolves against ``base_dir``; without
     one it is refused."""
+    from .load import parse, resolve_extends, to_plain
+
     node: LNode = parse(text, shown)
     if "extends" in node.value:
         if base_dir is None:
