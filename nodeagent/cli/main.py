@@ -85,8 +85,14 @@ def _load(path: str) -> LoadedProfile:
 
 
 def _profile(ctx: Ctx, given: str | None) -> str:
-    """PROFILE as given, else the node's /etc/nodeagent/profile.yaml (nodeagent.profile.locate)."""
+    """PROFILE as given (a file, else the name of a shipped profile: ``nodeagent plan cxl-inference``), else the
+    node's /etc/nodeagent/profile.yaml (nodeagent.profile.locate)."""
     if given is not None:
+        if not os.path.lexists(given):
+            from ..profile.shipped import find
+
+            path = find(given)
+            return str(path) if path is not None else given
         return given
     from ..profile.locate import node_profile
 
@@ -154,6 +160,7 @@ _ELSEWHERE = {
     "metrics": ("cli.metrics", "metrics"),  # the exporter
     "render": ("cli.serving", "render"), "verify-serving": ("cli.serving", "verify_serving"),
     "labels": ("cli.k8s", "labels"), "run": ("cli.k8s", "run"),  # the NFD feature file, the DaemonSet loop
+    "profiles": ("cli.profiles", "profiles"),  # list, show: the profiles installed with nodeagent
 }
 
 
