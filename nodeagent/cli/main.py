@@ -265,8 +265,13 @@ def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool, profile: str | No
     ctx.emit(facts_text(snap.facts) + hardware_text(snap.facts.sections.get(snapshot.HARDWARE)), snap.facts.to_dict())
 
 
+verbose_opt = click.option("--verbose", "-v", is_flag=True,
+                           help="Print the profile's warnings in full even when there is nothing to change.")
+
+
 @cli.command()
 @profile_arg
+@verbose_opt
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 2 when the plan changes something, 5 when part of it cannot be done.")
 @click.option("--allow-disruptive", is_flag=True, help="Plan disruptive changes instead of refusing them.")
@@ -275,8 +280,8 @@ def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool, profile: str | No
 @click.option("--baseline", metavar="OLD.yaml",
               help="Also plan OLD.yaml; show how PROFILE changes each node's plan (exit 2 when it does).")
 @click.pass_obj
-def plan(ctx: Ctx, profile: str | None, detailed_exitcode: bool, allow_disruptive: bool, facts_path: str | None,
-         baseline: str | None) -> None:
+def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, allow_disruptive: bool,
+         facts_path: str | None, baseline: str | None) -> None:
     """Show what apply would change, and why. Writes nothing. PROFILE: default /etc/nodeagent/profile.yaml.
 
     With --facts it never touches this machine: it plans against captured facts, with the same planner.
@@ -293,7 +298,7 @@ def plan(ctx: Ctx, profile: str | None, detailed_exitcode: bool, allow_disruptiv
     eng = ctx.engine()
     f = eng.facts(loaded)
     p = eng.plan(loaded, allow_disruptive=allow_disruptive, facts=f)
-    ctx.emit(plan_text(p), p.to_dict())
+    ctx.emit(plan_text(p, verbose=verbose), p.to_dict())
     if p.blocked:
         raise click.exceptions.Exit(ExitCode.ERROR)
     if detailed_exitcode and (p.changes or p.problems):  # 5: apply would be partial (wins over 2)
@@ -372,6 +377,7 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Print the plan only; write nothing.")
 @click.option("--allow-disruptive", is_flag=True, help="Carry out disruptive changes (e.g. offlining memory).")
+@verbose_opt
 @skip_checks_opt
 @click.option("--device", "devices", multiple=True, metavar="NAME",
               help="Reconcile only what this hot-plugged device affects (dax1.0, memory42, region0; repeatable).")
@@ -381,7 +387,7 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
               help="First wait up to DURATION (60s, 2min) for the CXL memdevs the profile's regions need (the boot "
                    "unit: memdevs probe asynchronously).")
 @click.pass_obj
-def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disruptive: bool,
+def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disruptive: bool, verbose: bool,
           skip_checks: tuple[str, ...], devices: tuple[str, ...], metrics_textfile: str | None,
           wait_memdevs: str | None) -> None:
     """Run the profile's preflight checks, then make the node match the profile, re-read and verify it.
@@ -413,7 +419,7 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
         if text:
             if report.results:
                 click.echo(escape_controls(report_text(report, applying=not dry_run)))
-            click.echo(escape_controls(plan_text(p)))
+            click.echo(escape_controls(plan_text(p, verbose=verbose)))
 
     def confirm(p: Any) -> bool:
         def on_stderr() -> None:  # --format json: stdout carries the document, the person reads the plan here
