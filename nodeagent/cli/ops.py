@@ -50,9 +50,11 @@ metrics_opt = click.option("--metrics-textfile", metavar="PATH",
 @click.command()
 @click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
 @click.option("--record", is_flag=True, help="Keep drift in the history journal (and when it was first seen).")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Print the profile's warnings in full even when nothing drifted.")
 @metrics_opt
 @click.pass_obj
-def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | None) -> None:
+def drift(ctx: Ctx, profile: str | None, record: bool, verbose: bool, metrics_textfile: str | None) -> None:
     """Compare the node with the last applied profile (or PROFILE). Exit 0: converged, 3: drift, 5: part of the
     profile cannot be done on this node."""
     from ..drift import detect, detect_and_record
@@ -76,7 +78,7 @@ def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | N
     report = detect_and_record(eng, loaded, amend=noted) if record else noted(detect(eng, loaded))
     if metrics_textfile:
         write_metrics(eng, metrics_textfile, loaded=loaded, drift=report)
-    ctx.emit(drift_text(report), report.to_dict())
+    ctx.emit(drift_text(report, verbose=verbose), report.to_dict())
     if report.cannot_be_done:  # apply would be partial: 5 wins over 3
         raise click.exceptions.Exit(ExitCode.PARTIAL)
     if not report.converged:
@@ -203,8 +205,21 @@ def _render(ctx: Ctx, profile: str | None, node_profile: str | None, exe: str | 
         local = under_root(ctx.host, node_profile)
         name = _load(local).name if os.path.exists(local) else None
         baked = node_profile
-    else:
-        name, baked = _load(standard_profile(ctx.host, "units")).name, PROFILE_PATH
+    else:  # the profile last applied to the node (as drift and status use it), else the node's standard one
+        command = click.get_current_context().command_path.partition(" ")[2] or "units render"
+        last = ctx.engine().state.last_applied()
+        applied = last.profile_path if last and last.status != "reverted" else None
+        seen = applied  # as the node sees it: under --root, the path inside the root
+        if applied and not ctx.host.is_real:
+            root = os.path.realpath(ctx.host.root)
+            if os.path.commonpath([os.path.realpath(applied), root]) == root:
+                seen = "/" + os.path.relpath(os.path.realpath(applied), root)
+        if applied and seen != PROFILE_PATH and os.path.isfile(applied):
+            name, baked = _load(applied).name, seen
+            click.echo(escape_controls(f"nodeagent: {command}: for {seen}, the profile last applied to this node "
+                                       "(give PROFILE or --profile for another)"), err=True)
+        else:
+            name, baked = _load(standard_profile(ctx.host, command)).name, PROFILE_PATH
     if exe is None:
         exe = os.path.join(prefix, "bin", "nodeagent") if prefix else _console_script()
     return render_units(baked, exe=exe, before=before, metrics=metrics, interval=interval, profile_name=name)
@@ -215,8 +230,15 @@ def _render(ctx: Ctx, profile: str | None, node_profile: str | None, exe: str | 
 @click.pass_obj
 def units_render(ctx: Ctx, profile: str | None, node_profile: str | None, exe: str | None, prefix: str | None,
                  before: str | None, metrics_textfile: str | None, interval: str) -> None:
-    """Print the units and the udev rule (nothing is written). They run the installed nodeagent on the node's
-    profile, /etc/nodeagent/profile.yaml, unless PROFILE, --profile or --exe say otherwise."""
+    """Print the units and the udev rule (nothing is written). They run the installed nodeagent on PROFILE, else
+    the profile last applied to this node, else /etc/nodeagent/profile.yaml (--profile: the path the node reads).
+
+    \b
+    Examples:
+      nodeagent units render                       # for the profile last applied here
+      nodeagent units render /etc/nodeagent/profile.yaml --before vllm.service
+      sudo nodeagent units install --metrics-textfile /var/lib/node_exporter/textfile/nodeagent.prom
+    """
     from ..render.systemd import destination
 
     files = _render(ctx, profile, node_profile, exe, prefix, before, metrics_textfile, interval)
