@@ -227,7 +227,13 @@ def cli(cx: click.Context, root: str, simulate: str | None, fmt: str, lock_timeo
 @profile_arg
 @click.pass_obj
 def validate(ctx: Ctx, profile: str | None) -> None:
-    """Check a profile against the schema (after merging what it extends)."""
+    """Check a profile against the schema (after merging what it extends).
+
+    \b
+    Examples:
+      nodeagent validate profiles/cxl-inference.yaml
+      nodeagent validate            # /etc/nodeagent/profile.yaml
+    """
     profile = _profile(ctx, profile)
     loaded = _load(profile)
     ctx.emit(f"{profile}: valid profile {loaded.name!r}", {"valid": True, "profile": loaded.name,
@@ -243,7 +249,14 @@ def validate(ctx: Ctx, profile: str | None) -> None:
               help="Record the paths this profile's disk check lists (default: the last applied profile's).")
 @click.pass_obj
 def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool, profile: str | None) -> None:
-    """Show what the node looks like now. Read-only: never writes to the node."""
+    """Show what the node looks like now. Read-only: never writes to the node.
+
+    \b
+    Examples:
+      nodeagent facts
+      nodeagent facts --save node.json        # for `plan --facts` elsewhere
+      nodeagent --simulate h100-cxl facts
+    """
     from ..facts import snapshot
     from ..render.text import facts_text
 
@@ -285,6 +298,13 @@ def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, 
     """Show what apply would change, and why. Writes nothing. PROFILE: default /etc/nodeagent/profile.yaml.
 
     With --facts it never touches this machine: it plans against captured facts, with the same planner.
+
+    \b
+    Examples:
+      nodeagent plan cxl-inference                  # a shipped profile, by name
+      nodeagent plan my.yaml --detailed-exitcode    # exit 2 when it would change something
+      nodeagent plan new.yaml --baseline old.yaml   # what a profile edit changes on this node
+      nodeagent plan my.yaml --facts fleet/         # offline, against `facts --save` files
     """
     from ..render.text import plan_text
 
@@ -331,7 +351,14 @@ def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
               help="Judge saved facts (`facts --save`) instead of this node: one file, or every *.json in DIR.")
 @click.pass_obj
 def check(ctx: Ctx, profile: str | None, skip_checks: tuple[str, ...], facts_path: str | None) -> None:
-    """Run the profile's preflight checks alone (read-only). Exit 4 when an error-severity check fails."""
+    """Run the profile's preflight checks alone (read-only). Exit 4 when an error-severity check fails.
+
+    \b
+    Examples:
+      nodeagent check cxl-inference
+      nodeagent check my.yaml --skip-checks latency
+      nodeagent check my.yaml --facts node.json
+    """
     from ..checks import parse_skips
     from ..render.checks import report_text
 
@@ -374,7 +401,8 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
 
 @cli.command()
 @profile_arg
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--yes", "-y", is_flag=True,
+              help="Do not ask for confirmation (needed to change the node where stdin is not a terminal).")
 @click.option("--dry-run", is_flag=True, help="Print the plan only; write nothing.")
 @click.option("--allow-disruptive", is_flag=True, help="Carry out disruptive changes (e.g. offlining memory).")
 @verbose_opt
@@ -392,7 +420,15 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
           wait_memdevs: str | None) -> None:
     """Run the profile's preflight checks, then make the node match the profile, re-read and verify it.
 
-    PROFILE: default /etc/nodeagent/profile.yaml (under --root)."""
+    PROFILE: default /etc/nodeagent/profile.yaml (under --root).
+
+    \b
+    Examples:
+      sudo nodeagent apply cxl-inference           # shows the plan, asks on the terminal
+      sudo nodeagent apply --yes my.yaml           # no question (systemd, scripts: required without a terminal)
+      nodeagent apply --dry-run my.yaml            # the checks and the plan; writes nothing
+      nodeagent --simulate h100-cxl apply --yes cxl-inference
+    """
     from ..checks import parse_skips
     from ..render.checks import report_text
     from ..render.text import plan_text

@@ -56,7 +56,13 @@ metrics_opt = click.option("--metrics-textfile", metavar="PATH",
 @click.pass_obj
 def drift(ctx: Ctx, profile: str | None, record: bool, verbose: bool, metrics_textfile: str | None) -> None:
     """Compare the node with the last applied profile (or PROFILE). Exit 0: converged, 3: drift, 5: part of the
-    profile cannot be done on this node."""
+    profile cannot be done on this node.
+
+    \b
+    Examples:
+      nodeagent drift
+      nodeagent drift --record --metrics-textfile /var/lib/node_exporter/textfile/nodeagent.prom
+    """
     from ..drift import detect, detect_and_record
     from ..render.ops_text import drift_text
     from .main import _load
@@ -95,7 +101,14 @@ def drift(ctx: Ctx, profile: str | None, record: bool, verbose: bool, metrics_te
 @click.pass_obj
 def history(ctx: Ctx, resource: str | None, target: str | None, event: str | None, since: str | None,
             limit: int | None) -> None:
-    """Show what nodeagent applied and what drift it saw, oldest first. Read-only."""
+    """Show what nodeagent applied and what drift it saw, oldest first. Read-only.
+
+    \b
+    Examples:
+      nodeagent history --limit 10
+      nodeagent history --event drift --since 2h
+      nodeagent history --target kernel.numa_balancing
+    """
     from ..render.ops_text import history_text
     from ..state.journal import Journal, parse_since
 
@@ -110,7 +123,13 @@ def history(ctx: Ctx, resource: str | None, target: str | None, event: str | Non
               help="How many recent journal events to show.")
 @click.pass_obj
 def status(ctx: Ctx, events: int) -> None:
-    """The node at a glance: last apply, drift, owned kdamonds, tiers and how full each node is. Read-only."""
+    """The node at a glance: last apply, drift, owned kdamonds, tiers and how full each node is. Read-only.
+
+    \b
+    Examples:
+      nodeagent status
+      nodeagent --format json status
+    """
     from ..ops.status import gather_status
     from ..profile.locate import changed_since_applied
     from ..render.ops_text import status_text
@@ -130,7 +149,14 @@ def status(ctx: Ctx, events: int) -> None:
 @click.option("--only", "targets", multiple=True, metavar="TARGET", help="Revert only this setting (repeatable).")
 @click.pass_obj
 def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: tuple[str, ...]) -> None:
-    """Restore the values the node had before nodeagent changed them, then forget them."""
+    """Restore the values the node had before nodeagent changed them, then forget them.
+
+    \b
+    Examples:
+      nodeagent revert --dry-run
+      sudo nodeagent revert --only kernel.numa_balancing
+      sudo nodeagent revert --yes --allow-disruptive   # everything, devices included
+    """
     from ..engine.plan import Result
     from ..render.ops_text import revert_text
     from .main import _consent, _TerminalProgress
