@@ -51,20 +51,19 @@ def _dist_version(name: str) -> str:
 
 def _model_code(here: Path = Path(__file__).parent) -> str:
     """The size and modification time of each file of the code that validates and records a profile (the
-    ``profile`` package and ``resolved.py``) — what python itself checks its bytecode cache against — so that a
-    checkout or an upgrade that changes the model without changing ``__version__`` validates again."""
+    ``profile`` package, ``resolved.py`` included) — what python itself checks its bytecode cache against — so that
+    a checkout or an upgrade that changes the model without changing ``__version__`` validates again."""
     out = []
-    for d in (here / "profile", here):
+    try:
+        names = sorted(n for n in os.listdir(here) if n.endswith(".py"))
+    except OSError:
+        names = []
+    for n in names:
         try:
-            names = sorted(n for n in os.listdir(d) if n.endswith(".py") and (d != here or n == "resolved.py"))
+            st = os.stat(here / n)
         except OSError:
             continue
-        for n in names:
-            try:
-                st = os.stat(d / n)
-            except OSError:
-                continue
-            out.append(f"{d.name}/{n}:{st.st_size}:{st.st_mtime_ns}")
+        out.append(f"{here.name}/{n}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(out)
 
 
