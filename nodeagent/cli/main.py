@@ -545,7 +545,7 @@ def schema() -> None:
 @cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:
-    """Print the shell completion script for SHELL (README: "Shell completion" says where it goes)."""
+    """Print the shell completion script for SHELL (docs/cli.md, "Shell completion", says where it goes)."""
     from click.shell_completion import get_completion_class
 
     complete = get_completion_class(shell)
