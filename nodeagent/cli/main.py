@@ -292,9 +292,12 @@ verbose_opt = click.option("--verbose", "-v", is_flag=True,
               help="Plan offline against saved facts (`facts --save`): one file, or every *.json in DIR.")
 @click.option("--baseline", metavar="OLD.yaml",
               help="Also plan OLD.yaml; show how PROFILE changes each node's plan (exit 2 when it does).")
+@click.option("--out", "out", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
+              help="Also save the plan to FILE: `apply --plan FILE` carries out exactly it, or refuses if the node "
+                   "or the profile changed.")
 @click.pass_obj
 def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, allow_disruptive: bool,
-         facts_path: str | None, baseline: str | None) -> None:
+         facts_path: str | None, baseline: str | None, out: str | None) -> None:
     """Show what apply would change, and why. Writes nothing. PROFILE: default /etc/nodeagent/profile.yaml.
 
     With --facts it never touches this machine: it plans against captured facts, with the same planner.
@@ -305,6 +308,7 @@ def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, 
       nodeagent plan my.yaml --detailed-exitcode    # exit 2 when it would change something
       nodeagent plan new.yaml --baseline old.yaml   # what a profile edit changes on this node
       nodeagent plan my.yaml --facts fleet/         # offline, against `facts --save` files
+      nodeagent plan my.yaml --out reviewed.plan    # then: sudo nodeagent apply --plan reviewed.plan
     """
     from ..render.text import plan_text
 
@@ -312,6 +316,8 @@ def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, 
         raise UsageError("plan --facts needs PROFILE", hint="nodeagent plan PROFILE --facts DIR")
     profile = _profile(ctx, profile)
     if facts_path is not None or baseline is not None or ctx.fmt == "markdown":
+        if out is not None:
+            raise UsageError("--out saves a plan of this node: not with --facts, --baseline or --format markdown")
         _review(ctx, profile, facts_path, baseline, detailed_exitcode, allow_disruptive)
         return
     loaded = _load(profile)
@@ -319,6 +325,12 @@ def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, 
     f = eng.facts(loaded)
     p = eng.plan(loaded, allow_disruptive=allow_disruptive, facts=f)
     ctx.emit(plan_text(p, verbose=verbose), p.to_dict())
+    if out is not None:
+        from .saved_plan import write
+
+        write(out, loaded, p, allow_disruptive)
+        click.echo(f"nodeagent: saved the plan to {os.path.abspath(out)} (`nodeagent apply --plan {out}` carries "
+                   "it out)", err=True)
     if p.blocked:
         raise click.exceptions.Exit(ExitCode.ERROR)
     if detailed_exitcode and (p.changes or p.problems):  # 5: apply would be partial (wins over 2)
@@ -411,12 +423,15 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
               help="Reconcile only what this hot-plugged device affects (dax1.0, memory42, region0; repeatable).")
 @click.option("--metrics-textfile", metavar="PATH",
               help="Also write Prometheus metrics to PATH (atomically), for node_exporter's textfile collector.")
+@click.option("--plan", "saved", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
+              help="Carry out the plan `plan --out FILE` saved, exactly; refuse (exit 5, nothing written) if the node "
+                   "or the profile changed since. The saved plan is the consent: no question.")
 @click.option("--wait-memdevs", metavar="DURATION", default=None,
               help="First wait up to DURATION (60s, 2min) for the CXL memdevs the profile's regions need (the boot "
                    "unit: memdevs probe asynchronously).")
 @click.pass_obj
 def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disruptive: bool, verbose: bool,
-          skip_checks: tuple[str, ...], devices: tuple[str, ...], metrics_textfile: str | None,
+          skip_checks: tuple[str, ...], devices: tuple[str, ...], metrics_textfile: str | None, saved: str | None,
           wait_memdevs: str | None) -> None:
     """Run the profile's preflight checks, then make the node match the profile, re-read and verify it.
 
@@ -427,12 +442,25 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
       sudo nodeagent apply cxl-inference           # shows the plan, asks on the terminal
       sudo nodeagent apply --yes my.yaml           # no question (systemd, scripts: required without a terminal)
       nodeagent apply --dry-run my.yaml            # the checks and the plan; writes nothing
+      sudo nodeagent apply --plan reviewed.plan    # exactly what `plan --out` saved, or nothing
       nodeagent --simulate h100-cxl apply --yes cxl-inference
     """
     from ..checks import parse_skips
     from ..render.checks import report_text
     from ..render.text import plan_text
 
+    saved_doc = None
+    if saved is not None:
+        from .saved_plan import read
+
+        saved_doc = read(saved)
+        if devices:
+            raise UsageError("--plan carries out a whole saved plan: not with --device")
+        if profile is not None and os.path.abspath(_profile(ctx, profile)) != saved_doc["profile_path"]:
+            raise UsageError(f"--plan {saved} was saved for {saved_doc['profile_path']}, not {profile}",
+                             hint="leave PROFILE out: the saved plan names its profile")
+        profile, yes = saved_doc["profile_path"], True
+        allow_disruptive = bool(saved_doc.get("allow_disruptive"))
     loaded = _load(_profile(ctx, profile))
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
@@ -452,6 +480,10 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
 
     def show(report: Any, p: Any) -> None:
         """One shape wherever it runs: the checks, then the plan (before → after), then the prompt, then outcomes."""
+        if saved_doc is not None:  # under the lock, before the first write: exactly the saved plan, or nothing
+            from .saved_plan import check
+
+            check(saved_doc, saved, loaded, p)
         if text:
             if report.results:
                 click.echo(escape_controls(report_text(report, applying=not dry_run)))
