@@ -138,3 +138,25 @@ def test_counts_agree_before_and_after_apply(make_node, capsys) -> None:
     assert run(["apply", "--yes", PROFILE, "--root", str(root)], capsys)[0] == 0
     _, after, _ = run(["plan", PROFILE, "--root", str(root)], capsys)
     assert after.rstrip().endswith(f"({changed + unchanged} managed settings).")
+
+
+def test_revert_needs_the_same_consent(make_node) -> None:
+    root = make_node("small")
+    assert subprocess.run([*EXE, "apply", "--yes", PROFILE, "--root", str(root)], capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=120).returncode == 0
+    before = SimKernel(root).journal()
+    r = subprocess.run([*EXE, "revert", "--root", str(root)], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=120)
+    assert r.returncode == 64 and "revert would change this node" in r.stderr and "pass --yes" in r.stderr
+    assert SimKernel(root).journal() == before
+
+
+def test_json_on_a_terminal_shows_the_plan_on_stderr_before_asking(make_node, tmp_path) -> None:
+    """--format json keeps stdout for the one document; the person still sees what they are asked about."""
+    root = make_node("small")
+    doc = tmp_path / "doc.json"
+    with doc.open("wb") as f:
+        terminal = _in_a_pty(["--format", "json", "apply", PROFILE, "--root", str(root)], b"n\n",
+                             stdout=f.fileno())
+    assert "Plan for profile" in terminal and "Apply these changes? [y/N]" in terminal
+    assert json.loads(doc.read_text())["dry_run"] is True  # declined: reported as not carried out
