@@ -37,3 +37,18 @@ def test_the_image_build_context_leaves_out_the_virtualenv_and_keeps_the_sources
     for needed in ("pyproject.toml", "README.md", "LICENSE", "nodeagent", "profiles", "deploy"):
         assert not _ignored(needed, patterns), needed
     assert (REPO / "nodeagent/profile/shipped").resolve() == (REPO / "profiles").resolve()
+
+
+def test_the_readme_is_a_front_page_whose_links_lead_somewhere() -> None:
+    """README: what it is, install, quick start, first apply, where to go next (the reference lives in docs/); every
+    relative link of README and docs/ names a file that exists."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    assert "make demo" in readme and "make test" in readme and ".venv/bin" in readme
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "bench/README.md"]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if "://" in target:
+                continue
+            assert (doc.parent / target).exists(), f"{doc.relative_to(REPO)}: link to {target} leads nowhere"
