@@ -79,21 +79,27 @@ class Ctx:
 
 
 def _load(path: str) -> LoadedProfile:
+    """The validated profile at ``path``, or the shipped profile that ``path`` names (no such file there)."""
     from ..profile.cache import load  # validated once per content of its files; see nodeagent.profile.cache
 
-    return load(path)
+    return load(_shipped_or(path))
+
+
+def _shipped_or(path: str) -> str:
+    """``path``, or the shipped profile it names when there is no such file (``cxl-inference``)."""
+    if os.path.lexists(path):
+        return path
+    from ..profile.shipped import find
+
+    found = find(path)
+    return str(found) if found is not None else path
 
 
 def _profile(ctx: Ctx, given: str | None) -> str:
     """PROFILE as given (a file, else the name of a shipped profile: ``nodeagent plan cxl-inference``), else the
     node's /etc/nodeagent/profile.yaml (nodeagent.profile.locate)."""
     if given is not None:
-        if not os.path.lexists(given):
-            from ..profile.shipped import find
-
-            path = find(given)
-            return str(path) if path is not None else given
-        return given
+        return _shipped_or(given)
     from ..profile.locate import node_profile
 
     command = click.get_current_context().command_path.removeprefix("nodeagent ").removeprefix("cli ")

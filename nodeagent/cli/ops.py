@@ -201,7 +201,7 @@ def _unit_options(f: Any) -> Any:
     f = click.option("--profile", "node_profile", metavar="PATH",
                      help="The profile path the units read on the node (default: PROFILE's absolute path, "
                           "else /etc/nodeagent/profile.yaml).")(f)
-    return click.argument("profile", required=False, type=click.Path(exists=True, dir_okay=False, path_type=str))(f)
+    return click.argument("profile", required=False, type=click.Path(dir_okay=False, path_type=str))(f)
 
 
 def _console_script() -> str:
@@ -225,6 +225,9 @@ def _render(ctx: Ctx, profile: str | None, node_profile: str | None, exe: str | 
     from .main import _load
 
     if profile is not None:  # a profile that does not validate is not worth a unit
+        from .main import _shipped_or
+
+        profile = _shipped_or(profile)  # a shipped profile's name: its installed file
         name = _load(profile).name
         baked = node_profile or os.path.abspath(profile)
     elif node_profile is not None:

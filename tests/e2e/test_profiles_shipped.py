@@ -122,3 +122,15 @@ def test_the_simulated_node_is_untouched_by_listing(make_node, capsys) -> None:
     before = SimKernel(root).journal()
     assert run(["--root", str(root), "profiles", "list"], capsys)[0] == 0
     assert SimKernel(root).journal() == before
+
+
+def test_a_shipped_name_works_for_units_and_drift(make_node, capsys) -> None:
+    root = str(make_node("small"))
+    code, out, err = run(["--root", root, "units", "render", "cxl-inference"], capsys)
+    assert code == 0, err
+    assert f"apply --yes --wait-memdevs 2min {shipped.directory() / 'cxl-inference.yaml'}" in out
+    assert run(["--root", root, "apply", "--yes", "cxl-inference"], capsys)[0] == 0
+    code, out, _ = run(["--root", root, "drift", "cxl-inference"], capsys)
+    assert code == 0 and "No drift" in out
+    code, _, err = run(["--root", root, "units", "render", "no-such-profile"], capsys)
+    assert code == 65 and "no-such-profile" in err
