@@ -83,15 +83,27 @@ class Ctx:
 
 
 def _load(path: str) -> LoadedProfile:
+    """The validated profile at ``path``, or the shipped profile that ``path`` names (no such file there)."""
     from ..profile.cache import load  # validated once per content of its files; see nodeagent.profile.cache
 
-    return load(path)
+    return load(_shipped_or(path))
+
+
+def _shipped_or(path: str) -> str:
+    """``path``, or the shipped profile it names when there is no such file (``cxl-inference``)."""
+    if os.path.lexists(path):
+        return path
+    from ..profile.shipped import find
+
+    found = find(path)
+    return str(found) if found is not None else path
 
 
 def _profile(ctx: Ctx, given: str | None) -> str:
-    """PROFILE as given, else the node's /etc/nodeagent/profile.yaml (nodeagent.profile.locate)."""
+    """PROFILE as given (a file, else the name of a shipped profile: ``nodeagent plan cxl-inference``), else the
+    node's /etc/nodeagent/profile.yaml (nodeagent.profile.locate)."""
     if given is not None:
-        return given
+        return _shipped_or(given)
     from ..profile.locate import node_profile
 
     command = click.get_current_context().command_path.removeprefix("nodeagent ").removeprefix("cli ")
@@ -99,8 +111,28 @@ def _profile(ctx: Ctx, given: str | None) -> str:
 
 
 def _is_interactive() -> bool:
-    """Ask for confirmation only on a terminal: never under systemd, Ansible or a pipe."""
-    return sys.stdin.isatty() and sys.stdout.isatty()
+    """A person can answer: stdin is a terminal (stdout may be a pipe: ``nodeagent apply P | tee log``)."""
+    return sys.stdin.isatty()
+
+
+def _consent(yes: bool, question: str, command: str, show: Any = None) -> bool:
+    """Consent to change the node, asked only when there is something to change: ``--yes``, else the answer of a
+    person at the terminal on stdin, else a refusal (exit 64) — never a silent yes because nobody could be asked.
+
+    systemd units, ``run --apply``, the Ansible module and scripts give their consent up front (``--yes``, or the
+    engine's API). The question goes to stderr when stdout is not the terminal (a pipe, a log, a JSON document);
+    ``show`` first prints there what would change when stdout does not carry it (``--format json``).
+    """
+    if yes:
+        return True
+    if not _is_interactive():
+        raise UsageError(f"{command} would change this node and stdin is not a terminal to ask on: nothing was "
+                         "written",
+                         hint=f"pass --yes to {command} without asking (systemd units, scripts, CI); "
+                              f"`nodeagent {command} --dry-run` shows what it would do")
+    if show is not None:
+        show()
+    return click.confirm(question, default=False, err=not sys.stdout.isatty())
 
 
 profile_arg = click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
@@ -138,6 +170,7 @@ _ELSEWHERE = {
     "metrics": ("cli.metrics", "metrics"),  # the exporter
     "render": ("cli.serving", "render"), "verify-serving": ("cli.serving", "verify_serving"),
     "labels": ("cli.k8s", "labels"), "run": ("cli.k8s", "run"),  # the NFD feature file, the DaemonSet loop
+    "profiles": ("cli.profiles", "profiles"),  # list, show: the profiles installed with nodeagent
 }
 
 
@@ -213,7 +246,13 @@ def cli(cx: click.Context, root: str, simulate: str | None, fmt: str, lock_timeo
 @profile_arg
 @click.pass_obj
 def validate(ctx: Ctx, profile: str | None) -> None:
-    """Check a profile against the schema (after merging what it extends)."""
+    """Check a profile against the schema (after merging what it extends).
+
+    \b
+    Examples:
+      nodeagent validate profiles/cxl-inference.yaml
+      nodeagent validate            # /etc/nodeagent/profile.yaml
+    """
     profile = _profile(ctx, profile)
     loaded = _load(profile)
     ctx.emit(f"{profile}: valid profile {loaded.name!r}", {"valid": True, "profile": loaded.name,
@@ -229,7 +268,14 @@ def validate(ctx: Ctx, profile: str | None) -> None:
               help="Record the paths this profile's disk check lists (default: the last applied profile's).")
 @click.pass_obj
 def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool, profile: str | None) -> None:
-    """Show what the node looks like now. Read-only: never writes to the node."""
+    """Show what the node looks like now. Read-only: never writes to the node.
+
+    \b
+    Examples:
+      nodeagent facts
+      nodeagent facts --save node.json        # for `plan --facts` elsewhere
+      nodeagent --simulate h100-cxl facts
+    """
     from ..facts import snapshot
     from ..ops.capture import capture
     from ..render.text import facts_text
@@ -252,8 +298,13 @@ def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool, profile: str | No
     ctx.emit(facts_text(snap.facts) + hardware_text(snap.facts.sections.get(snapshot.HARDWARE)), snap.facts.to_dict())
 
 
+verbose_opt = click.option("--verbose", "-v", is_flag=True,
+                           help="Print the profile's warnings in full even when there is nothing to change.")
+
+
 @cli.command()
 @profile_arg
+@verbose_opt
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 2 when the plan changes something, 5 when part of it cannot be done.")
 @click.option("--allow-disruptive", is_flag=True, help="Plan disruptive changes instead of refusing them.")
@@ -261,12 +312,23 @@ def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool, profile: str | No
               help="Plan offline against saved facts (`facts --save`): one file, or every *.json in DIR.")
 @click.option("--baseline", metavar="OLD.yaml",
               help="Also plan OLD.yaml; show how PROFILE changes each node's plan (exit 2 when it does).")
+@click.option("--out", "out", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
+              help="Also save the plan to FILE: `apply --plan FILE` carries out exactly it, or refuses if the node "
+                   "or the profile changed.")
 @click.pass_obj
-def plan(ctx: Ctx, profile: str | None, detailed_exitcode: bool, allow_disruptive: bool, facts_path: str | None,
-         baseline: str | None) -> None:
+def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, allow_disruptive: bool,
+         facts_path: str | None, baseline: str | None, out: str | None) -> None:
     """Show what apply would change, and why. Writes nothing. PROFILE: default /etc/nodeagent/profile.yaml.
 
     With --facts it never touches this machine: it plans against captured facts, with the same planner.
+
+    \b
+    Examples:
+      nodeagent plan cxl-inference                  # a shipped profile, by name
+      nodeagent plan my.yaml --detailed-exitcode    # exit 2 when it would change something
+      nodeagent plan new.yaml --baseline old.yaml   # what a profile edit changes on this node
+      nodeagent plan my.yaml --facts fleet/         # offline, against `facts --save` files
+      nodeagent plan my.yaml --out reviewed.plan    # then: sudo nodeagent apply --plan reviewed.plan
     """
     from ..render.text import plan_text
 
@@ -274,13 +336,21 @@ def plan(ctx: Ctx, profile: str | None, detailed_exitcode: bool, allow_disruptiv
         raise UsageError("plan --facts needs PROFILE", hint="nodeagent plan PROFILE --facts DIR")
     profile = _profile(ctx, profile)
     if facts_path is not None or baseline is not None or ctx.fmt == "markdown":
+        if out is not None:
+            raise UsageError("--out saves a plan of this node: not with --facts, --baseline or --format markdown")
         _review(ctx, profile, facts_path, baseline, detailed_exitcode, allow_disruptive)
         return
     loaded = _load(profile)
     eng = ctx.engine()
     f = eng.facts(loaded)
     p = eng.plan(loaded, allow_disruptive=allow_disruptive, facts=f)
-    ctx.emit(plan_text(p), p.to_dict())
+    ctx.emit(plan_text(p, verbose=verbose), p.to_dict())
+    if out is not None:
+        from .saved_plan import write
+
+        write(out, loaded, p, allow_disruptive)
+        click.echo(f"nodeagent: saved the plan to {os.path.abspath(out)} (`nodeagent apply --plan {out}` carries "
+                   "it out)", err=True)
     if p.blocked:
         raise click.exceptions.Exit(ExitCode.ERROR)
     if detailed_exitcode and (p.changes or p.problems):  # 5: apply would be partial (wins over 2)
@@ -313,7 +383,14 @@ def _checks_failed(report: Any, applying: bool) -> click.exceptions.Exit:
               help="Judge saved facts (`facts --save`) instead of this node: one file, or every *.json in DIR.")
 @click.pass_obj
 def check(ctx: Ctx, profile: str | None, skip_checks: tuple[str, ...], facts_path: str | None) -> None:
-    """Run the profile's preflight checks alone (read-only). Exit 4 when an error-severity check fails."""
+    """Run the profile's preflight checks alone (read-only). Exit 4 when an error-severity check fails.
+
+    \b
+    Examples:
+      nodeagent check cxl-inference
+      nodeagent check my.yaml --skip-checks latency
+      nodeagent check my.yaml --facts node.json
+    """
     from ..checks import parse_skips
     from ..render.checks import report_text
 
@@ -357,28 +434,54 @@ def _review(ctx: Ctx, profile: str, facts_path: str | None, baseline: str | None
 
 @cli.command()
 @profile_arg
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--yes", "-y", is_flag=True,
+              help="Do not ask for confirmation (needed to change the node where stdin is not a terminal).")
 @click.option("--dry-run", is_flag=True, help="Print the plan only; write nothing.")
 @click.option("--allow-disruptive", is_flag=True, help="Carry out disruptive changes (e.g. offlining memory).")
+@verbose_opt
 @skip_checks_opt
 @click.option("--device", "devices", multiple=True, metavar="NAME",
               help="Reconcile only what this hot-plugged device affects (dax1.0, memory42, region0; repeatable).")
 @click.option("--metrics-textfile", metavar="PATH",
               help="Also write Prometheus metrics to PATH (atomically), for node_exporter's textfile collector.")
+@click.option("--plan", "saved", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
+              help="Carry out the plan `plan --out FILE` saved, exactly; refuse (exit 5, nothing written) if the node "
+                   "or the profile changed since. The saved plan is the consent: no question.")
 @click.option("--wait-memdevs", metavar="DURATION", default=None,
               help="First wait up to DURATION (60s, 2min) for the CXL memdevs the profile's regions need (the boot "
                    "unit: memdevs probe asynchronously).")
 @click.pass_obj
-def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disruptive: bool,
-          skip_checks: tuple[str, ...], devices: tuple[str, ...], metrics_textfile: str | None,
+def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disruptive: bool, verbose: bool,
+          skip_checks: tuple[str, ...], devices: tuple[str, ...], metrics_textfile: str | None, saved: str | None,
           wait_memdevs: str | None) -> None:
     """Run the profile's preflight checks, then make the node match the profile, re-read and verify it.
 
-    PROFILE: default /etc/nodeagent/profile.yaml (under --root)."""
+    PROFILE: default /etc/nodeagent/profile.yaml (under --root).
+
+    \b
+    Examples:
+      sudo nodeagent apply cxl-inference           # shows the plan, asks on the terminal
+      sudo nodeagent apply --yes my.yaml           # no question (systemd, scripts: required without a terminal)
+      nodeagent apply --dry-run my.yaml            # the checks and the plan; writes nothing
+      sudo nodeagent apply --plan reviewed.plan    # exactly what `plan --out` saved, or nothing
+      nodeagent --simulate h100-cxl apply --yes cxl-inference
+    """
     from ..checks import parse_skips
     from ..render.checks import report_text
     from ..render.text import plan_text
 
+    saved_doc = None
+    if saved is not None:
+        from .saved_plan import read
+
+        saved_doc = read(saved)
+        if devices:
+            raise UsageError("--plan carries out a whole saved plan: not with --device")
+        if profile is not None and os.path.abspath(_profile(ctx, profile)) != saved_doc["profile_path"]:
+            raise UsageError(f"--plan {saved} was saved for {saved_doc['profile_path']}, not {profile}",
+                             hint="leave PROFILE out: the saved plan names its profile")
+        profile, yes = saved_doc["profile_path"], True
+        allow_disruptive = bool(saved_doc.get("allow_disruptive"))
     loaded = _load(_profile(ctx, profile))
     skips = parse_skips(skip_checks)
     eng = ctx.engine()
@@ -395,17 +498,23 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
 
         wait_memdevs_option(eng, loaded, wait_memdevs)
     text = ctx.fmt == "text"
-    interactive = _is_interactive() and text
 
     def show(report: Any, p: Any) -> None:
         """One shape wherever it runs: the checks, then the plan (before → after), then the prompt, then outcomes."""
+        if saved_doc is not None:  # under the lock, before the first write: exactly the saved plan, or nothing
+            from .saved_plan import check
+
+            check(saved_doc, saved, loaded, p)
         if text:
             if report.results:
                 click.echo(escape_controls(report_text(report, applying=not dry_run)))
-            click.echo(escape_controls(plan_text(p)))
+            click.echo(escape_controls(plan_text(p, verbose=verbose)))
 
     def confirm(p: Any) -> bool:
-        return yes or not interactive or click.confirm("Apply these changes?", default=False)
+        def on_stderr() -> None:  # --format json: stdout carries the document, the person reads the plan here
+            click.echo(escape_controls(plan_text(p)), err=True)
+
+        return _consent(yes, "Apply these changes?", "apply", show=None if text else on_stderr)
 
     progress = _TerminalProgress() if text and sys.stderr.isatty() else None
     try:
@@ -491,7 +600,7 @@ def schema() -> None:
 @cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:
-    """Print the shell completion script for SHELL (README: "Shell completion" says where it goes)."""
+    """Print the shell completion script for SHELL (docs/cli.md, "Shell completion", says where it goes)."""
     from click.shell_completion import get_completion_class
 
     complete = get_completion_class(shell)

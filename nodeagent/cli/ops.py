@@ -33,11 +33,19 @@ metrics_opt = click.option("--metrics-textfile", metavar="PATH",
 @click.command()
 @click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
 @click.option("--record", is_flag=True, help="Keep drift in the history journal (and when it was first seen).")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Print the profile's warnings in full even when nothing drifted.")
 @metrics_opt
 @click.pass_obj
-def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | None) -> None:
+def drift(ctx: Ctx, profile: str | None, record: bool, verbose: bool, metrics_textfile: str | None) -> None:
     """Compare the node with the last applied profile (or PROFILE). Exit 0: converged, 3: drift, 5: part of the
-    profile cannot be done on this node."""
+    profile cannot be done on this node.
+
+    \b
+    Examples:
+      nodeagent drift
+      nodeagent drift --record --metrics-textfile /var/lib/node_exporter/textfile/nodeagent.prom
+    """
     from ..drift import detect, detect_and_record
     from ..render.ops_text import drift_text
     from .main import _load
@@ -61,7 +69,7 @@ def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | N
         from ..metrics.node_textfile import write_metrics
 
         write_metrics(eng, metrics_textfile, loaded=loaded, drift=report)
-    ctx.emit(drift_text(report), report.to_dict())
+    ctx.emit(drift_text(report, verbose=verbose), report.to_dict())
     if report.cannot_be_done:  # apply would be partial: 5 wins over 3
         raise click.exceptions.Exit(ExitCode.PARTIAL)
     if not report.converged:
@@ -78,7 +86,14 @@ def drift(ctx: Ctx, profile: str | None, record: bool, metrics_textfile: str | N
 @click.pass_obj
 def history(ctx: Ctx, resource: str | None, target: str | None, event: str | None, since: str | None,
             limit: int | None) -> None:
-    """Show what nodeagent applied and what drift it saw, oldest first. Read-only."""
+    """Show what nodeagent applied and what drift it saw, oldest first. Read-only.
+
+    \b
+    Examples:
+      nodeagent history --limit 10
+      nodeagent history --event drift --since 2h
+      nodeagent history --target kernel.numa_balancing
+    """
     from ..render.ops_text import history_text
     from ..state.journal import Journal, parse_since
 
@@ -93,7 +108,13 @@ def history(ctx: Ctx, resource: str | None, target: str | None, event: str | Non
               help="How many recent journal events to show.")
 @click.pass_obj
 def status(ctx: Ctx, events: int) -> None:
-    """The node at a glance: last apply, drift, owned kdamonds, tiers and how full each node is. Read-only."""
+    """The node at a glance: last apply, drift, owned kdamonds, tiers and how full each node is. Read-only.
+
+    \b
+    Examples:
+      nodeagent status
+      nodeagent --format json status
+    """
     from ..ops.status import gather_status
     from ..profile.locate import changed_since_applied
     from ..render.ops_text import status_text
@@ -113,18 +134,23 @@ def status(ctx: Ctx, events: int) -> None:
 @click.option("--only", "targets", multiple=True, metavar="TARGET", help="Revert only this setting (repeatable).")
 @click.pass_obj
 def revert(ctx: Ctx, yes: bool, dry_run: bool, allow_disruptive: bool, targets: tuple[str, ...]) -> None:
-    """Restore the values the node had before nodeagent changed them, then forget them."""
+    """Restore the values the node had before nodeagent changed them, then forget them.
+
+    \b
+    Examples:
+      nodeagent revert --dry-run
+      sudo nodeagent revert --only kernel.numa_balancing
+      sudo nodeagent revert --yes --allow-disruptive   # everything, devices included
+    """
     from ..plan import Result
     from ..render.ops_text import revert_text
-    from .main import _is_interactive, _TerminalProgress
-
-    interactive = _is_interactive() and ctx.fmt == "text"
+    from .main import _consent, _TerminalProgress
 
     def confirm(p: Any) -> bool:
-        if yes or not interactive:
-            return True
-        click.echo(escape_controls(revert_text(Result(p, dry_run=True))))
-        return click.confirm("Revert these settings?", default=False)
+        def show() -> None:
+            click.echo(escape_controls(revert_text(Result(p, dry_run=True))), err=ctx.fmt != "text")
+
+        return _consent(yes, "Revert these settings?", "revert", show=show)
 
     progress = _TerminalProgress() if ctx.fmt == "text" and sys.stderr.isatty() else None
     try:
@@ -160,7 +186,7 @@ def _unit_options(f: Any) -> Any:
     f = click.option("--profile", "node_profile", metavar="PATH",
                      help="The profile path the units read on the node (default: PROFILE's absolute path, "
                           "else /etc/nodeagent/profile.yaml).")(f)
-    return click.argument("profile", required=False, type=click.Path(exists=True, dir_okay=False, path_type=str))(f)
+    return click.argument("profile", required=False, type=click.Path(dir_okay=False, path_type=str))(f)
 
 
 def _console_script() -> str:
@@ -184,14 +210,30 @@ def _render(ctx: Ctx, profile: str | None, node_profile: str | None, exe: str | 
     from .main import _load
 
     if profile is not None:  # a profile that does not validate is not worth a unit
+        from .main import _shipped_or
+
+        profile = _shipped_or(profile)  # a shipped profile's name: its installed file
         name = _load(profile).name
         baked = node_profile or os.path.abspath(profile)
     elif node_profile is not None:
         local = under_root(ctx.host, node_profile)
         name = _load(local).name if os.path.exists(local) else None
         baked = node_profile
-    else:
-        name, baked = _load(standard_profile(ctx.host, "units")).name, PROFILE_PATH
+    else:  # the profile last applied to the node (as drift and status use it), else the node's standard one
+        command = click.get_current_context().command_path.partition(" ")[2] or "units render"
+        last = ctx.engine().state.last_applied()
+        applied = last.profile_path if last and last.status != "reverted" else None
+        seen = applied  # as the node sees it: under --root, the path inside the root
+        if applied and not ctx.host.is_real:
+            root = os.path.realpath(ctx.host.root)
+            if os.path.commonpath([os.path.realpath(applied), root]) == root:
+                seen = "/" + os.path.relpath(os.path.realpath(applied), root)
+        if applied and seen != PROFILE_PATH and os.path.isfile(applied):
+            name, baked = _load(applied).name, seen
+            click.echo(escape_controls(f"nodeagent: {command}: for {seen}, the profile last applied to this node "
+                                       "(give PROFILE or --profile for another)"), err=True)
+        else:
+            name, baked = _load(standard_profile(ctx.host, command)).name, PROFILE_PATH
     if exe is None:
         exe = os.path.join(prefix, "bin", "nodeagent") if prefix else _console_script()
     return render_units(baked, exe=exe, before=before, metrics=metrics, interval=interval, profile_name=name)
@@ -202,8 +244,15 @@ def _render(ctx: Ctx, profile: str | None, node_profile: str | None, exe: str | 
 @click.pass_obj
 def units_render(ctx: Ctx, profile: str | None, node_profile: str | None, exe: str | None, prefix: str | None,
                  before: str | None, metrics_textfile: str | None, interval: str) -> None:
-    """Print the units and the udev rule (nothing is written). They run the installed nodeagent on the node's
-    profile, /etc/nodeagent/profile.yaml, unless PROFILE, --profile or --exe say otherwise."""
+    """Print the units and the udev rule (nothing is written). They run the installed nodeagent on PROFILE, else
+    the profile last applied to this node, else /etc/nodeagent/profile.yaml (--profile: the path the node reads).
+
+    \b
+    Examples:
+      nodeagent units render                       # for the profile last applied here
+      nodeagent units render /etc/nodeagent/profile.yaml --before vllm.service
+      sudo nodeagent units install --metrics-textfile /var/lib/node_exporter/textfile/nodeagent.prom
+    """
     from ..render.systemd import destination
 
     files = _render(ctx, profile, node_profile, exe, prefix, before, metrics_textfile, interval)

@@ -97,6 +97,7 @@ class DriftReport:
     last_apply: dict[str, Any] = field(default_factory=dict)  # time, status, profile of the last apply
     notes: tuple[str, ...] = ()
     recorded: bool = False
+    advisories: tuple[str, ...] = ()  # the plan's warnings: the same on every check of a converged node
     reverted: tuple[DriftItem, ...] = ()  # away from the profile because `nodeagent revert` put them back
     reverted_at: str | None = None  # a full revert: when (nothing is managed since)
 
@@ -122,7 +123,8 @@ class DriftReport:
                 "items": [i.to_dict() for i in self.items], "problems": [p.to_dict() for p in self.problems],
                 "cannot_be_done": [p.to_dict() for p in self.problems],
                 "by_resource": self.by_resource(), "last_apply": self.last_apply, "notes": list(self.notes),
-                "recorded": self.recorded, "reverted": [i.to_dict() for i in self.reverted],
+                "advisories": list(self.advisories), "recorded": self.recorded,
+                "reverted": [i.to_dict() for i in self.reverted],
                 "reverted_at": self.reverted_at, "managed": self.reverted_at is None}
 
 
@@ -187,12 +189,11 @@ def detect(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None
         seen = open_items.get(item.key)
         item = replace(item, first_seen=seen.first_seen if seen else None)
         items.append(replace(item, causes=find_causes(engine.host, item, last)))
-    notes += list(plan.warnings)
     if last.status not in (None, "converged", "unchanged", "reverted"):
         notes.append(f"the last apply ended {last.status!r}: some items may never have been in place")
     summary = last.summary()
     return DriftReport(loaded.name, loaded.digest, source, plan.node, checked, tuple(items), plan.problems, summary,
-                       tuple(notes), reverted=tuple(reverted))
+                       tuple(notes), reverted=tuple(reverted), advisories=tuple(plan.warnings))
 
 
 def detect_and_record(engine: Engine, loaded: LoadedProfile | ResolvedProfile | None = None, *,

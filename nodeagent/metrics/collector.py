@@ -33,7 +33,7 @@ from .tiering import DEMOTE_CAUSES, History, Moves, page_size
 NODE = "/sys/devices/system/node"
 USER_HZ = 100  # /proc/<pid>/stat's clock ticks (sysconf(_SC_CLK_TCK) is 100 on every Linux ABI)
 
-#: Default sampling intervals (seconds) of ``metrics serve``; the README states them.
+#: Default sampling intervals (seconds) of ``metrics serve``; docs/staying-converged.md states them.
 GPU_INTERVAL = 15.0
 REFRESH_INTERVAL = 30.0
 MOVES_INTERVAL = 15.0

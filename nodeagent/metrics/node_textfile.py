@@ -2,7 +2,7 @@
 
 The families come from :class:`nodeagent.metrics.collector.Collector` — the same collector ``nodeagent metrics
 serve`` exposes over HTTP — and are written in the text format by :mod:`nodeagent.metrics.textfile` (no
-``prometheus_client`` needed here). The README's Metrics section lists every series.
+``prometheus_client`` needed here). docs/staying-converged.md, "Metrics", lists every series.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ node they left): ``cause="numa_balancing"`` is ``pgpromote_success``; ``kswapd``
 scheme's ``sz_applied``, on its destination node (promotion) or the node it monitors (demotion). Kernels
 before 6.9 count demotions only in ``/proc/vmstat``: those land on ``node="all"``.
 
-**Ping-pong estimator** (see the README): over a window W, for a fast node n, P = bytes promoted to n and
+**Ping-pong estimator** (docs/staying-converged.md): over a window W, for a fast node n, P = bytes promoted to n and
 D = bytes demoted from n (all causes). The kernel does not track pages, so the bytes moved back within W
 are bounded, not known: at most min(P, D) of the P promoted bytes can have gone down again (or have come up
 after going down) inside W. ``ratio = min(P, D) / P`` — an upper bound of the page-level figure, exact when

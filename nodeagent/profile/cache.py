@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from . import shipped
 from .resolved import ResolvedProfile, from_record, sha256, to_record
 
 
@@ -90,13 +91,18 @@ def _sha(path: str) -> str | None:
         return None
 
 
+#: The digest of a file that must stay absent: a bare name in ``extends`` that resolved to a shipped profile.
+ABSENT = "absent"
+
+
 def _entry_path(path: Path) -> Path:
     return cache_dir() / (sha256(str(path).encode())[:32] + ".json")
 
 
 def chain_files(path: Path) -> dict[str, str]:
-    """``{absolute path: sha256}`` of ``path`` and every file it extends, transitively (already validated, so
-    the ``extends`` values are known to be good; read with plain YAML, positions are not needed here)."""
+    """``{absolute path: sha256}`` of ``path`` and every file it extends, transitively, and :data:`ABSENT` for a
+    bare name that resolved to a shipped profile (already validated, so the ``extends`` values are known to be
+    good; read with plain YAML, positions are not needed here)."""
     import yaml
 
     out: dict[str, str] = {}
@@ -110,7 +116,10 @@ def chain_files(path: Path) -> dict[str, str]:
         doc = yaml.safe_load(raw)
         ext = doc.get("extends") if isinstance(doc, dict) else None
         for item in ext if isinstance(ext, list) else [ext] if ext else []:
-            todo.append((p.parent / str(item)).resolve())
+            target = shipped.extends_target(p.parent, str(item))
+            if shipped.is_shipped(target) and target != (p.parent / str(item)).resolve():
+                out.setdefault(str((p.parent / str(item)).resolve()), ABSENT)  # a file put there would win
+            todo.append(target)
     return out
 
 
@@ -134,7 +143,7 @@ def lookup(path: str | Path) -> ResolvedProfile | None:
     files = rec.get("files") if isinstance(rec, dict) else None
     if not isinstance(files, dict) or str(real) not in files:
         return None
-    if any(_sha(f) != digest for f, digest in files.items()):
+    if any((_sha(f) or ABSENT) != digest for f, digest in files.items()):
         return None
     try:
         return from_record(rec)

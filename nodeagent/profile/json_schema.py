@@ -6,7 +6,7 @@ such a field by the type the function returns (an integer), so a linter would re
 Here each validator function is described by what it *accepts*, from the same tables and parameters it uses,
 so every profile the loader accepts validates and what the schema rejects the loader rejects too. What the
 schema cannot say (rules across fields: ``zone`` required with ``mode: system-ram``, ``sample <= aggregate``,
-unique names, ...) the loader checks alone; README.md lists those rules.
+unique names, ...) the loader checks alone; docs/profile-reference.md lists those rules.
 
 A validator function the table below does not know fails the generation (and the test suite) instead of
 quietly becoming an integer: a new field's accepted spellings must be described here.

@@ -20,6 +20,7 @@ import yaml
 
 from ..host.files import MAX_PROFILE_BYTES, InputFileError, read_regular
 from ..util.errors import ProfileError
+from . import shipped
 from .resolved import Loc  # defined with the plain-form record, which must not load YAML
 
 MAX_BYTES = MAX_PROFILE_BYTES
@@ -270,8 +271,11 @@ def resolve_extends(node: LNode, real: Path, *, top: Path, stack: tuple[Path, ..
     for item in items:
         if not isinstance(item.value, str) or not item.value:
             raise ProfileError([f"{item.loc}: extends: expected a file path, got {item.value!r}"])
-        target = (real.parent / item.value).resolve()
-        if not (target == top or top in target.parents):
+        target = shipped.extends_target(real.parent, item.value)  # beside it, else a shipped profile by name
+        base_top = top
+        if shipped.is_shipped(target) and not (target == top or top in target.parents):
+            base_top = shipped.directory()  # an installed profile, and what it extends among its own
+        elif not (target == top or top in target.parents):
             raise ProfileError([f"{item.loc}: extends: {item.value!r} is outside the profile's directory "
                                 f"tree ({_display(top)})"], hint="keep base profiles beside or below the profile")
         if target in stack or target == real:
@@ -287,7 +291,7 @@ def resolve_extends(node: LNode, real: Path, *, top: Path, stack: tuple[Path, ..
                                 "(counting each extends entry of every file)"],
                                hint="extend each base once; a base that several files need is extended by "
                                     "one of them")
-        base = load_tree(target, _stack=(*stack, real), _top=top, _budget=budget)
+        base = load_tree(target, _stack=(*stack, real), _top=base_top, _budget=budget)
         merged = base if merged is None else merge(merged, base)
     return merge(merged, node) if merged is not None else node
 

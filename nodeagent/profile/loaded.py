@@ -133,7 +133,7 @@ def validate(data: dict[str, Any], locs: dict[tuple, Loc], path_shown: str) -> N
             else:
                 where = _nearest(locs, path)
             lines.append(f"{where}: {_dotted(path)}: {_message(err, path)}")
-        raise ProfileError(lines, hint="see `nodeagent schema` or the profile reference in README.md") from None
+        raise ProfileError(lines, hint="see `nodeagent schema` or docs/profile-reference.md") from None
 
 
 def load_profile(path: str | Path) -> LoadedProfile:

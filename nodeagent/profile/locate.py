@@ -4,7 +4,7 @@ Which profile a command uses, first match wins:
 
 1. the PROFILE the command was given;
 2. for ``drift`` and ``status``: the profile last applied to the node (they say so when the file it was
-   read from changed since);
+   read from changed since); for ``units render|install``: the file it was read from, while it is there;
 3. for ``apply``, ``plan``, ``check``, ``validate`` and ``units render|install``: ``/etc/nodeagent/profile.yaml``,
    whose ``extends`` resolve against ``/etc/nodeagent``;
 4. else exit 65, naming the place a profile is looked for.

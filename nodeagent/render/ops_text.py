@@ -7,14 +7,15 @@ from typing import Any
 from ..plan import Result
 from ..state.journal import iso
 from ..util.units import format_size
-from .text import change_line
+from .text import advisory_lines, change_line
 
 
 def _when(ts: float | None) -> str:
     return iso(ts) if ts else "now"
 
 
-def drift_text(report: Any) -> str:  # nodeagent.drift.DriftReport
+def drift_text(report: Any, *, verbose: bool = True) -> str:  # nodeagent.drift.DriftReport
+    """``verbose``: the profile's warnings in full even when nothing drifted (see render.text.advisory_lines)."""
     last = report.last_apply
     head = f"Drift on {report.node} from profile {report.profile}"
     if report.source != "last-applied":
@@ -44,6 +45,8 @@ def drift_text(report: Any) -> str:  # nodeagent.drift.DriftReport
         return "\n".join(out)
     for n in report.notes:
         out.append(f"  note: {n}")
+    out += advisory_lines(report.advisories, full=verbose or not report.converged, command="drift",
+                          label="note")
     if report.converged:
         if report.reverted:
             out.append(f"No drift: {len(report.reverted)} setting(s) of profile {report.profile} were put back by "

@@ -30,14 +30,27 @@ def _unchanged_count(plan: Plan) -> int:
     return len(plan.unchanged) - len(damon) + collapsed
 
 
-def plan_text(plan: Plan) -> str:
+def advisory_lines(warnings: tuple[str, ...] | list[str], *, full: bool, command: str = "plan",
+                   label: str = "warning") -> list[str]:
+    """A plan's warnings (what the profile cannot do on this kernel, what no guard keeps...): in full when
+    ``full``, else one line that counts them. The CLI shows them in full when there is something to change (the
+    moment to act on them) or with ``-v``; a converged node's timer, Ansible run or drift check does not repeat
+    the same paragraph every time."""
+    if full or not warnings:
+        return [f"  {label}: {w}" for w in warnings]
+    n = len(warnings)
+    return [f"  ({n} warning{'s' if n != 1 else ''}, shown in full when there is something to change; "
+            f"`nodeagent {command} -v` shows {'them' if n != 1 else 'it'})"]
+
+
+def plan_text(plan: Plan, *, verbose: bool = True) -> str:
+    """``verbose``: the warnings in full even when there is nothing to change (see :func:`advisory_lines`)."""
     out = [f"Plan for profile {plan.profile}" + (f" on {plan.node}" if plan.node else "") + ":"]
     if plan.changes:
         out += [change_line(c) for c in plan.changes]
     for p in plan.problems:
         out.append(f"  ! {p.message}" + (f"\n      hint: {p.hint}" if p.hint else ""))
-    for w in plan.warnings:
-        out.append(f"  warning: {w}")
+    out += advisory_lines(plan.warnings, full=verbose or bool(plan.changes or plan.problems))
     n = len(plan.changes)
     unchanged = _unchanged_count(plan)
     summary = f"{n} to change, {unchanged} unchanged"

@@ -9,7 +9,7 @@ where the CXL node is onlined into ZONE_NORMAL. So:
 - **latency pool** — otherwise: each rank's pool on its GPU's local DRAM node. A node whose CXL is movable (or
   not online) is said so, with the profile change that lets the pool use CXL.
 
-Size (the model; README "Serving-engine hand-off" states it too), per pool node:
+Size (the model; docs/serving.md states it too), per pool node:
 
     usable = free − OS reserve − page cache of the weights − pinned overheads
 
@@ -50,7 +50,7 @@ def format_size(n: int) -> str:
 
 PINNED_PER_RANK = 1 * GiB
 ENGINES = ("vllm", "sglang", "lmcache")
-#: The releases whose sources the option names and units were read from (README "Serving-engine hand-off").
+#: The releases whose sources the option names and units were read from (docs/serving.md).
 VERSIONS = {"vllm": "vLLM 0.18 (--kv-offloading-backend native, --kv-offloading-size GiB over TP×PP)",
             "sglang": "SGLang 0.5 server_args (--hicache-size GB per rank, --disable-hicache-numa-detect)",
             "lmcache": "LMCache 0.4 v1 config (max_local_cpu_size, numa_mode, extra_config.gpu_to_numa_mapping)"}

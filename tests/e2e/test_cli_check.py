@@ -94,3 +94,22 @@ def test_dry_run_reports_the_checks_too(make_node, capsys) -> None:
     root = make_node("h100-cxl")
     code, out, _ = cli(["--root", str(root), "apply", "--dry-run", PROFILE], capsys)
     assert code == 0 and "Checks for profile cxl-inference" in out and "dry run: nothing was written" in out
+
+
+def test_the_shipped_profile_fails_a_node_that_lost_its_gpus(make_node, capsys) -> None:
+    """An inference node whose GPUs fell off the bus must not pass gpu_pcie as "no GPU to judge": the shipped
+    profile expects at least one (min_count: 1), and apply writes nothing."""
+    root = make_node("h100-cxl")
+    code, out, _ = cli(["--root", str(root), "--format", "json", "check", PROFILE], capsys)
+    gpus = {r["name"]: r for r in json.loads(out)["results"]}["gpu_pcie"]["evidence"]["gpus"]
+    assert gpus  # the node has them: the check passes
+    for g in gpus:  # lost: gone from the PCI bus, as after "fallen off the bus" and a rescan
+        (root / "sys/bus/pci/devices" / g["address"]).unlink()
+    code, out, err = cli(["--root", str(root), "check", PROFILE], capsys)
+    assert code == 4, out + err
+    assert "✗ gpu_pcie [error] FAIL" in out and "no GPU on the PCI bus (min_count 1)" in out
+    assert "check that the GPUs are seated and powered" in out
+    before = SimKernel(root).journal()
+    code, out, err = cli(["--root", str(root), "apply", "--yes", PROFILE], capsys)
+    assert code == 4 and "error-severity checks failed: gpu_pcie; nothing was written" in err
+    assert SimKernel(root).journal() == before

@@ -210,14 +210,18 @@ def test_the_guard_idles_where_no_scheme_has_dest_free(make_node, tmp_path) -> N
 
 def test_plan_warns_while_no_guard_keeps_the_dest_free_schemes(applied, capsys) -> None:
     root, k, profile = applied
-    code, out, err = run(capsys, root, "plan", profile)
+    code, out, err = run(capsys, root, "plan", "-v", profile)
     assert "warning: damon: demote-cold-node0, demote-cold-node1 have dest_free schemes, and no `nodeagent guard` " \
            "keeps them (none has run here)" in out
+    # converged: counted in one line, not repeated on every run
+    code, out, err = run(capsys, root, "plan", profile)
+    assert "no `nodeagent guard`" not in out and "(2 warnings, shown in full when there is something to change; " \
+        "`nodeagent plan -v` shows them)" in out
     beat = root / "var/lib/nodeagent/guard.json"
     beat.write_text(json.dumps({"pid": 4242, "profile": "cxl-inference", "time": time.time()}))
-    assert "no `nodeagent guard`" not in run(capsys, root, "plan", profile)[1]
+    assert "no `nodeagent guard`" not in run(capsys, root, "plan", "-v", profile)[1]
     beat.write_text(json.dumps({"pid": 4242, "profile": "cxl-inference", "time": time.time() - 600}))
-    code, out, err = run(capsys, root, "plan", profile)
+    code, out, err = run(capsys, root, "plan", "-v", profile)
     assert "no `nodeagent guard` keeps them (its last heartbeat is 600s old (pid 4242))" in out
 
 

@@ -63,11 +63,14 @@ def test_read_only_commands_import_click_and_nothing_else(node: tuple[Path, Path
     assert imports(["--root", str(root), *args], cache) == ["click"]
 
 
-#: nodeagent's own heavy parts that no read-only command of the timer or the reviewer needs: the profile model
-#: (the cache and last-applied.json keep it validated), the checks, the hardware and CXL bus facts (for the
-#: facts document and reviews), the simulator (its in-process answers are for writes and probes), and the
-#: modules of other commands (loaded when one of their commands is looked up).
-NOT_ON_READ_PATHS = ("nodeagent.profile.loaded", "nodeagent.profile.model", "nodeagent.checks",
+#: nodeagent's own heavy parts that no read-only command of the timer or the reviewer needs: the profile model and
+#: its YAML loader (the cache and last-applied.json keep it validated; the package's light modules -- the cache,
+#: the plain-form record, the shipped profiles' index -- are what they use), the checks, the hardware and CXL bus
+#: facts (for the facts document and reviews), the simulator (its in-process answers are for writes and probes), and
+#: the modules of other commands (loaded when one of their commands is looked up).
+NOT_ON_READ_PATHS = ("nodeagent.profile.loaded", "nodeagent.profile.model", "nodeagent.profile.load",
+                     "nodeagent.profile.checks", "nodeagent.profile.damon", "nodeagent.profile.json_schema",
+                     "nodeagent.checks",
                      "nodeagent.facts.hardware", "nodeagent.facts.cxl", "nodeagent_sim", "nodeagent_sim.cli",
                      "nodeagent.cli.metrics", "nodeagent.cli.serving", "nodeagent.cli.k8s")
 

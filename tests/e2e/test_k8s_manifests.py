@@ -17,7 +17,7 @@ from nodeagent.metrics.exporter import DEFAULT_PORT
 from nodeagent.state import STATE_DIR
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
-#: The Kubernetes versions the manifests are validated for (README "Kubernetes" states the same).
+#: The Kubernetes versions the manifests are validated for (docs/kubernetes.md states the same).
 VERSIONS = ("1.34.0", "1.37.0")
 #: Custom resources (no schema in kubernetes-validate): NFD's NodeFeatureRule, the Prometheus Operator's
 #: ServiceMonitor. Checked for the fields their controllers need.

@@ -30,6 +30,8 @@ def test_without_a_profile_commands_say_where_they_looked(command: list[str], ma
     assert code == 65 and out == ""
     assert "no PROFILE given, and the node has no profile at /etc/nodeagent/profile.yaml" in err
     assert "hint: give the profile" in err
+    # the hint is a command that exists
+    assert f"nodeagent {' '.join(c for c in command if not c.startswith('-'))} PROFILE" in err
 
 
 def test_the_node_profile_is_used_and_extends_resolve_beside_it(make_node, capsys) -> None:
@@ -69,6 +71,20 @@ def test_units_run_the_installed_script_on_the_node_profile(make_node, capsys) -
                         "--profile", "/srv/profiles/gpu.yaml"], capsys)
     assert code == 0
     assert "ExecStart=/usr/local/bin/nodeagent apply --yes --wait-memdevs 2min /srv/profiles/gpu.yaml" in out
+
+
+def test_units_follow_the_last_applied_profile_like_drift_and_status(make_node, capsys) -> None:
+    root = make_node("small")
+    assert run(["apply", "--yes", "--root", str(root), str(PROFILES / "cxl-inference.yaml")], capsys)[0] == 0
+    code, out, err = run(["units", "render", "--root", str(root)], capsys)
+    assert code == 0 and "Description=nodeagent: apply node profile cxl-inference" in out
+    assert f"apply --yes --wait-memdevs 2min {PROFILES / 'cxl-inference.yaml'}" in out
+    assert "the profile last applied to this node" in err
+    # the node's own profile, applied: the units name it as the node sees it, inside the root
+    _install_profile(root)
+    assert run(["apply", "--yes", "--root", str(root)], capsys)[0] == 0
+    code, out, err = run(["units", "render", "--root", str(root)], capsys)
+    assert code == 0 and "--wait-memdevs 2min /etc/nodeagent/profile.yaml" in out and err == ""
 
 
 def test_units_install_on_a_simulated_root_says_so(make_node, capsys) -> None:

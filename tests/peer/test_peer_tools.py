@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import PRESETS, SimKernel
 
 from nodeagent.cli.main import main
-from nodeagent_sim import PRESETS, SimKernel
 
 from . import compare, peer
 

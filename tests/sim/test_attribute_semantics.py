@@ -8,9 +8,9 @@ import stat
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import PRESETS, SimKernel
 
 from nodeagent.host.fs import RootedFS
-from nodeagent_sim import PRESETS, SimKernel
 from nodeagent.util.errors import PermissionDeniedError
 
 STATE = "/sys/kernel/mm/damon/admin/kdamonds/0/state"

@@ -102,15 +102,19 @@ def test_a_changed_profile_model_is_no_match(tmp_path: Path) -> None:
     """A checkout that changes the model keeps ``__version__``: the model's files themselves are compared."""
     import shutil
 
-    pkg = tmp_path / "nodeagent"
-    shutil.copytree(Path(profile_cache.__file__).parent, pkg / "profile")
-    (pkg / "unrelated.py").write_text("")
-    before = profile_cache._model_code(pkg / "profile")
-    assert "profile/model.py" in before and "profile/resolved.py" in before and "unrelated" not in before
-    (pkg / "unrelated.py").write_text("x = 1\n")
-    assert profile_cache._model_code(pkg / "profile") == before
-    (pkg / "profile" / "model.py").write_text((pkg / "profile" / "model.py").read_text() + "\n# edited\n")
-    assert profile_cache._model_code(pkg / "profile") != before
+    pkg = tmp_path / "nodeagent" / "profile"
+    shutil.copytree(Path(profile_cache.__file__).parent, pkg, symlinks=True)
+    (pkg.parent / "unrelated.py").write_text("")
+    (pkg / "notes.txt").write_text("")
+    before = profile_cache._model_code(pkg)
+    assert "profile/model.py" in before and "profile/resolved.py" in before and "profile/load.py" in before
+    assert "unrelated" not in before and "notes" not in before
+    (pkg.parent / "unrelated.py").write_text("x = 1\n")
+    assert profile_cache._model_code(pkg) == before
+    (pkg / "model.py").write_text((pkg / "model.py").read_text() + "\n# edited\n")
+    assert profile_cache._model_code(pkg) != before
+    assert profile_cache._model_code() == profile_cache._model_code(Path(profile_cache.__file__).parent)
+    assert "profile/model.py" in profile_cache._model_code()  # the installed package's own model
 
 
 def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path: Path, cache: Path) -> None:

@@ -1,8 +1,8 @@
 """`nodeagent schema` round trip: what the loader accepts the JSON Schema accepts, with a real validator.
 
 An editor or CI linter using the schema must not report errors on valid profiles; and what the schema rejects
-must be rejected by the loader too. Cross-field rules are the loader's alone (README: "Rules only the loader
-checks")."""
+must be rejected by the loader too. Cross-field rules are the loader's alone (docs/profile-reference.md: "Rules
+only the loader checks")."""
 
 from __future__ import annotations
 
@@ -91,7 +91,8 @@ SUPPLEMENT: dict[str, Any] = {**HEAD, "metadata": {"name": "t", "description": "
 
 
 def _readme_profiles() -> list[str]:
-    blocks = re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    text = "".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
     return [b for b in blocks if "apiVersion: nodeagent/v1" in b]
 
 
@@ -121,7 +122,7 @@ def test_the_documented_examples_validate(validator: Any) -> None:
         NodeProfile.model_validate(sink)
         assert list(validator.iter_errors(sink)) == []
     readme = _readme_profiles()
-    assert readme, "README.md shows no full profile"
+    assert readme, "README.md and docs/ show no full profile"
     for text in readme:
         doc = yaml.safe_load(text)
         assert list(validator.iter_errors(doc)) == [], text

@@ -1,5 +1,5 @@
 """Words and numbers an operator reads: one timestamp format, folded lists, short history lines, "did you mean"
-for unknown keys, the README's preset table."""
+for unknown keys, docs/simulator.md's preset table."""
 
 from __future__ import annotations
 
@@ -56,15 +56,15 @@ def test_unknown_keys_get_a_did_you_mean(tmp_path: Path, key: str, where: str | 
 def test_the_readme_lists_every_preset() -> None:
     from nodeagent_sim import PRESETS
 
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "simulator.md").read_text()
     table = readme[readme.index("| preset | node |"):]
     rows = {m.group(1) for m in re.finditer(r"^\| `([a-z0-9-]+)`", table, re.M)}
     missing = [name for name in PRESETS if name not in rows]
-    assert missing == [], f"README.md's preset table (The simulated node) lacks {missing}"
+    assert missing == [], f"docs/simulator.md's preset table lacks {missing}"
 
 
 def test_the_readme_exit_code_table_is_the_exit_code_enum() -> None:
-    """One code per meaning (an IntEnum turns a repeated value into a silent alias), and README's table says what
+    """One code per meaning (an IntEnum turns a repeated value into a silent alias), and docs/cli.md's table says what
     each one is: a caller scripting around nodeagent reads that table, not the source."""
     import signal
 
@@ -72,9 +72,9 @@ def test_the_readme_exit_code_table_is_the_exit_code_enum() -> None:
     from nodeagent.util.errors import ExitCode
 
     assert len(ExitCode.__members__) == len(ExitCode), "two ExitCode names share one value"
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### Exit codes"):]
-    section = section[:section.index("\n## ")]
+    readme = (REPO / "docs" / "cli.md").read_text()
+    section = readme[readme.index("## Exit codes"):]
+    section = section[:section.index("\n# ")] if "\n# " in section else section
     codes = {int(c) for m in re.finditer(r"^\| ([0-9, ]+) \|", section, re.M) for c in m.group(1).split(",")}
     signalled = {exit_code(signal.SIGINT), exit_code(signal.SIGTERM)}
     assert codes == {int(c) for c in ExitCode} | signalled

@@ -17,7 +17,9 @@ description:
     O(ignore:before)/O(ignore:after) pair, after the plan's summary, so C(ansible-playbook --check --diff) shows a
     reviewer what would change on each host.
   - The node's warnings (from the plan and from checks that warned) and the checks that were skipped reach the
-    play as warnings; a failed check fails the task with what it found, its fix and the exit code.
+    play as warnings, each starting with the node's name, when the task changes something (in check mode, would),
+    fails, or runs with C(-v); a run that changes nothing returns them in RV(node_warnings) without repeating them
+    as warnings every time. A failed check fails the task with what it found, its fix and the exit code.
   - The module runs under the target's Python and imports nodeagent there. Install nodeagent into a virtualenv on
     the target and set C(ansible_python_interpreter) to that virtualenv's python (Debian 12 refuses system-wide
     pip installs).
@@ -198,6 +200,13 @@ skipped_checks:
   returned: when available
   type: list
   elements: str
+node_warnings:
+  description: The node's warnings (the plan's, the checks that warned or were skipped), each starting with the
+    node's name; also shown as the play's warnings when the task changed something, failed, or ran with C(-v).
+  returned: when the profile was loaded and planned
+  type: list
+  elements: str
+  sample: ["gpu-17: check capacity warned: ..."]
 exit_code:
   description: The exit code C(nodeagent) would have given (1 plan cannot be carried out, 4 check failed,
     5 partial apply, 64 usage, 65 invalid profile, 75 another run held the state lock, 77 needs root).
@@ -317,13 +326,14 @@ def _said(result):
 def node_warnings(result):
     """What an operator must read from this run, for ``module.warn``: the plan's warnings, the checks that
     warned (with what they found) and the checks that were skipped (with why)."""
-    out = [f"{result.plan.node or 'node'}: {w}" for w in result.plan.warnings]
+    node = result.plan.node or "node"
+    out = [f"{node}: {w}" for w in result.plan.warnings]
     report = getattr(result, "checks", None)
     for r in getattr(report, "results", ()):
         if r.status == "warn":
-            out.append(f"check {r.name} warned: {_said(r)}")
+            out.append(f"{node}: check {r.name} warned: {_said(r)}")
         elif r.status == "skipped":
-            out.append(f"check {r.name} skipped: {r.reason or r.summary}")
+            out.append(f"{node}: check {r.name} skipped: {r.reason or r.summary}")
     return out
 
 
@@ -412,8 +422,6 @@ def run(module):
     for w in warnings:
         module.warn(w)
     result = engine.apply(loaded, dry_run=module.check_mode, allow_disruptive=p["allow_disruptive"], **kwargs)
-    for w in node_warnings(result):
-        module.warn(w)
     # the hooks every apply goes through (CLI, DaemonSet, this module): NFD labels, the metrics textfile
     done = after_apply(engine, loaded, result, AfterApply(metrics_textfile=p["metrics_textfile"]))
     for note in done.notes:
@@ -421,6 +429,11 @@ def run(module):
     if done.failed is not None:  # the apply stands (reported as the task's result); the hook's failure fails it
         raise done.failed
     ret, failed = report(result, module.check_mode, p["allow_disruptive"], module._diff)
+    ret["node_warnings"] = node_warnings(result)
+    # Said when they matter (something changes or fails) or when asked (-v); a converged run keeps them in the result
+    if failed is not None or ret.get("changed") or module._verbosity >= 1:
+        for w in ret["node_warnings"]:
+            module.warn(w)
     if failed is not None:
         ret["msg"], ret["exit_code"] = failed
         module.fail_json(**ret)
