@@ -16,11 +16,22 @@ def register(cli: click.Group) -> None:
     cli.add_command(profiles)
 
 
+def _text(path: Path) -> str:
+    """A shipped profile's text, through the bounded reader (the profiles directory may be an operator's)."""
+    from ..host.files import InputFileError, read_regular
+    from ..profile.load import MAX_BYTES
+
+    try:
+        return read_regular(path, MAX_BYTES).decode("utf-8", errors="replace")
+    except InputFileError as exc:
+        raise UsageError(f"{path}: {exc}", hint=exc.hint) from None
+
+
 def _about(path: Path) -> dict[str, Any]:
     """A shipped profile's name, description and what it extends, as written in its file (not merged)."""
     import yaml
 
-    doc = yaml.safe_load(path.read_text())
+    doc = yaml.safe_load(_text(path))
     doc = doc if isinstance(doc, dict) else {}
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     ext = doc.get("extends") or []
@@ -115,5 +126,5 @@ def show(ctx: Ctx, name: str, merged: bool) -> None:
         header = f"# {about['name']}, with everything it extends merged in (as apply uses it)\n"
         ctx.emit(header + body.rstrip("\n"), {**about, "profile": loaded.data})
         return
-    text = path.read_text()
+    text = _text(path)
     ctx.emit(text.rstrip("\n"), {**about, "text": text})

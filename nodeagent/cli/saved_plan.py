@@ -40,15 +40,24 @@ def write(path: str, loaded: Any, plan: Any, allow_disruptive: bool) -> None:
         raise UsageError(f"--out {path}: cannot write: {exc.strerror or exc}") from None
 
 
+#: A saved plan is read whole; a plan of every change of a large node stays well below this.
+MAX_BYTES = 64 * 1024 * 1024
+
+
 def read(path: str) -> dict[str, Any]:
     """A saved plan, or exit 65 saying what is wrong with the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"--plan {path}: no such file", hint="save one with `nodeagent plan PROFILE --out FILE`") \
-            from None
-    except (OSError, ValueError) as exc:
+    from ..host.files import InputFileError, read_regular
+    from ..util import jsonin
+
+    try:  # an operator's file: regular, bounded (a FIFO or /dev/zero is refused, never waited on)
+        doc = jsonin.loads(read_regular(path, MAX_BYTES))
+    except InputFileError as exc:
+        if not os.path.lexists(path):
+            raise UsageError(f"--plan {path}: no such file",
+                             hint="save one with `nodeagent plan PROFILE --out FILE`") from None
+        raise ProfileError([f"{path}: not a saved plan: {exc}"],
+                           hint=exc.hint or "save one with `nodeagent plan PROFILE --out FILE`") from None
+    except ValueError as exc:
         raise ProfileError([f"{path}: not a saved plan: {exc}"],
                            hint="save one with `nodeagent plan PROFILE --out FILE`") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:

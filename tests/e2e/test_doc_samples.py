@@ -3,11 +3,13 @@
 A sample is a fenced block right after a line ``<!-- output of: nodeagent ARGS -->``; ``<!-- run: nodeagent ARGS
 -->`` lines run a command first without showing it (an apply before a converged plan). The commands of one file
 run in order, from the repository root, against their own simulated nodes. After a deliberate change of the
-output, paste the command's output into the block.
+output, ``NODEAGENT_UPDATE_SAMPLES=1 pytest tests/e2e/test_doc_samples.py`` writes each command's output into its
+block (then read the diff: it is what a reader will see).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -54,8 +56,19 @@ def _on_nodes(args: list[str], nodes: dict[str, str], make_node) -> list[str]:
 def test_every_sample_is_the_command_s_output(doc: Path, make_node, monkeypatch, capsys) -> None:
     monkeypatch.chdir(REPO)
     nodes: dict[str, str] = {}
-    for _what, args, shown in _steps(doc.read_text()):
+    text = doc.read_text()
+    updated = text
+    for _what, args, shown in _steps(text):
         code, out, err = run(_on_nodes(args, nodes, make_node), capsys)
         assert code in (0, 2, 3), f"nodeagent {shlex.join(args)}: exit {code}\n{err}"
-        if shown is not None:
+        if shown is not None and out != shown and os.environ.get("NODEAGENT_UPDATE_SAMPLES"):
+            mark = f"<!-- output of: nodeagent {shlex.join(args)} -->\n"
+            at = updated.find(mark)
+            if at < 0:  # written with other quoting: find the block by its old text
+                at = updated.find(shown) - len(mark) - 4
+            start = updated.index(shown, at)
+            updated = updated[:start] + out + updated[start + len(shown):]
+        elif shown is not None:
             assert out == shown, f"{doc.name}: the sample of `nodeagent {shlex.join(args)}` is stale"
+    if updated != text:
+        doc.write_text(updated)

@@ -13,7 +13,7 @@ from .cli_helpers import run
 
 PROFILE = str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml")
 GUARD = "no `nodeagent guard` keeps them"
-COUNTED = "(2 warnings, shown in full when there is something to change; `nodeagent {} -v` shows them)"
+COUNTED = "(3 warnings, shown in full when there is something to change; `nodeagent {} -v` shows them)"
 
 
 def test_warnings_in_full_while_something_changes_then_counted(make_node, capsys) -> None:
@@ -32,12 +32,12 @@ def test_warnings_in_full_while_something_changes_then_counted(make_node, capsys
 
     # asked for: in full
     code, out, _ = run(["--root", root, "plan", "-v", PROFILE], capsys)
-    assert GUARD in out and "needs 6.16" in out and "(2 warnings" not in out
+    assert GUARD in out and "needs 6.16" in out and "(3 warnings" not in out
     code, out, _ = run(["--root", root, "drift", "--verbose"], capsys)
-    assert GUARD in out and "(2 warnings" not in out
+    assert GUARD in out and "(3 warnings" not in out
     # machines always get them
     code, out, _ = run(["--root", root, "--format", "json", "plan", PROFILE], capsys)
-    assert len(json.loads(out)["warnings"]) == 2
+    assert len(json.loads(out)["warnings"]) == 3
     code, out, _ = run(["--root", root, "--format", "json", "drift"], capsys)
     assert any(GUARD in a for a in json.loads(out)["advisories"])
 
@@ -47,4 +47,4 @@ def test_drift_shows_them_in_full_when_the_node_drifted(make_node, capsys) -> No
     assert run(["--root", str(root), "apply", "--yes", PROFILE], capsys)[0] == 0
     SimKernel(root).write("/proc/sys/kernel/numa_balancing", "1")  # a sysctl reload
     code, out, _ = run(["--root", str(root), "drift"], capsys)
-    assert code == 3 and GUARD in out and "(2 warnings" not in out
+    assert code == 3 and GUARD in out and "(3 warnings" not in out
