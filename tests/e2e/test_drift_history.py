@@ -171,14 +171,19 @@ def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> No
 
 def test_revert_refuses_disruptive_changes_without_the_flag(make_node, capsys) -> None:
     """A kind whose revert is disruptive (a stand-in kind owning zone_reclaim_mode), through the one executor."""
+    from nodeagent.kinds.base import Kind, check_kind
     from nodeagent.kinds.registry import BY_KIND
     from nodeagent.plan import Change
 
     path = "/proc/sys/vm/zone_reclaim_mode"
 
-    class Zone:  # a kind owns its revert: plan it from the recorded original, apply it with its own apply
+    class Zone(Kind):  # a kind owns its revert: plan it from the recorded original, apply it with its own apply
         kind = "zone"
         writes = (path,)
+        revertible = True
+
+        def plan(self, loaded, facts, ctx):  # type: ignore[no-untyped-def]
+            raise AssertionError("only reverted here")
 
         def revert(self, target, rec, facts, state):  # type: ignore[no-untyped-def]
             now = (root / path.lstrip("/")).read_text().strip()
@@ -193,7 +198,8 @@ def test_revert_refuses_disruptive_changes_without_the_flag(make_node, capsys) -
     k = SimKernel(root)
     k.write(path, "1")
     put(root, "/var/lib/nodeagent/originals.json", json.dumps({"reclaim": {"kind": "zone", "value": "0"}}))
-    BY_KIND["zone"] = Zone()  # type: ignore[assignment]
+    assert check_kind(Zone()) == []
+    BY_KIND["zone"] = Zone()
     try:
         code, out, _ = run(["--root", str(root), "revert", "--yes"], capsys)
         assert code == 5 and "reclaim: 1 → 0 — blocked: disruptive" in out
