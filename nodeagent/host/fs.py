@@ -18,8 +18,9 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from functools import cache
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..util.dataclass import dataclass
 from ..util.errors import (
@@ -64,52 +65,63 @@ DAMON_WRITES: tuple[str, ...] = (
     _SCH + r"/dests/nr_dests",
 )
 
-#: Every path the agent may ever write. A profile cannot widen this: it names settings, never paths. Each resource
-#: kind declares the paths it writes (``Resource.writes``); tests/unit/test_write_allow.py holds this table to
-#: exactly those plus nodeagent's own files (state, units, udev rule, NFD feature file).
-WRITE_ALLOW: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(p)
-    for p in (
-        r"/proc/sys/kernel/numa_balancing",
-        r"/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps",
-        r"/proc/sys/vm/zone_reclaim_mode",
-        r"/proc/sys/vm/min_(unmapped|slab)_ratio",
-        r"/proc/sys/vm/watermark_scale_factor",
-        r"/proc/sys/vm/min_free_kbytes",
-        r"/sys/kernel/mm/lru_gen/(enabled|min_ttl_ms)",
-        # weighted interleave's system weights and its auto switch (named __auto_type on 6.18; kinds/interleave)
-        r"/sys/kernel/mm/mempolicy/weighted_interleave/(node[0-9]+|auto|__auto_type)",
-        r"/sys/kernel/mm/numa/demotion_enabled",
-        r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
-        r"/sys/devices/system/memory/auto_online_blocks",
-        # DAMON's sysfs interface: each attribute file a kdamond's setup, start, commit and removal writes
-        # (kinds/damon/spec.py, apply.py), as the kernel lays them out (mm/damon/sysfs.c, sysfs-schemes.c) —
-        # never a name of nodeagent's choosing, so nothing else can be created or written under kdamonds/.
-        *DAMON_WRITES,
-        # NUMA balancing's scan and promotion tunables (debugfs since 5.13; facts/knobs.py)
-        r"/sys/kernel/debug/sched/numa_balancing/(scan_delay_ms|scan_period_(min|max)_ms|scan_size_mb|"
-        r"hot_threshold_ms)",
-        # The placement demotion pass (resources/placement.py): one bounded proactive reclaim of a fast node that
-        # kswapd gave up on — the node's own file (6.17), else the root cgroup's memory.reclaim (5.19, below).
-        r"/sys/devices/system/node/node[0-9]+/reclaim",
-        # CXL regions (resources/cxl_region): a root decoder's create_ram_region/delete_region, a region's
-        # geometry, targets and commit, an endpoint decoder's mode and DPA, binding a region to cxl_region.
-        r"/sys/bus/cxl/devices/decoder[0-9]+\.[0-9]+/(create_ram_region|delete_region|mode|dpa_size)",
-        r"/sys/bus/cxl/devices/region[0-9]+/(interleave_ways|interleave_granularity|size|target[0-9]+|commit)",
-        r"/sys/bus/cxl/drivers/cxl_region/bind",
-        # ... and where those bus links lead: the CXL root (ACPI0017) device tree, ports and endpoints below it
-        r"/sys/devices/platform/ACPI0017:[0-9]+/root[0-9]+/([a-z]+[0-9]+/)*decoder[0-9]+\.[0-9]+/"
-        r"(create_ram_region|delete_region|mode|dpa_size)",
-        r"/sys/devices/platform/ACPI0017:[0-9]+/root[0-9]+/decoder[0-9]+\.[0-9]+/region[0-9]+/"
-        r"(interleave_ways|interleave_granularity|size|target[0-9]+|commit)",
-        r"/var/lib/nodeagent/.*",
-        # `nodeagent units install`: only nodeagent's own unit files and udev rule, nothing else under /etc.
-        r"/etc/systemd/system/nodeagent-[a-z-]+@?\.(service|timer)",
-        r"/etc/udev/rules\.d/[0-9]{2}-nodeagent\.rules",
-        # `nodeagent labels --write`, apply and run: NFD's local feature file (nodeagent.k8s.labels), nothing else.
-        r"/etc/kubernetes/node-feature-discovery/features\.d/nodeagent",
-    )
+#: Every path the agent may ever write (:data:`WRITE_ALLOW`, compiled by :func:`write_allow`). A profile cannot
+#: widen this: it names settings, never paths. Each resource kind declares the paths it writes (``Kind.writes``);
+#: tests/unit/test_write_allow.py holds this table to exactly those plus nodeagent's own files (state, units, udev
+#: rule, NFD feature file).
+_WRITE_ALLOW_RX: tuple[str, ...] = (
+    r"/proc/sys/kernel/numa_balancing",
+    r"/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps",
+    r"/proc/sys/vm/zone_reclaim_mode",
+    r"/proc/sys/vm/min_(unmapped|slab)_ratio",
+    r"/proc/sys/vm/watermark_scale_factor",
+    r"/proc/sys/vm/min_free_kbytes",
+    r"/sys/kernel/mm/lru_gen/(enabled|min_ttl_ms)",
+    # weighted interleave's system weights and its auto switch (named __auto_type on 6.18; kinds/interleave)
+    r"/sys/kernel/mm/mempolicy/weighted_interleave/(node[0-9]+|auto|__auto_type)",
+    r"/sys/kernel/mm/numa/demotion_enabled",
+    r"/sys/kernel/mm/transparent_hugepage/(enabled|defrag)",
+    r"/sys/devices/system/memory/auto_online_blocks",
+    # DAMON's sysfs interface: each attribute file a kdamond's setup, start, commit and removal writes
+    # (kinds/damon/spec.py, apply.py), as the kernel lays them out (mm/damon/sysfs.c, sysfs-schemes.c) —
+    # never a name of nodeagent's choosing, so nothing else can be created or written under kdamonds/.
+    *DAMON_WRITES,
+    # NUMA balancing's scan and promotion tunables (debugfs since 5.13; facts/knobs.py)
+    r"/sys/kernel/debug/sched/numa_balancing/(scan_delay_ms|scan_period_(min|max)_ms|scan_size_mb|"
+    r"hot_threshold_ms)",
+    # The placement demotion pass (resources/placement.py): one bounded proactive reclaim of a fast node that
+    # kswapd gave up on — the node's own file (6.17), else the root cgroup's memory.reclaim (5.19, below).
+    r"/sys/devices/system/node/node[0-9]+/reclaim",
+    # CXL regions (resources/cxl_region): a root decoder's create_ram_region/delete_region, a region's
+    # geometry, targets and commit, an endpoint decoder's mode and DPA, binding a region to cxl_region.
+    r"/sys/bus/cxl/devices/decoder[0-9]+\.[0-9]+/(create_ram_region|delete_region|mode|dpa_size)",
+    r"/sys/bus/cxl/devices/region[0-9]+/(interleave_ways|interleave_granularity|size|target[0-9]+|commit)",
+    r"/sys/bus/cxl/drivers/cxl_region/bind",
+    # ... and where those bus links lead: the CXL root (ACPI0017) device tree, ports and endpoints below it
+    r"/sys/devices/platform/ACPI0017:[0-9]+/root[0-9]+/([a-z]+[0-9]+/)*decoder[0-9]+\.[0-9]+/"
+    r"(create_ram_region|delete_region|mode|dpa_size)",
+    r"/sys/devices/platform/ACPI0017:[0-9]+/root[0-9]+/decoder[0-9]+\.[0-9]+/region[0-9]+/"
+    r"(interleave_ways|interleave_granularity|size|target[0-9]+|commit)",
+    r"/var/lib/nodeagent/.*",
+    # `nodeagent units install`: only nodeagent's own unit files and udev rule, nothing else under /etc.
+    r"/etc/systemd/system/nodeagent-[a-z-]+@?\.(service|timer)",
+    r"/etc/udev/rules\.d/[0-9]{2}-nodeagent\.rules",
+    # `nodeagent labels --write`, apply and run: NFD's local feature file (nodeagent.k8s.labels), nothing else.
+    r"/etc/kubernetes/node-feature-discovery/features\.d/nodeagent",
 )
+
+
+@cache
+def write_allow() -> tuple[re.Pattern[str], ...]:
+    """:data:`WRITE_ALLOW`, compiled on the first write (a read-only command never compiles the allow-list)."""
+    return tuple(re.compile(p) for p in _WRITE_ALLOW_RX)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "WRITE_ALLOW":  # the compiled table, for the tests that hold it to the kinds' declarations
+        return write_allow()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Paths allowed only at the top of a mount of this filesystem type, as the root's /proc/self/mountinfo shows it
 #: at the time of the write: the root cgroup's memory.reclaim wherever cgroup v2 is mounted — never in a child
@@ -612,7 +624,7 @@ class RootedFS:
 
     # -- writes --------------------------------------------------------------------------------------
     def allowed(self, path: str) -> bool:
-        return any(p.fullmatch(path) for p in WRITE_ALLOW) or allowed_by_mount(self, path)
+        return any(p.fullmatch(path) for p in write_allow()) or allowed_by_mount(self, path)
 
     def _require_allowed(self, path: str, verb: str = "write") -> None:
         if not self.allowed(path):

@@ -50,7 +50,7 @@ def parse_list(text: str, where: str = "", *, limit: int = MAX_NUMNODES) -> list
     what = "a CPU list" if limit == MAX_CPUS else "a node list"
     hint = (f"the kernel prints {what} as ids and ranges below {limit} (0-3,8); check the file, or that --root is "
             "a node's tree")
-    bits = bytearray(limit)
+    spans: list[tuple[int, int]] = []
     parts = text.strip().split(",")
     if len(parts) > limit:
         raise _bad(where, what, text, f"{len(parts)} items, more than {limit} ids", hint)
@@ -67,8 +67,14 @@ def parse_list(text: str, where: str = "", *, limit: int = MAX_NUMNODES) -> list
             raise _bad(where, what, text, f"the range {part!r} runs backwards", hint)
         if b >= limit:
             raise _bad(where, what, text, f"{b} is beyond the kernel's bound: ids run 0-{limit - 1}", hint)
-        bits[a:b + 1] = b"\1" * (b - a + 1)
-    return [i for i, v in enumerate(bits) if v]
+        spans.append((a, b))
+    # merged, the spans cover each id once: the result (at most ``limit`` ids) is the only work that grows
+    ids: list[int] = []
+    for a, b in sorted(spans):
+        if ids and a <= ids[-1]:
+            a = ids[-1] + 1
+        ids.extend(range(a, b + 1))
+    return ids
 
 
 def parse_hex(text: str, where: str = "") -> int:
