@@ -16,7 +16,8 @@ from nodeagent.k8s.run import SYSTEMD_DIR
 from nodeagent.metrics.exporter import DEFAULT_PORT
 from nodeagent.state import STATE_DIR
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy" / "kubernetes"
 #: The Kubernetes versions the manifests are validated for (docs/kubernetes.md states the same).
 VERSIONS = ("1.34.0", "1.37.0")
 #: Custom resources (no schema in kubernetes-validate): NFD's NodeFeatureRule, the Prometheus Operator's
@@ -81,7 +82,7 @@ def test_the_daemonset_mounts_what_run_needs() -> None:
     # The arguments parse as `nodeagent run` options, and the metrics port is the one they listen on.
     assert c["args"][0] == "run"
     run_ctx = cli.commands["run"].make_context("run", list(c["args"][1:]))
-    assert run_ctx.params["do_apply"] is True
+    assert run_ctx.params["do_apply"] is False  # `kubectl apply -k` of the base changes no node: plan-only
     assert run_ctx.params["metrics_listen"] == f":{DEFAULT_PORT}"
     (port,) = c["ports"]
     assert port["containerPort"] == DEFAULT_PORT and port["name"] == "metrics"
@@ -102,3 +103,47 @@ def test_the_configmaps_profile_validates(tmp_path: Path, capsys) -> None:
     for name, text in by_kind()["ConfigMap"]["data"].items():
         (tmp_path / name).write_text(text)
     assert main(["validate", str(tmp_path / "profile.yaml")]) == 0, capsys.readouterr().err
+
+
+def _json_patch(doc: dict, ops: list[dict]) -> dict:
+    """RFC 6902 ``add`` as kustomize applies it (the only op the overlay uses)."""
+    import copy
+
+    out = copy.deepcopy(doc)
+    for op in ops:
+        assert op["op"] == "add", op
+        *parents, last = op["path"].strip("/").split("/")
+        node = out
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if isinstance(node, list):
+            node.insert(len(node) if last == "-" else int(last), op["value"])
+        else:
+            node[last] = op["value"]
+    return out
+
+
+def test_the_apply_overlay_is_the_base_with_apply() -> None:
+    """deploy/kubernetes/apply: the same DaemonSet, reconciling (``run --apply``), after a plan-only rollout."""
+    overlay = yaml.safe_load((DEPLOY / "apply" / "kustomization.yaml").read_text())
+    assert overlay["resources"] == [".."]
+    (patch,) = overlay["patches"]
+    ds = by_kind()["DaemonSet"]
+    assert patch["target"] == {"kind": "DaemonSet", "name": ds["metadata"]["name"]}
+    patched = _json_patch(ds, yaml.safe_load(patch["patch"]))
+    (c,) = patched["spec"]["template"]["spec"]["containers"]
+    run_ctx = cli.commands["run"].make_context("run", list(c["args"][1:]))
+    assert c["args"][0] == "run" and run_ctx.params["do_apply"] is True
+    assert run_ctx.params["metrics_listen"] == f":{DEFAULT_PORT}" and run_ctx.params["interval"]
+
+
+def test_the_configmaps_profile_is_the_shipped_one(tmp_path: Path) -> None:
+    """The ConfigMap extends the shipped cxl-inference profile: merged, it is that profile (its description
+    aside), so the DaemonSet and a host install hold a node to the same settings."""
+    from nodeagent.profile import load_profile
+
+    (tmp_path / "profile.yaml").write_text(by_kind()["ConfigMap"]["data"]["profile.yaml"])
+    mine = load_profile(tmp_path / "profile.yaml").data
+    shipped = load_profile(REPO / "profiles" / "cxl-inference.yaml").data
+    strip = lambda d: {k: (v if k != "metadata" else {"name": v["name"]}) for k, v in d.items() if k != "extends"}  # noqa: E731
+    assert strip(mine) == strip(shipped)
