@@ -135,3 +135,21 @@ def test_ansible_doc_renders_the_module(tmp_path: Path) -> None:
     for name in ("profile_dir", "allow_disruptive", "skip_checks", "root", "RETURN VALUES", "EXAMPLES"):
         assert name in out
     assert "[WARNING]" not in proc.stderr and "[ERROR]" not in proc.stderr
+
+
+def test_a_disruptive_change_is_marked_in_the_diff_as_the_cli_marks_it(mod: ModuleType, make_node) -> None:
+    """h100-cxl-autoonline's expanders are online in ZONE_NORMAL: the profile rezones them to movable, a disruptive
+    change; the review (--check --diff) says so on the setting's pair and in the summary, as `nodeagent plan` does."""
+    engine = Engine(open_host(make_node("h100-cxl-autoonline")))
+    result = engine.apply(load_profile(PROFILE), dry_run=True, allow_disruptive=True)
+    disruptive = [c for c in result.plan.changes if c.disruptive]
+    assert disruptive, "the preset's rezone is disruptive"
+    ret, _ = mod.report(result, True, True, True)
+    pairs = {d["before_header"]: d for d in ret["diff"][1:]}
+    for c in disruptive:
+        pair = pairs[c.path or c.target]
+        assert pair["after"].endswith("  [disruptive]\n") and pair["after_header"].endswith("  [disruptive]")
+        assert f"~ {c.target}: " in ret["diff"][0]["prepared"]
+    assert any(line.endswith("[disruptive]") for line in ret["summary"])
+    assert not any(p["after"].endswith("[disruptive]\n") for h, p in pairs.items()
+                   if h not in {c.path or c.target for c in disruptive})

@@ -284,15 +284,20 @@ def _label(value, label):
     return label if label is not None else str(value)
 
 
+def _flag(c):
+    """As the CLI's plan marks it: a change that takes memory offline or rezones it."""
+    return "  [disruptive]" if getattr(c, "disruptive", False) else ""
+
+
 def change_line(c):
-    return f"{c.target}: {_label(c.before, c.before_label)} -> {_label(c.after, c.after_label)}"
+    return f"{c.target}: {_label(c.before, c.before_label)} -> {_label(c.after, c.after_label)}{_flag(c)}"
 
 
 def diff_entry(c):
     where = c.path or c.target
-    return {"before_header": where, "after_header": where,
+    return {"before_header": where, "after_header": where + _flag(c),
             "before": f"{c.target}: {_label(c.before, c.before_label)}\n",
-            "after": f"{c.target}: {_label(c.after, c.after_label)}\n"}
+            "after": f"{c.target}: {_label(c.after, c.after_label)}{_flag(c)}\n"}
 
 
 def plan_diff(plan, written, check_mode):
