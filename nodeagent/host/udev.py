@@ -11,10 +11,12 @@ removed. Any other root has no event source.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import select
+import stat
 from dataclasses import asdict, dataclass
 from itertools import count
 from pathlib import Path
@@ -80,19 +82,55 @@ class PyudevSource:
         self.monitor = None  # type: ignore[assignment]
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _events_dir(root: Path, *, create: bool) -> int | None:
+    """A descriptor of ``<root>/.nodeagent-machine/uevents``, walked one component at a time from the root with no
+    symlink followed (one would lead the FIFOs out of the root); None when it does not exist and ``create`` is
+    false. A component that is a symlink or not a directory is refused (:class:`UsageError`, exit 64)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in SIM_EVENTS.split("/"):
+            try:
+                nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    return None
+                os.mkdir(name, 0o700, dir_fd=fd)
+                nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except (NotADirectoryError, OSError) as exc:
+                if isinstance(exc, NotADirectoryError) or exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise UsageError(f"refusing {Path(root) / SIM_EVENTS}: {name} is a symlink or not a directory",
+                                     hint="the simulated node's event directory must be its own; remove the "
+                                          "link, or lay the node out again") from None
+                raise
+            os.close(fd)
+            fd = nfd
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class SimSource:
-    """A simulated root's events: a FIFO of JSON lines fed by :func:`broadcast`."""
+    """A simulated root's events: a FIFO of JSON lines fed by :func:`broadcast`, made and opened through a
+    descriptor of the event directory (never by a path a symlink could redirect)."""
 
     def __init__(self, root: Path, subsystems: tuple[str, ...]) -> None:
         self.subsystems = subsystems
-        d = Path(root) / SIM_EVENTS
-        d.mkdir(parents=True, exist_ok=True)
-        self.path = d / f"{os.getpid()}-{next(_serial)}.fifo"
-        if self.path.exists():
-            self.path.unlink()
-        os.mkfifo(self.path, 0o600)
-        self._rfd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
-        self._keep = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)  # no EOF when a writer goes away
+        self._dfd = _events_dir(Path(root), create=True)
+        assert self._dfd is not None
+        self.name = f"{os.getpid()}-{next(_serial)}.fifo"
+        self.path = Path(root) / SIM_EVENTS / self.name  # for messages
+        try:
+            os.unlink(self.name, dir_fd=self._dfd)
+        except FileNotFoundError:
+            pass
+        os.mkfifo(self.name, 0o600, dir_fd=self._dfd)
+        self._rfd = os.open(self.name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._dfd)
+        # no EOF when a writer goes away
+        self._keep = os.open(self.name, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._dfd)
         self._buf = b""
 
     def fileno(self) -> int:
@@ -119,15 +157,15 @@ class SimSource:
         return out
 
     def close(self) -> None:
-        for fd in (self._rfd, self._keep):
+        try:
+            os.unlink(self.name, dir_fd=self._dfd)
+        except OSError:
+            pass
+        for fd in (self._rfd, self._keep, self._dfd):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 def open_events(host: Host, subsystems: tuple[str, ...]) -> EventSource:
@@ -143,25 +181,31 @@ def open_events(host: Host, subsystems: tuple[str, ...]) -> EventSource:
 
 def broadcast(root: Path, event: UEvent) -> int:
     """Deliver ``event`` to every listener of simulated root ``root``; returns how many got it."""
-    d = Path(root) / SIM_EVENTS
-    if not d.is_dir():
+    dfd = _events_dir(Path(root), create=False)
+    if dfd is None:
         return 0
     data = (event.to_json() + "\n").encode()
     delivered = 0
-    for fifo in sorted(d.glob("*.fifo")):
-        try:
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # no reader: the listener is gone
-                fifo.unlink(missing_ok=True)
-            continue
-        try:
-            os.write(fd, data)
-            delivered += 1
-        except BlockingIOError:
-            pass  # a full queue drops the event, as a netlink socket overflows
-        finally:
-            os.close(fd)
+    try:
+        for name in sorted(n for n in os.listdir(dfd) if n.endswith(".fifo")):
+            try:  # a listener's FIFO, opened where it is: never through a symlink, never a file of another kind
+                fd = os.open(name, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no reader: the listener is gone
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=dfd)
+                continue
+            try:
+                if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    continue
+                os.write(fd, data)
+                delivered += 1
+            except BlockingIOError:
+                pass  # a full queue drops the event, as a netlink socket overflows
+            finally:
+                os.close(fd)
+    finally:
+        os.close(dfd)
     return delivered
 
 
