@@ -33,8 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from . import ownfiles
 from ._libdaxctl import WORDS, Daxctl
-from .kernel import MARKER
 
 VERSION = "76.1"
 USAGE = {
@@ -163,8 +163,7 @@ def main(argv: list[str], root: str | os.PathLike[str]) -> int:
     sys.stderr.write(err)
     record = {"t": round(time.time(), 6), "argv": ["daxctl", *argv], "rc": rc,
               "seconds": round(time.monotonic() - start, 3)}
-    with open(Path(root) / MARKER / "commands.log", "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    ownfiles.append(root, "commands.log", json.dumps(record) + "\n")
     return rc
 
 
@@ -193,6 +192,6 @@ def install(root: Path, python: str | None = None) -> Path:
 
 def commands(root: Path) -> list[dict]:
     """Every daxctl invocation on the simulated node, in order (what tests pin)."""
-    p = Path(root) / MARKER / "commands.log"
-    return [json.loads(line) for line in p.read_text().splitlines() if line] if p.exists() else []
+    text = ownfiles.read_text(root, "commands.log")
+    return [json.loads(line) for line in (text or "").splitlines() if line]
 

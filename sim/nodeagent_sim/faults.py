@@ -40,6 +40,7 @@ from typing import Any
 
 from nodeagent.host import SIM_FAULTS
 
+from . import ownfiles
 from .kernel import MARKER
 
 FILE = SIM_FAULTS
@@ -115,25 +116,19 @@ def _dir(root: str | os.PathLike[str]) -> Path:
 @contextmanager
 def _locked(root: str | os.PathLike[str]) -> Iterator[Faults]:
     """The rules, under the lock; written back (atomically) when the block ends without an error."""
-    d = _dir(root)
-    fd = os.open(d / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = ownfiles.open_file(root, LOCK, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         faults = load(root)
         yield faults
-        tmp = d / f".{FILE}.{os.getpid()}"
-        tmp.write_text(json.dumps(faults.to_dict(), indent=1) + "\n")
-        os.replace(tmp, d / FILE)
+        ownfiles.replace(root, FILE, json.dumps(faults.to_dict(), indent=1) + "\n")
     finally:
         os.close(fd)
 
 
 def load(root: str | os.PathLike[str]) -> Faults:
-    p = _dir(root) / FILE
-    try:
-        return Faults.from_dict(json.loads(p.read_text()))
-    except FileNotFoundError:
-        return Faults()
+    text = ownfiles.read_text(root, FILE)
+    return Faults.from_dict(json.loads(text)) if text is not None else Faults()
 
 
 def add(root: str | os.PathLike[str], rule: Rule) -> Faults:
@@ -184,8 +179,7 @@ def check(root: str | os.PathLike[str], path: str) -> None:
     fire: list[Rule] = []
     with _locked(root) as faults:
         if faults.trace:
-            with open(_dir(root) / TRACE, "a", encoding="utf-8") as f:
-                f.write(path + "\n")
+            ownfiles.append(root, TRACE, path + "\n")
         for rule in faults.rules:
             if re.search(rule.write, path) and rule.due():
                 rule.fired += 1

@@ -26,7 +26,7 @@ from nodeagent.host.udev import UEvent, broadcast
 from nodeagent.util.kfmt import format_list
 
 from . import dax as simdax
-from . import memory
+from . import memory, ownfiles
 from .kernel import SimKernel
 from .presets import Preset
 
@@ -38,9 +38,7 @@ BOOT_ZONE: dict[str, str | None] = {"offline": None, "online": "Normal", "online
 def emit(k: SimKernel, action: str, subsystem: str, sysname: str, devpath: str = "") -> UEvent:
     ev = UEvent(action, subsystem, sysname, devpath)
     broadcast(k.root, ev)
-    log = k.meta_dir / "uevents.log"
-    with open(log, "a", encoding="utf-8") as f:
-        f.write(ev.to_json() + "\n")
+    ownfiles.append(k.root, "uevents.log", ev.to_json() + "\n")
     return ev
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from nodeagent.util.kfmt import format_bracket, kernel_version
 
+from . import ownfiles
 from .tree import Tree
 
 MARKER = ".nodeagent-machine"
@@ -66,7 +67,9 @@ class SimKernel:
         self.root = Path(root)
         self.tree = Tree(self.root)
         self.meta_dir = self.root / MARKER
-        self.meta: dict = json.loads((self.meta_dir / "meta.json").read_text())
+        self.meta: dict = json.loads(ownfiles.read_text(self.root, "meta.json") or "null")
+        if not isinstance(self.meta, dict):
+            raise FileNotFoundError(errno.ENOENT, "not a simulated node (no meta.json)", str(self.meta_dir))
         self.version: tuple[int, int] = kernel_version(self.meta["kernel"])
         self._batch: dict | None = None
 
@@ -75,7 +78,7 @@ class SimKernel:
     def locked(self) -> Iterator[None]:
         """Serialize kernel reactions across processes (the tree is shared state)."""
         b = self._batch
-        fd = b["lock"] if b is not None else os.open(self.meta_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = b["lock"] if b is not None else ownfiles.open_file(self.root, "lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -90,15 +93,12 @@ class SimKernel:
         if self._batch is not None:
             os.write(self._batch["journal"], line.encode())
             return
-        with open(self.meta_dir / "writes.log", "a", encoding="utf-8") as f:
-            f.write(line)
+        ownfiles.append(self.root, "writes.log", line)
 
     def journal(self) -> list[dict]:
         """Every write ever made to this node, in order (what tests use to pin ordering)."""
-        p = self.meta_dir / "writes.log"
-        if not p.exists():
-            return []
-        return [json.loads(line) for line in p.read_text().splitlines() if line]
+        text = ownfiles.read_text(self.root, "writes.log")
+        return [json.loads(line) for line in (text or "").splitlines() if line]
 
     def state(self) -> dict:
         """Simulator-private state that the kernel keeps but sysfs does not show (e.g. unmovable pages)."""
@@ -109,8 +109,8 @@ class SimKernel:
         return self._load_state()
 
     def _load_state(self) -> dict:
-        p = self.meta_dir / "state.json"
-        return json.loads(p.read_text()) if p.exists() else {}
+        text = ownfiles.read_text(self.root, "state.json")
+        return json.loads(text) if text else {}
 
     def save_state(self, state: dict) -> None:
         if self._batch is not None:
@@ -120,10 +120,7 @@ class SimKernel:
         self._store_state(state)
 
     def _store_state(self, state: dict) -> None:
-        p = self.meta_dir / "state.json"
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-        os.replace(tmp, p)
+        ownfiles.replace(self.root, "state.json", json.dumps(state, indent=1, sort_keys=True))
 
     # -- batches -------------------------------------------------------------------------------------
     @contextmanager
@@ -139,9 +136,8 @@ class SimKernel:
             yield
             return
         self._batch = {"state": None, "dirty": False, "pending": {}, "flushed": time.monotonic(), "every": every,
-                       "lock": os.open(self.meta_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644),
-                       "journal": os.open(self.meta_dir / "writes.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                                          0o644)}
+                       "lock": ownfiles.open_file(self.root, "lock", os.O_RDWR | os.O_CREAT),
+                       "journal": ownfiles.open_file(self.root, "writes.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT)}
         try:
             yield
         finally:

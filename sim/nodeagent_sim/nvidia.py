@@ -18,12 +18,12 @@ The executable this module installs replaces the smaller one of :mod:`nodeagent_
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import ownfiles
 from .kernel import MARKER, SimKernel
 from .presets import LAYERS, Preset
 
@@ -57,15 +57,13 @@ def _path(root: Path) -> Path:
 
 
 def load(root: Path) -> dict[str, Any]:
-    p = _path(root)
-    return json.loads(p.read_text()) if p.is_file() else {"gpus": [], "driver": {}}
+    text = ownfiles.read_text(root, GPUS)
+    return json.loads(text) if text else {"gpus": [], "driver": {}}
 
 
 def _save(root: Path, data: dict[str, Any]) -> None:
     # A new file, never an edit in place: cloned nodes may share the inode with their template.
-    tmp = _path(root).with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, _path(root))
+    ownfiles.replace(root, GPUS, json.dumps(data, indent=1))
 
 
 def lay_out(k: SimKernel, p: Preset) -> None:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from nodeagent.util.kfmt import format_list
 
+from . import ownfiles
 from .hardware import mbind_target
-from .kernel import MARKER
 
 POLICY = "mempolicy.json"
 PAGE = 4096
@@ -39,12 +39,12 @@ NUMA_STAT_ITEMS = ("anon", "file", "kernel_stack", "pagetables", "sec_pagetables
 
 def deny(root: Path, modes: dict[str, str]) -> None:
     """Make ``set_mempolicy`` fail for these modes (``{"membind": "EPERM"}``), as a seccomp filter does."""
-    (Path(root) / MARKER / POLICY).write_text(json.dumps(modes))
+    ownfiles.replace(root, POLICY, json.dumps(modes))
 
 
 def set_mempolicy(root: Path, mode: str, nodes: tuple[int, ...]) -> None:
-    path = Path(root) / MARKER / POLICY
-    denied = json.loads(path.read_text()) if path.is_file() else {}
+    text = ownfiles.read_text(root, POLICY)
+    denied = json.loads(text) if text else {}
     if mode in denied:
         code = getattr(errno, denied[mode], errno.EPERM)
         raise OSError(code, f"{errno.errorcode[code]}: {os.strerror(code)} (seccomp/cpuset of the simulated node)")
