@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 RO = 0o444
@@ -25,7 +26,9 @@ class Tree:
         self.root = Path(root)
         self._pooled_paths: dict[tuple[str, int | None], str] = {}
         self._generation: dict[tuple[str, int | None], int] = {}  # copies that reached the link limit, per value
-        self._inside: set[str] = set()  # directories checked to be inside the root (see guard)
+        #: Directories checked to be inside the root (see guard), with the identity (st_dev, st_ino) they had then:
+        #: a write opens the directory again and compares, so a directory swapped for a symlink since is caught.
+        self._inside: dict[str, tuple[int, int]] = {}
 
     def local(self, path: str) -> Path:
         return self.root / path.lstrip("/")
@@ -37,13 +40,40 @@ class Tree:
         emulated write)."""
         parent = str(p.parent)
         if parent not in self._inside:
-            real_root = os.path.realpath(self.root)
-            real = os.path.realpath(parent)
-            if not (real == real_root or real.startswith(real_root + "/")):
-                raise OSError(errno.EXDEV, f"{parent} leads outside the simulated root", str(p))
-            self._inside.add(parent)
+            ident = self._checked_identity(parent, str(p))
+            if ident is not None:  # (a directory about to be made is checked again at its first write)
+                self._inside[parent] = ident
         if p.is_symlink():
             raise OSError(errno.ELOOP, "a symlink where the kernel has an attribute", str(p))
+
+    def _checked_identity(self, parent: str, shown: str) -> tuple[int, int] | None:
+        """The identity of directory ``parent`` after checking it resolves inside the root; None: not there yet."""
+        real_root = os.path.realpath(self.root)
+        real = os.path.realpath(parent)
+        if not (real == real_root or real.startswith(real_root + "/")):
+            raise OSError(errno.EXDEV, f"{parent} leads outside the simulated root", shown)
+        try:
+            st = os.stat(real)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _parent_fd(self, p: Path) -> int:
+        """A descriptor of ``p``'s directory, opened now and checked now: it is the directory found inside the root
+        (the identity remembered, or checked afresh) — never one a symlink swapped in since the last check."""
+        parent = str(p.parent)
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if self._inside.get(parent) != (st.st_dev, st.st_ino):
+                self._inside.pop(parent, None)
+                if self._checked_identity(parent, str(p)) != (st.st_dev, st.st_ino):
+                    raise OSError(errno.EXDEV, f"{parent} changed while it was checked", str(p))
+                self._inside[parent] = (st.st_dev, st.st_ino)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def dir(self, path: str) -> Path:
         p = self.local(path)
@@ -137,20 +167,35 @@ class Tree:
     def set(self, path: str, content: str | int) -> None:
         """Replace a file's content keeping its mode (what the kernel does to its own attributes)."""
         p = self.local(path)
-        self.guard(p)
-        st = p.stat()
-        mode = st.st_mode & 0o777
-        text = _text(content)
-        if st.st_nlink > 1:  # a pooled value shared by many blocks: point this one at the new value's copy
-            tmp = p.with_name(f".{p.name}.{os.getpid()}")
-            self._link_pooled(text, mode, str(tmp))
-            os.replace(tmp, p)
-            return
-        if not mode & 0o200:
-            os.chmod(p, mode | 0o200)
-        p.write_text(text)
-        if not mode & 0o200:
-            os.chmod(p, mode)
+        dfd = self._parent_fd(p)  # resolved at use: the file is reached through this descriptor only
+        try:
+            st = os.stat(p.name, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                raise OSError(errno.ELOOP, "a symlink where the kernel has an attribute", str(p))
+            mode = st.st_mode & 0o777
+            text = _text(content)
+            if st.st_nlink > 1:  # a pooled value shared by many blocks: point this one at the new value's copy
+                tmp = f".{p.name}.{os.getpid()}"
+                self._link_pooled(text, mode, str(p.with_name(tmp)))
+                os.replace(tmp, p.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                return
+            fd = os.open(p.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            try:
+                if not mode & 0o200:
+                    os.fchmod(fd, mode | 0o200)
+                wfd = os.open(p.name, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                try:
+                    if os.fstat(wfd).st_ino != os.fstat(fd).st_ino:
+                        raise OSError(errno.EXDEV, "the attribute changed while it was written", str(p))
+                    os.write(wfd, text.encode())
+                finally:
+                    os.close(wfd)
+                if not mode & 0o200:
+                    os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+        finally:
+            os.close(dfd)
 
     def exists(self, path: str) -> bool:
         return self.local(path).exists()

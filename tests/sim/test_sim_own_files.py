@@ -56,3 +56,24 @@ def test_a_symlinked_simulator_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         ownfiles.replace(root, "state.json", "{}")
     assert list(outside.iterdir()) == []
+
+
+def test_a_directory_swapped_for_a_symlink_after_its_check_is_caught_at_the_write(make_node) -> None:
+    """The emulated kernel checked .../vm once (and remembers it); swapped for a symlink to an outside directory
+    while a writer was stopped, the next write through the same kernel object is refused there, not written
+    outside (it opens the directory at the write and compares it with what it checked)."""
+    import shutil
+
+    root = make_node("qemu-3node")
+    k = SimKernel(root)
+    k.write("/proc/sys/vm/zone_reclaim_mode", "1")  # the directory is checked and remembered
+    vm = root / "proc" / "sys" / "vm"
+    outside = root.parent / f"{root.name}-outside-vm"
+    shutil.copytree(vm, outside)
+    (outside / "zone_reclaim_mode").write_text("0\n")
+    shutil.rmtree(vm)
+    vm.symlink_to(outside)
+    with pytest.raises(OSError) as info:
+        k.tree.set("/proc/sys/vm/zone_reclaim_mode", 4)
+    assert info.value.errno == errno.EXDEV
+    assert (outside / "zone_reclaim_mode").read_text() == "0\n"
