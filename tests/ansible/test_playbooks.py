@@ -117,13 +117,15 @@ def test_a_target_python_without_nodeagent_gets_told_how_to_install_it(make_node
 
 def test_example_inventory_and_playbook_as_shipped(make_node, tmp_path: Path) -> None:
     """The README's commands: --check --diff shows each host's diff and writes nothing; then converge; then 0."""
-    fleet = tmp_path / "fleet"
-    fleet.mkdir()
     # Boot three hosts from the session's templates (a fresh l40-kvm64 takes seconds to lay out); the playbook
-    # boots the fourth itself with `nodeagent sim create`.
-    for host, preset in {"gpu-cxl-01": "h100-cxl", "gpu-cxl-02": "h100-cxl-autoonline",
-                         "gpu-l40-01": "l40-kvm64"}.items():
-        shutil.move(make_node(preset), fleet / host)
+    # boots the fourth itself with `nodeagent sim create`. The fleet sits beside them, on their filesystem: a
+    # move is a rename (a simulated node holds device nodes, which a copy across filesystems cannot read).
+    nodes = {host: make_node(preset) for host, preset in {"gpu-cxl-01": "h100-cxl", "gpu-cxl-02": "h100-cxl-autoonline",
+                                                          "gpu-l40-01": "l40-kvm64"}.items()}
+    fleet = next(iter(nodes.values())).parent / "fleet"
+    fleet.mkdir()
+    for host, node in nodes.items():
+        shutil.move(node, fleet / host)
     env = ansible_env(tmp_path, NODEAGENT_FLEET_DIR=str(fleet))
     env.pop("ANSIBLE_COLLECTIONS_PATH")  # found through ansible/examples/collections, as a user would
     inv, site = REPO / "ansible/examples/inventory.yml", REPO / "ansible/examples/site.yml"
