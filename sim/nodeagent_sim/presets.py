@@ -223,6 +223,24 @@ H100_FILES = {
 #: Extra layout steps other modules register (checks hardware, DAMON): ``step(kernel, preset)``.
 LAYERS: list[Callable[[SimKernel, Preset], None]] = []
 
+#: x86-64's low zones: ZONE_DMA below 16 MiB, ZONE_DMA32 below 4 GiB, ZONE_NORMAL above.
+_DMA_END, _DMA32_END = 16 * 1024**2, 4 * 1024**3
+
+
+def thp_recommended_min_free_kb(nodes: tuple[NumaDef, ...]) -> int:
+    """khugepaged's recommendation (mm/khugepaged.c set_recommended_min_free_kbytes, at khugepaged's start and
+    after memory is onlined): per populated zone up to ZONE_NORMAL (ZONE_MOVABLE is left out), 2 pageblocks free
+    plus MIGRATE_PCPTYPES² more, at most 5 % of the free buffer pages; 2 MiB pageblocks of 4 KiB pages."""
+    zones = 0
+    for n in nodes:
+        end = n.start + n.size
+        zones += (n.start < _DMA_END) + (n.start < _DMA32_END and end > _DMA_END) + (end > _DMA32_END)
+    pageblock = 512
+    pages = pageblock * zones * 2 + pageblock * zones * 3 * 3
+    lowmem_pages = sum(n.size for n in nodes) // 4096
+    return min(pages, lowmem_pages // 20) * 4
+
+
 def _two_sockets(dram: int, cores: int) -> tuple[NumaDef, NumaDef]:
     half = dram // 2
     n0 = tuple(list(range(0, cores)) + list(range(2 * cores, 3 * cores)))
@@ -512,10 +530,12 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
         t.file("/sys/kernel/mm/lru_gen/enabled", "0x0007", RW)
         t.file("/sys/kernel/mm/lru_gen/min_ttl_ms", "0", RW)  # lru_gen_min_ttl starts at 0: no OOM guard
     # min_free_kbytes as init_per_zone_wmark_min boots it: sqrt(16 x lowmem KiB), 128 KiB to 256 MiB (the boot
-    # DRAM standing in for the kernel's free buffer pages).
+    # DRAM standing in for the kernel's free buffer pages); raised by khugepaged's
+    # set_recommended_min_free_kbytes when THP is not `never` (its default here: madvise).
     if "/proc/sys/vm/min_free_kbytes" not in p.knobs:
         lowmem_kb = sum(n.size for n in p.nodes) // 1024
-        t.file("/proc/sys/vm/min_free_kbytes", min(max(math.isqrt(lowmem_kb * 16), 128), 262144), RW)
+        value = min(max(math.isqrt(lowmem_kb * 16), 128), 262144)
+        t.file("/proc/sys/vm/min_free_kbytes", max(value, thp_recommended_min_free_kb(p.nodes)), RW)
     t.file("/sys/devices/system/memory/block_size_bytes", f"{p.block_size:x}", RO)
     # memory_hotplug module parameters as a 6.x kernel shows them (online_policy arrived in 5.15).
     if k.at_least(5, 15):
