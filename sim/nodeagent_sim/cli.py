@@ -12,6 +12,8 @@ emulator the tests use (:mod:`nodeagent_sim`):
 - ``hot-add DIR --dax NAME --size SIZE --node N [--host-node N] --mode devdax|kmem [--blocks online|offline]``:
   an expander appears (uevents go to ``nodeagent watch``); ``kmem`` binds it to kmem at once, its blocks as
   ``--blocks`` says or, without it, as ``auto_online_blocks`` says;
+- ``hot-add DIR --memdev --size SIZE [--slot ROOT_PORT]``: a bare CXL memdev plugged into an empty root port of the
+  node's CXL bus (its endpoint and decoders too, no region);
 - ``boot DIR --memhp-default-state offline|online|online_movable``: re-lays the boot-time onlining of the CXL
   devices (bound to kmem, blocks offline or online in that zone);
 - ``kdamond DIR --foreign [--operations paddr] [--action stat] [--state on|off]``: another agent's kdamond;
@@ -153,20 +155,44 @@ def sim_presets() -> None:
 
 @sim.command("hot-add")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=str))
-@click.option("--dax", "name", required=True, metavar="NAME", help="The new DAX device (daxR.0).")
+@click.option("--dax", "name", metavar="NAME", help="The new DAX device (daxR.0).")
+@click.option("--memdev", is_flag=True,
+              help="A bare CXL memdev in an empty root port instead of a DAX device (no region: apply makes it).")
+@click.option("--slot", metavar="ROOT_PORT", help="--memdev: the empty root port (default: the first one).")
 @click.option("--size", required=True, metavar="SIZE", help="Its capacity (e.g. 64GiB).")
-@click.option("--node", type=int, required=True, help="Its target node (a possible node).")
+@click.option("--node", type=int, help="--dax: its target node (a possible node).")
 @click.option("--host-node", type=int, default=0, show_default=True,
-              help="The node the device hangs off (its host bridge's: numa_node).")
-@click.option("--mode", type=click.Choice(["devdax", "kmem"]), required=True)
+              help="--dax: the node the device hangs off (its host bridge's: numa_node).")
+@click.option("--mode", type=click.Choice(["devdax", "kmem"]), help="--dax: how it comes up.")
 @click.option("--blocks", type=click.Choice(["online", "offline"]),
               help="kmem only: its blocks online or offline (default: as auto_online_blocks says).")
-def sim_hot_add(directory: str, name: str, size: str, node: int, host_node: int, mode: str,
-                blocks: str | None) -> None:
-    """Hot-add a CXL expander to the simulated node in DIRECTORY."""
+def sim_hot_add(directory: str, name: str | None, memdev: bool, slot: str | None, size: str, node: int | None,
+                host_node: int, mode: str | None, blocks: str | None) -> None:
+    """Hot-add a CXL expander to the simulated node in DIRECTORY: a DAX device (--dax) or a bare memdev
+    (--memdev)."""
     from . import hotplug
 
     k = _simulated(directory)
+    if memdev:
+        if name is not None or node is not None or mode is not None or blocks is not None:
+            raise UsageError("--memdev takes --size and --slot only (the region, its node and its mode come "
+                             "from the apply)")
+        try:
+            where = None
+            if slot is not None:
+                from .cxl import free_slots
+
+                where = next((s for s in free_slots(k) if s[1] == slot), (None, slot))
+            events = hotplug.hot_add_memdev(k, _size("--size", size) or 0, slot=where)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        _emit(f"hot-added memdev {events[0].sysname} ({size}, endpoint {events[1].sysname}): "
+              f"{len(events)} uevent(s)",
+              {"directory": directory, "memdev": events[0].sysname, "endpoint": events[1].sysname,
+               "size": _size("--size", size), "uevents": _uevent_counts(events)})
+        return
+    if name is None or node is None or mode is None:
+        raise UsageError("hot-add needs --dax NAME --node N --mode devdax|kmem, or --memdev")
     if blocks is not None and mode != "kmem":
         raise UsageError("--blocks goes with --mode kmem (a devdax device has no memory blocks)")
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from dataclasses import dataclass
 
 from . import devnodes
@@ -227,31 +228,94 @@ def lay_out(k: SimKernel, spec: CxlDef) -> None:
     mems = []
     for i, m in enumerate(spec.memdevs):
         hb = rp_bridge[m.root_port]
-        pci_dir = f"/sys/devices/{hb.name}/{m.root_port}/{m.pci}"
-        mem = f"{pci_dir}/mem{i}"
-        memdev(k, mem, i, serial=m.serial, ram_size=m.ram_size, pmem_size=m.pmem_size, numa_node=hb.numa_node)
-        for attr, value in (("current_link_speed", m.link[0]), ("current_link_width", m.link[1]),
-                            ("max_link_speed", m.link[0]), ("max_link_width", m.link[1]),
-                            ("numa_node", hb.numa_node), ("vendor", "0x8086"), ("class", "0x050210")):
-            t.file(f"{pci_dir}/{attr}", value, RO)
-        t.link(f"/sys/bus/pci/devices/{m.pci}", "../../.." + pci_dir[4:])
-        mems.append((hb, mem))
+        mems.append((hb, _pci_memdev(k, i, m, hb.name, hb.numa_node)))
     order = spec.endpoint_order if spec.endpoint_order is not None else tuple(range(len(spec.memdevs)))
     for i in order:
         m, (hb, mem) = spec.memdevs[i], mems[i]
         port_name, port_path = hb_port[hb.name]
-        ep = f"{port_path}/endpoint{n}"
-        port(k, ep, mem)
-        t.link(f"{ep}/parent_dport", f"../../../../../{hb.name}/{m.root_port}")
-        for d in range(spec.decoders_per_port):
-            decoder(k, f"{ep}/decoder{n}.{d}", "endpoint")
-        state = k.state()
-        state["cxl"]["hdm_end"][f"endpoint{n}"] = -1
-        state["cxl"]["endpoints"][f"endpoint{n}"] = {
-            "memdev": f"mem{i}", "ram": m.ram_size, "pmem": m.pmem_size, "hb": hb.name,
-            "dport": hb.root_ports.index(m.root_port), "port": port_name}
-        k.save_state(state)
+        _endpoint(k, n, i, m, mem, hb.name, hb.root_ports.index(m.root_port), port_name, port_path,
+                  spec.decoders_per_port)
         n += 1
+
+
+def _pci_memdev(k: SimKernel, i: int, m: MemdevDef, hb: str, numa_node: int) -> str:
+    """Memdev ``memI`` under its PCI function behind root port ``m.root_port`` of host bridge ``hb`` (cxl_pci's
+    probe); returns its path."""
+    t = k.tree
+    pci_dir = f"/sys/devices/{hb}/{m.root_port}/{m.pci}"
+    mem = f"{pci_dir}/mem{i}"
+    memdev(k, mem, i, serial=m.serial, ram_size=m.ram_size, pmem_size=m.pmem_size, numa_node=numa_node)
+    for attr, value in (("current_link_speed", m.link[0]), ("current_link_width", m.link[1]),
+                        ("max_link_speed", m.link[0]), ("max_link_width", m.link[1]),
+                        ("numa_node", numa_node), ("vendor", "0x8086"), ("class", "0x050210")):
+        t.file(f"{pci_dir}/{attr}", value, RO)
+    t.link(f"/sys/bus/pci/devices/{m.pci}", "../../.." + pci_dir[4:])
+    return mem
+
+
+def _endpoint(k: SimKernel, n: int, i: int, m: MemdevDef, mem: str, hb: str, dport: int, port_name: str,
+              port_path: str, decoders: int) -> list[str]:
+    """Endpoint port ``endpointN`` of memdev ``memI`` under its host bridge's port (cxl_mem's probe); returns the
+    names of the devices it added (the endpoint, then its decoders)."""
+    t = k.tree
+    ep = f"{port_path}/endpoint{n}"
+    port(k, ep, mem)
+    t.link(f"{ep}/parent_dport", f"../../../../../{hb}/{m.root_port}")
+    for d in range(decoders):
+        decoder(k, f"{ep}/decoder{n}.{d}", "endpoint")
+    state = k.state()
+    state["cxl"]["hdm_end"][f"endpoint{n}"] = -1
+    state["cxl"]["endpoints"][f"endpoint{n}"] = {
+        "memdev": f"mem{i}", "ram": m.ram_size, "pmem": m.pmem_size, "hb": hb, "dport": dport, "port": port_name}
+    k.save_state(state)
+    return [f"endpoint{n}"] + [f"decoder{n}.{d}" for d in range(decoders)]
+
+
+def free_slots(k: SimKernel) -> list[tuple[str, str]]:
+    """The root ports (host bridge, root port PCI address) with no memdev behind them: hot-plug slots."""
+    t = k.tree
+    taken = {(e["hb"], e["dport"]) for e in k.state()["cxl"]["endpoints"].values()}
+    out = []
+    for name in sorted(t.listdir(ROOT), key=lambda s: (len(s), s)):
+        if not (name.startswith("port") and name[4:].isdigit()):
+            continue
+        hb = os.path.basename(t.readlink(f"{ROOT}/{name}/uport"))
+        dports = sorted((int(d[5:]), os.path.basename(t.readlink(f"{ROOT}/{name}/{d}")))
+                        for d in t.listdir(f"{ROOT}/{name}") if d.startswith("dport") and d[5:].isdigit())
+        out += [(hb, rp) for j, rp in dports if (hb, j) not in taken]
+    return out
+
+
+def hot_add_memdev(k: SimKernel, serial: int, ram_size: int, slot: tuple[str, str] | None = None) -> list[str]:
+    """A type-3 memdev hot-plugged into an empty root port (``slot``, or the first free one), as cxl_pci and
+    cxl_mem probe it: ``memN`` (the next free id), its endpoint (the next port id) with its decoders, no region.
+    Returns the names of the devices added, in the order the kernel announces them (memdev, endpoint, decoders).
+    ValueError when no root port is free or ``slot`` is taken."""
+    free = free_slots(k)
+    if slot is None and not free:
+        raise ValueError("no empty root port: every CXL root port has a memdev behind it")
+    if slot is not None and slot not in free:
+        raise ValueError(f"root port {slot[1]} of {slot[0]} is not an empty slot "
+                         f"(free: {', '.join(rp for _, rp in free) or 'none'})")
+    hb, rp = slot or free[0]
+    t = k.tree
+    port_name = next(n for n in t.listdir(ROOT) if n.startswith("port")
+                     and os.path.basename(t.readlink(f"{ROOT}/{n}/uport")) == hb)
+    port_path = f"{ROOT}/{port_name}"
+    dport = next(int(d[5:]) for d in t.listdir(port_path)
+                 if d.startswith("dport") and os.path.basename(t.readlink(f"{port_path}/{d}")) == rp)
+    names = t.listdir(DEV)
+    i = next(j for j in range(len(names) + 1) if f"mem{j}" not in names)
+    n = 1 + max((int(re.sub(r"\D", "", d)) for d in names if re.fullmatch(r"(?:port|endpoint)\d+", d)), default=0)
+    bus = int(rp.split(":")[1], 16)
+    pci = f"{rp.split(':')[0]}:{(bus + 1 + dport) % 256:02x}:00.0"
+    numa = int(t.read(f"/sys/devices/{hb}/{rp}/numa_node").strip())
+    m = MemdevDef(serial, rp, pci, ram_size)
+    mem = _pci_memdev(k, i, m, hb, numa)
+    # as many decoders as the other endpoints have (the device's HDM decoder count; 4 on QEMU's type-3)
+    decoders = max((len([d for d in t.listdir(_path(k, e)) if re.fullmatch(r"decoder\d+\.\d+", d)])
+                    for e in k.state()["cxl"]["endpoints"]), default=4)
+    return [f"mem{i}"] + _endpoint(k, n, i, m, mem, hb, dport, port_name, port_path, decoders)
 
 
 def alloc_id(cx: dict) -> int:

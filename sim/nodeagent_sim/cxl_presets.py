@@ -16,6 +16,8 @@
                          → ZONE_NORMAL).
 ``h100-cxl-hmem``        socket 0's expander a bare memdev; socket 1's range soft-reserved (EFI_MEMORY_SP) without a
                          memdev the OS can manage, handed to ``dax_hmem`` as devdax ``dax1.0`` (target node 3).
+``h100-cxl-slots``       two CXL root ports a socket, one 256 GiB bare memdev in the first of each, the second empty: a
+                         memdev hot-plugged later (``sim hot-add --memdev``) needs a region of its own.
 =======================  ============================================================================================
 """
 
@@ -118,6 +120,15 @@ def hmem(k: SimKernel, region: int, start: int, size: int, node: int, host: int)
 H100_HMEM = replace(H100_CXL, windows=H100_CXL.windows[:1], host_bridges=H100_CXL.host_bridges[:1],
                     memdevs=H100_CXL.memdevs[:1])
 
+#: h100-cxl-memdevs with two CXL slots per socket, one of them filled: a 256 GiB memdev in each socket's first root
+#: port, the second empty for a memdev hot-plugged later (``nodeagent sim hot-add DIR --memdev``).
+H100_SLOTS = replace(
+    H100_CXL,
+    host_bridges=(simcxl.HostBridgeDef("pci0000:30", 48, ("0000:30:01.0", "0000:30:02.0"), numa_node=0),
+                  simcxl.HostBridgeDef("pci0000:b0", 176, ("0000:b0:01.0", "0000:b0:02.0"), numa_node=1)),
+    memdevs=(simcxl.MemdevDef(0x1D7E0000A001, "0000:30:01.0", "0000:31:00.0", 256 * GiB),
+             simcxl.MemdevDef(0x1D7E0000A002, "0000:b0:01.0", "0000:b1:00.0", 256 * GiB)))
+
 PRESETS: dict[str, Callable[[], Preset]] = {
     "qemu-cxl": _qemu_cxl,
     "qemu-cxl-rp0first": lambda: replace(_qemu_cxl(), name="qemu-cxl-rp0first",
@@ -132,12 +143,15 @@ PRESETS: dict[str, Callable[[], Preset]] = {
         "h100-cxl-committed", "2-socket H100 server whose firmware committed both CXL regions (kmem online)"),
     "h100-cxl-hmem": lambda: _h100_memdevs(
         "h100-cxl-hmem", "2-socket H100 server: one bare CXL memdev, one soft-reserved range under dax_hmem"),
+    "h100-cxl-slots": lambda: _h100_memdevs(
+        "h100-cxl-slots", "2-socket H100 server, two CXL slots a socket: one 256 GiB bare memdev each, one slot free"),
 }
 BUSES.update({"qemu-cxl": (QEMU_CXL, None), "qemu-cxl-rp0first": (QEMU_CXL_RP0_FIRST, None),
               "qemu-cxl-ep-swapped": (QEMU_CXL_EP_SWAPPED, None),
               "qemu-cxl-rp0first-ep-swapped": (QEMU_CXL_RP0_FIRST_EP_SWAPPED, None),
               "h100-cxl-memdevs": (H100_CXL, None),
-              "h100-cxl-committed": (H100_CXL, _committed), "h100-cxl-hmem": (H100_HMEM, _hmem)})
+              "h100-cxl-committed": (H100_CXL, _committed), "h100-cxl-hmem": (H100_HMEM, _hmem),
+              "h100-cxl-slots": (H100_SLOTS, None)})
 
 
 def expanders(k: SimKernel, devs: Sequence[simdax.DaxDef]) -> None:

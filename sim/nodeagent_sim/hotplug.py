@@ -16,6 +16,9 @@ command line and ``auto_online_blocks`` say the same afterwards. Legacy pmem sta
 ``generated(preset, devices, device_size, block_size)`` is a preset with generated CXL expanders and block size
 (``nodeagent sim create --devices/--device-size/--block-size``); ``next_dax(kernel, ...)`` is the definition
 of one more expander placed after every range the node has (``nodeagent sim hot-add``).
+
+``hot_add_memdev(kernel, size)`` plugs a bare CXL memdev into an empty root port of a simulated CXL bus
+(``nodeagent sim hot-add DIR --memdev --size SIZE``): the shape that needs a region before it is memory.
 """
 
 from __future__ import annotations
@@ -69,6 +72,23 @@ def hot_add_dax(k: SimKernel, d: simdax.DaxDef, *, system_ram: bool = False,
             for n in ids:
                 events.append(emit(k, "online", "memory", f"memory{n}", f"/devices/system/memory/memory{n}"))
     return events
+
+
+def hot_add_memdev(k: SimKernel, ram_size: int, *, serial: int | None = None,
+                   slot: tuple[str, str] | None = None) -> list[UEvent]:
+    """Hot-plug a bare type-3 memdev into an empty CXL root port (``slot`` = (host bridge, root port), or the
+    first free one): cxl_pci adds ``memN``, cxl_mem its endpoint and the endpoint's decoders — no region, no DAX
+    device, nothing online (the OS, here nodeagent, makes the region). Emits ``add`` for each new ``cxl`` device
+    in that order; returns the events. ValueError when there is no such slot."""
+    from . import cxl as simcxl
+
+    with k.locked():
+        if serial is None:
+            serials = [int(k.tree.read(f"{simcxl.DEV}/{n}/serial").strip(), 16)
+                       for n in k.tree.listdir(simcxl.DEV) if n.startswith("mem")]
+            serial = max(serials, default=0x1D7E0000A000) + 1
+        names = simcxl.hot_add_memdev(k, serial, ram_size, slot)
+    return [emit(k, "add", "cxl", name) for name in names]
 
 
 def boot(k: SimKernel, memhp_default_state: str) -> list[str]:

@@ -197,6 +197,12 @@ class Tree:
         finally:
             os.close(dfd)
 
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(self.local(path))
+
+    def readlink(self, path: str) -> str:
+        return os.readlink(self.local(path))
+
     def exists(self, path: str) -> bool:
         return self.local(path).exists()
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from nodeagent_sim import SimKernel, build, get, hotplug
 from nodeagent_sim.memory import KMEM_TIER
@@ -229,7 +229,9 @@ def test_every_apply_converges_or_says_why(kernel: str, shape: Shape, sequence: 
 class BusShape:
     """A 1-2 socket node whose CXL memory is on a CXL bus: per socket, one host bridge with 1-4 memdevs behind
     it and one window, or (``hmem``) a soft-reserved range dax_hmem has; the memdevs bare, or with regions the
-    firmware committed (``committed``: how many of each socket's, the first ones)."""
+    firmware committed (``committed``: how many of each socket's, the first ones); ``slots`` empty root ports
+    behind each host bridge, where ``hot_add`` plugs a bare memdev after the first apply (``scoped``: its event's
+    ``apply --device memN``, as the udev unit runs it; ``full``: a plain apply)."""
 
     sockets: int
     memdevs: tuple[int, ...]  # per socket
@@ -239,6 +241,9 @@ class BusShape:
     block_size: int
     profile: str
     kernel: str = "6.12.0-sim"
+    slots: int = 0
+    hot_add: str | None = None  # None, "scoped" or "full"
+    hot_size: int = 1  # 256 MiB units
 
     def build(self, root: Path) -> Path:
         from nodeagent_sim import cxl as simcxl
@@ -254,9 +259,9 @@ class BusShape:
         sizes = iter(self.sizes)
         for w, s in enumerate(bridges):
             name, bus = f"pci0000:{0x30 + 0x80 * s:02x}", 0x30 + 0x80 * s
-            ports = tuple(f"0000:{bus:02x}:{p + 1:02x}.0" for p in range(self.memdevs[s]))
+            ports = tuple(f"0000:{bus:02x}:{p + 1:02x}.0" for p in range(self.memdevs[s] + self.slots))
             hbs.append(simcxl.HostBridgeDef(name, bus, ports, numa_node=s))
-            for p, rp in enumerate(ports):
+            for p, rp in enumerate(ports[:self.memdevs[s]]):
                 mems.append(simcxl.MemdevDef(0x1D7E0000A000 + 16 * s + p, rp, f"0000:{bus + 1 + p:02x}:00.0",
                                              next(sizes) * 256 * MiB))
             windows.append(simcxl.WindowDef((1 << 40) + w * (64 << 30), 64 << 30, (name,), node=first_window + w))
@@ -307,8 +312,11 @@ def bus_shapes(draw: st.DrawFn) -> BusShape:
     memdevs = tuple(draw(st.integers(1, 4)) for _ in range(sockets))
     sizes = tuple(draw(st.integers(1, 4)) for _ in range(sum(memdevs)))
     hmem = sockets == 2 and draw(st.booleans())
+    slots = draw(st.integers(0, 1))
+    hot_add = draw(st.sampled_from([None, "scoped", "full"])) if slots else None
     return BusShape(sockets, memdevs, sizes, draw(st.integers(0, 2)), hmem,
-                    draw(st.sampled_from([128 * MiB, 256 * MiB])), draw(st.sampled_from(sorted(PROFILES))))
+                    draw(st.sampled_from([128 * MiB, 256 * MiB])), draw(st.sampled_from(sorted(PROFILES))),
+                    slots=slots, hot_add=hot_add, hot_size=draw(st.integers(1, 4)))
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
@@ -316,6 +324,10 @@ def bus_shapes(draw: st.DrawFn) -> BusShape:
 @settings(settings.get_profile(PROFILE), **({"max_examples": 3} if PROFILE == "ci" else {}))
 @pytest.mark.parametrize("kernel", KERNELS[2:])  # the CXL region ABI: 6.x
 @given(shape=bus_shapes())
+# always one hot-plug: a bare memdev into socket 0's free slot of a 2-socket node with a committed region, taken in
+# by its event's scoped apply
+@example(shape=BusShape(2, (2, 1), (1, 2, 1), 1, False, 128 * MiB, "cxl-inference", slots=1, hot_add="scoped",
+                        hot_size=2))
 def test_one_apply_converges_on_every_bus_shape(kernel: str, shape: BusShape) -> None:
     """One apply (disruptive changes allowed: committed regions boot online in ZONE_NORMAL) exits 0, each region
     lands on the node its plan named, the next plan is empty, and a revert returns the bus to its boot state."""
@@ -332,13 +344,29 @@ def test_one_apply_converges_on_every_bus_shape(kernel: str, shape: BusShape) ->
                                                                   result.get("outcomes"), result.get("plan", {}).get(
                                                                       "problems"))
         assert (pcode, plan.get("changes")) == (0, []), (shape, plan.get("changes"))
-        for c in result["plan"]["changes"]:  # each region's memory joined the node its plan named
-            if c["kind"] == "cxl_region" and c["op"] == "create":
-                assert [int(k.tree.read(f"/sys/bus/dax/devices/{c['devices'][-1]}/target_node"))] == c["nodes"], c
+        _landed_as_planned(k, result)
+        if shape.hot_add:  # a bare memdev plugged into a free slot: one more apply takes it in
+            events = hotplug.hot_add_memdev(k, shape.hot_size * 256 * MiB)
+            memdev = events[0].sysname
+            scope = ["--device", memdev] if shape.hot_add == "scoped" else []
+            code, result = na(root, "apply", "--yes", "--allow-disruptive", "--skip-checks", "all", *scope,
+                              PROFILES[shape.profile])
+            pcode, plan = na(root, "plan", "--detailed-exitcode", PROFILES[shape.profile])
+            assert (code, result.get("status")) == (0, "converged"), (shape, result.get("verify_errors"),
+                                                                      result.get("outcomes"))
+            assert (pcode, plan.get("changes")) == (0, []), (shape, plan.get("changes"))
+            _landed_as_planned(k, result)
         code, reverted = na(root, "revert", "--yes", "--allow-disruptive")
         assert code == 0 and _bus_state(k) == booted, (shape, reverted.get("verify_errors"), _bus_state(k), booted)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _landed_as_planned(k: SimKernel, result: dict) -> None:
+    """Each region's memory joined the node its plan named."""
+    for c in result["plan"]["changes"]:
+        if c["kind"] == "cxl_region" and c["op"] == "create":
+            assert [int(k.tree.read(f"/sys/bus/dax/devices/{c['devices'][-1]}/target_node"))] == c["nodes"], c
 
 
 def _bus_state(k: SimKernel) -> dict[str, object]:
