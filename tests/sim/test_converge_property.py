@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from nodeagent_sim import SimKernel, build, get, hotplug
 from nodeagent_sim.memory import KMEM_TIER
+from nodeagent_sim.presets import NumaDef
 
 from nodeagent.cli.main import main
 
@@ -244,23 +245,25 @@ class BusShape:
     slots: int = 0
     hot_add: str | None = None  # None, "scoped" or "full"
     hot_size: int = 1  # 256 MiB units
+    snc: int = 1  # DRAM nodes a socket (2: sub-NUMA clustering, SNC-2; the host bridge hangs off the first)
 
     def build(self, root: Path) -> Path:
         from nodeagent_sim import cxl as simcxl
         from nodeagent_sim import cxl_presets
 
         bridges = [s for s in range(self.sockets) if not (self.hmem and s == self.sockets - 1)]
-        # Node ids as Linux gives them: the sockets, then an SRAT node for the soft-reserved range, then one per
-        # CFMWS window (acpi_parse_cfmws: past every SRAT node).
-        hmem_node = self.sockets if self.hmem else None
-        first_window = self.sockets + (1 if self.hmem else 0)
+        # Node ids as Linux gives them: the sockets' DRAM nodes (SNC: ``snc`` a socket), then an SRAT node for the
+        # soft-reserved range, then one per CFMWS window (acpi_parse_cfmws: past every SRAT node).
+        dram_nodes = self.sockets * self.snc
+        hmem_node = dram_nodes if self.hmem else None
+        first_window = dram_nodes + (1 if self.hmem else 0)
         possible = first_window + len(bridges)
         hbs, windows, mems = [], [], []
         sizes = iter(self.sizes)
         for w, s in enumerate(bridges):
             name, bus = f"pci0000:{0x30 + 0x80 * s:02x}", 0x30 + 0x80 * s
             ports = tuple(f"0000:{bus:02x}:{p + 1:02x}.0" for p in range(self.memdevs[s] + self.slots))
-            hbs.append(simcxl.HostBridgeDef(name, bus, ports, numa_node=s))
+            hbs.append(simcxl.HostBridgeDef(name, bus, ports, numa_node=s * self.snc))
             for p, rp in enumerate(ports[:self.memdevs[s]]):
                 mems.append(simcxl.MemdevDef(0x1D7E0000A000 + 16 * s + p, rp, f"0000:{bus + 1 + p:02x}:00.0",
                                              next(sizes) * 256 * MiB))
@@ -277,25 +280,40 @@ class BusShape:
                         simcxl.create_region(k, f"decoder0.{w}", [f"decoder{ep}.0"], m.ram_size // MiB256 * MiB256)
                     ep += 1
             if hmem_node is not None:
-                cxl_presets.hmem(k, 9, (1 << 40) + 8 * (64 << 30), 2 * GiB, node=hmem_node, host=self.sockets - 1)
+                cxl_presets.hmem(k, 9, (1 << 40) + 8 * (64 << 30), 2 * GiB, node=hmem_node,
+                                 host=(self.sockets - 1) * self.snc)
 
         name = f"bus-{abs(hash(self)) % 10**8}"
         cxl_presets.BUSES[name] = (spec, boot)
         base = get("h100-cxl-memdevs")
-        dram = tuple(n for n in base.nodes if n.id < self.sockets)
+        dram = []
+        for sock in base.nodes[:self.sockets]:  # each socket's cores (both threads) split between its SNC nodes
+            cores = len(sock.cpus) // 2
+            share = cores // self.snc
+            for h in range(self.snc):
+                cpus = sock.cpus[h * share:(h + 1) * share] + sock.cpus[cores + h * share:cores + (h + 1) * share]
+                dram.append(NumaDef(sock.id * self.snc + h, cpus, sock.start + h * (sock.size // self.snc),
+                                    sock.size // self.snc))
 
         def _socket(n: int) -> int:
-            if n < self.sockets:
-                return n
+            if n < dram_nodes:
+                return n // self.snc
             if n == hmem_node:
                 return self.sockets - 1
             return bridges[n - first_window]
 
-        dist = {n: tuple(10 if n == m else 21 if max(n, m) < self.sockets else
-                         14 if _socket(n) == _socket(m) else 24 for m in range(possible)) for n in range(possible)}
-        p = replace(base, name=name, nodes=dram, sockets=self.sockets, possible_nodes=possible, distances=dist)
+        def _distance(n: int, m: int) -> int:
+            if n == m:
+                return 10
+            if max(n, m) < dram_nodes:
+                return 12 if _socket(n) == _socket(m) else 21
+            return 14 if _socket(n) == _socket(m) else 24
+
+        dist = {n: tuple(_distance(n, m) for m in range(possible)) for n in range(possible)}
+        p = replace(base, name=name, nodes=tuple(dram), sockets=self.sockets, possible_nodes=possible,
+                    distances=dist)
         p = hotplug.generated(p, block_size=self.block_size, dram_size=2 * GiB)
-        p = replace(p, distances=dist, node_tier={n: KMEM_TIER for n in range(self.sockets, possible)})
+        p = replace(p, distances=dist, node_tier={n: KMEM_TIER for n in range(dram_nodes, possible)})
         try:
             build(p, root, kernel=self.kernel)
         finally:
@@ -316,7 +334,7 @@ def bus_shapes(draw: st.DrawFn) -> BusShape:
     hot_add = draw(st.sampled_from([None, "scoped", "full"])) if slots else None
     return BusShape(sockets, memdevs, sizes, draw(st.integers(0, 2)), hmem,
                     draw(st.sampled_from([128 * MiB, 256 * MiB])), draw(st.sampled_from(sorted(PROFILES))),
-                    slots=slots, hot_add=hot_add, hot_size=draw(st.integers(1, 4)))
+                    slots=slots, hot_add=hot_add, hot_size=draw(st.integers(1, 4)), snc=draw(st.sampled_from([1, 2])))
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
@@ -324,10 +342,10 @@ def bus_shapes(draw: st.DrawFn) -> BusShape:
 @settings(settings.get_profile(PROFILE), **({"max_examples": 3} if PROFILE == "ci" else {}))
 @pytest.mark.parametrize("kernel", KERNELS[2:])  # the CXL region ABI: 6.x
 @given(shape=bus_shapes())
-# always one hot-plug: a bare memdev into socket 0's free slot of a 2-socket node with a committed region, taken in
-# by its event's scoped apply
+# always one hot-plug: a bare memdev into socket 0's free slot of a 2-socket SNC-2 node with a committed region,
+# taken in by its event's scoped apply
 @example(shape=BusShape(2, (2, 1), (1, 2, 1), 1, False, 128 * MiB, "cxl-inference", slots=1, hot_add="scoped",
-                        hot_size=2))
+                        hot_size=2, snc=2))
 def test_one_apply_converges_on_every_bus_shape(kernel: str, shape: BusShape) -> None:
     """One apply (disruptive changes allowed: committed regions boot online in ZONE_NORMAL) exits 0, each region
     lands on the node its plan named, the next plan is empty, and a revert returns the bus to its boot state."""
