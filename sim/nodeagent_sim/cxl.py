@@ -220,9 +220,14 @@ def lay_out(k: SimKernel, spec: CxlDef) -> None:
         for j, rp in enumerate(hb.root_ports):
             t.link(f"{path}/dport{j}", f"../../../../{hb.name}/{rp}")
             t.file(f"/sys/devices/{hb.name}/{rp}/numa_node", hb.numa_node, RO)
-        for d in range(spec.decoders_per_port if len(hb.root_ports) > 1 else 1):
-            decoder(k, f"{path}/decoder{n}.{d}", "switch", targets="0")
+        if len(hb.root_ports) > 1:
+            for d in range(spec.decoders_per_port):
+                decoder(k, f"{path}/decoder{n}.{d}", "switch", targets="0")
+        else:  # cxl_port's passthrough decoder: interleave granularity PAGE_SIZE until a region programs it
+            decoder(k, f"{path}/decoder{n}.0", "switch", gran=4096, targets="0")
         hb_port[hb.name] = (f"port{n}", path)
+        if len(hb.root_ports) == 1:
+            passthrough(k, f"port{n}")
         n += 1
     rp_bridge = {rp: hb for hb in spec.host_bridges for rp in hb.root_ports}
     mems = []
@@ -316,6 +321,17 @@ def hot_add_memdev(k: SimKernel, serial: int, ram_size: int, slot: tuple[str, st
     decoders = max((len([d for d in t.listdir(_path(k, e)) if re.fullmatch(r"decoder\d+\.\d+", d)])
                     for e in k.state()["cxl"]["endpoints"]), default=4)
     return [f"mem{i}"] + _endpoint(k, n, i, m, mem, hb, dport, port_name, port_path, decoders)
+
+
+def passthrough(k: SimKernel, port: str) -> None:
+    """``port`` (a host bridge with one root port) has cxl_port's passthrough decoder: a region through it programs
+    nothing there, so its ``decoders_committed`` stays 0 (6.12 guest, layout cxl-2hb: decoder1.0 shows the region,
+    its range and granularity 256 — 4096 at boot — and port1/decoders_committed reads 0 after the commit)."""
+    state = k.state()
+    ports = state["cxl"].setdefault("passthrough", [])
+    if port not in ports:
+        ports.append(port)
+        k.save_state(state)
 
 
 def alloc_id(cx: dict) -> int:

@@ -9,6 +9,13 @@
 ``qemu-cxl-ep-swapped``  qemu-cxl's memdev order, but cxl_mem attached them the other way round (endpoint2 is
                          mem1's): the endpoints are a probe of their own (seen on a second boot of the guest).
 ``qemu-cxl-rp0first-ep-swapped``  the same for qemu-cxl-rp0first.
+``qemu-cxl-2hb``         the real-kernel tier's two-bridge CXL guest (layout ``cxl-2hb``): node 0 with 2 CPUs, node 1
+                         CPU-less DRAM, node 2 an SRAT node covered by legacy pmem (fsdax, offline; nvdimm region0),
+                         two host bridges (``pci0000:14``, ``pci0000:0c``: cxl_acpi's port order) with one root port and
+                         one 256 MiB memdev each, three 4 GiB windows: decoder0.0 over 0c (node 3), decoder0.1 over
+                         14 (node 4), decoder0.2 interleaving both (node 5); no region. mem0 = serial 0x4c454f0002
+                         (under 14), as the guest probed them; ``-rp0first``: the other memdev first, ``-ep-swapped``:
+                         the endpoints the other way.
 ``h100-cxl-memdevs``     h100-cxl with its two 2 TiB expanders as bare memdevs, one per socket's host bridge and
                          window (nodes 2, 3): the firmware left the HDM decoders to the OS, no region, no DAX device.
 ``h100-cxl-committed``   the same node as 6.3+ kernels boot it when the firmware committed the regions: region0 and
@@ -52,6 +59,20 @@ QEMU_CXL_RP0_FIRST = replace(QEMU_CXL, memdevs=QEMU_CXL.memdevs[::-1])
 QEMU_CXL_EP_SWAPPED = replace(QEMU_CXL, endpoint_order=(1, 0))
 QEMU_CXL_RP0_FIRST_EP_SWAPPED = replace(QEMU_CXL_RP0_FIRST, endpoint_order=(1, 0))
 
+#: The two-bridge guest (tests/realkernel layout ``cxl-2hb``), as 6.12 laid it out: cxl_acpi made port1 for
+#: pci0000:14 (ACPI0016:00) and port2 for pci0000:0c; the windows follow the CFMWS order, each on a node past SRAT's
+#: (0-2): 3, 4, 5. libnvdimm's region0 (the legacy pmem) took region id 0, so the first CXL region is region1.
+QEMU_CXL_2HB = simcxl.CxlDef(
+    windows=(simcxl.WindowDef(0x1D0000000, 4 * GiB, ("pci0000:0c",), node=3),
+             simcxl.WindowDef(0x2D0000000, 4 * GiB, ("pci0000:14",), node=4),
+             simcxl.WindowDef(0x3D0000000, 4 * GiB, ("pci0000:0c", "pci0000:14"), node=5)),
+    host_bridges=(simcxl.HostBridgeDef("pci0000:14", 20, ("0000:14:00.0",)),
+                  simcxl.HostBridgeDef("pci0000:0c", 12, ("0000:0c:00.0",))),
+    memdevs=(simcxl.MemdevDef(0x4C454F0002, "0000:14:00.0", "0000:15:00.0", 256 * MiB),
+             simcxl.MemdevDef(0x4C454F0001, "0000:0c:00.0", "0000:0d:00.0", 256 * MiB)),
+    nvdimm_regions=1,
+)
+
 #: h100-cxl's expanders (Astera Leo class, PCIe 5 x16): one host bridge and one window per socket.
 H100_CXL = simcxl.CxlDef(
     windows=(simcxl.WindowDef(1 * TiB, 2 * TiB, ("pci0000:30",), node=2),
@@ -72,6 +93,15 @@ def _qemu_cxl() -> Preset:
                    dax=(), cmdline="console=ttyS0", hostname="qemu-cxl", daxctl=True,  # the guest has ndctl 76.1
                    # -cpu max,hypervisor=off: no hypervisor CPUID bit (else a region commit fails)
                    cpu_flags=tuple(f for f in base.cpu_flags if f != "hypervisor"), hypervisor=None)
+
+
+def _qemu_cxl_2hb(name: str = "qemu-cxl-2hb", how: str = "") -> Preset:
+    base = _qemu_cxl()
+    # nodes 0-1 online, node 2 an SRAT node whose memory is all legacy pmem (fsdax: no DAX device), and one node per
+    # CXL window (3-5); the kernel has no SLIT entry past SRAT's nodes, so every distance is 20
+    return replace(base, name=name, hostname="qemu-cxl-2hb", possible_nodes=6, cmdline="console=ttyS0 memmap=1G!6G",
+                   description="the real-kernel CXL guest with two host bridges, one 256 MiB memdev each" + how,
+                   distances={n: tuple(10 if m == n else 20 for m in range(6)) for n in range(6)}, node_tier={})
 
 
 def _h100_memdevs(name: str, description: str) -> Preset:
@@ -137,6 +167,11 @@ PRESETS: dict[str, Callable[[], Preset]] = {
         "the real-kernel CXL guest, its endpoints probed in the other order")),
     "qemu-cxl-rp0first-ep-swapped": lambda: replace(_qemu_cxl(), name="qemu-cxl-rp0first-ep-swapped", description=(
         "the real-kernel CXL guest, the other memdev first and the endpoints the other way")),
+    "qemu-cxl-2hb": _qemu_cxl_2hb,
+    "qemu-cxl-2hb-rp0first": lambda: _qemu_cxl_2hb("qemu-cxl-2hb-rp0first", ", the other memdev probed first"),
+    "qemu-cxl-2hb-ep-swapped": lambda: _qemu_cxl_2hb("qemu-cxl-2hb-ep-swapped", ", its endpoints the other way"),
+    "qemu-cxl-2hb-rp0first-ep-swapped": lambda: _qemu_cxl_2hb(
+        "qemu-cxl-2hb-rp0first-ep-swapped", ", the other memdev first and the endpoints the other way"),
     "h100-cxl-memdevs": lambda: _h100_memdevs(
         "h100-cxl-memdevs", "2-socket H100 server whose two 2 TiB CXL expanders are bare memdevs (no region)"),
     "h100-cxl-committed": lambda: _h100_memdevs(
@@ -149,6 +184,11 @@ PRESETS: dict[str, Callable[[], Preset]] = {
 BUSES.update({"qemu-cxl": (QEMU_CXL, None), "qemu-cxl-rp0first": (QEMU_CXL_RP0_FIRST, None),
               "qemu-cxl-ep-swapped": (QEMU_CXL_EP_SWAPPED, None),
               "qemu-cxl-rp0first-ep-swapped": (QEMU_CXL_RP0_FIRST_EP_SWAPPED, None),
+              "qemu-cxl-2hb": (QEMU_CXL_2HB, None),
+              "qemu-cxl-2hb-rp0first": (replace(QEMU_CXL_2HB, memdevs=QEMU_CXL_2HB.memdevs[::-1]), None),
+              "qemu-cxl-2hb-ep-swapped": (replace(QEMU_CXL_2HB, endpoint_order=(1, 0)), None),
+              "qemu-cxl-2hb-rp0first-ep-swapped": (
+                  replace(QEMU_CXL_2HB, memdevs=QEMU_CXL_2HB.memdevs[::-1], endpoint_order=(1, 0)), None),
               "h100-cxl-memdevs": (H100_CXL, None),
               "h100-cxl-committed": (H100_CXL, _committed), "h100-cxl-hmem": (H100_HMEM, _hmem),
               "h100-cxl-slots": (H100_SLOTS, None)})
@@ -190,8 +230,9 @@ def expanders(k: SimKernel, devs: Sequence[simdax.DaxDef]) -> None:
         t.link(f"{path}/parent_dport", f"../../../../{hb}")
         t.link(f"{path}/dport0", f"../../../../{hb}/{rp}")
         t.file(f"/sys/devices/{hb}/{rp}/numa_node", d.numa_node, RO)
-        simcxl.decoder(k, f"{path}/decoder{n}.0", "switch", targets="0")
+        simcxl.decoder(k, f"{path}/decoder{n}.0", "switch", gran=4096, targets="0")
         hb_port[r] = (f"port{n}", path)
+        cx.setdefault("passthrough", []).append(f"port{n}")  # one root port: simcxl.passthrough
         n += 1
     eps: dict[int, int] = {}
     for d in devs:  # cxl_pci and cxl_mem: the memdevs and their endpoints
@@ -236,8 +277,7 @@ def expanders(k: SimKernel, devs: Sequence[simdax.DaxDef]) -> None:
         for name, value in (("mode", "ram"), ("dpa_resource", "0x0"), ("dpa_size", f"0x{d.size:016x}")):
             t.set(f"{dec}/{name}", value)
         t.set(f"{port_path}/{switch}/target_list", "0")
-        for p in (port_path, f"{port_path}/endpoint{ep}"):
-            t.set(f"{p}/decoders_committed", 1)
+        t.set(f"{port_path}/endpoint{ep}/decoders_committed", 1)  # the host bridge's passthrough decoder: none
         cx["regions"][f"region{r}"] = {"state": simcxl.COMMIT, "mode": "ram", "id": r, "ways": 1,
                                        "targets": {"0": f"decoder{ep}.0"}, "switch": {port_name: switch}}
     for d in devs:

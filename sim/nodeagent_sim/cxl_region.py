@@ -325,9 +325,12 @@ def _detach(k: SimKernel, region: str, pos: int) -> None:
 
 
 def _ports_of(k: SimKernel, info: dict) -> list[str]:
-    eps = k.state()["cxl"]["endpoints"]
+    """The ports whose decoders a commit of the region programs: its endpoints and the host bridges' ports, but for a
+    passthrough decoder's (:func:`nodeagent_sim.cxl.passthrough`)."""
+    cx = k.state()["cxl"]
+    eps, through = cx["endpoints"], set(cx.get("passthrough", ()))
     names = [os.path.basename(os.path.dirname(_path(k, d))) for d in info["targets"].values()]
-    return sorted({eps[e]["port"] for e in names}) + names
+    return sorted({eps[e]["port"] for e in names} - through) + names
 
 
 @rule(rf"{AT}/region\d+/commit")
