@@ -201,6 +201,40 @@ LAYOUTS["cxl"] = Layout(
     qemu_plugins=("x86_block_access",),
 )
 
+# Layout ``cxl-2hb``: the bare-memdev shape of a two-expander server, one expander per host bridge. node0 = [0, 2G)
+# with both CPUs, node1 = [4G, 6G) CPU-less DRAM, node2 = [6G, 7G) an SRAT node covered by ``memmap=1G!6G`` (legacy
+# pmem, fsdax, offline: a possible node that no window owns), and two ``pxb-cxl`` host bridges (buses 0c and 14),
+# each with one root port and one 256 MiB volatile memdev (serials ...01 under 0c, ...02 under 14). Three CXL
+# windows: one per host bridge (decoder0.0 over 0c, decoder0.1 over 14) and one interleaving both (decoder0.2,
+# x2): Linux gives each window a node past the SRAT ones, in CFMWS order (3, 4, 5). The shipped profile's x1
+# regions can only take the per-bridge windows.
+CXL_2HB_SERIALS = (0x4C454F0001, 0x4C454F0002)
+LAYOUTS["cxl-2hb"] = Layout(
+    name="cxl-2hb",
+    memory="5G",
+    qemu_args=_numa_node(0, "2G", "0-1")
+    + _numa_node(1, "2G", None)
+    + _numa_node(2, "1G", None)
+    + tuple(
+        a
+        for i, sn in enumerate(CXL_2HB_SERIALS)
+        for a in (
+            "-object", f"memory-backend-ram,id=cxl-vmem{i},share=on,size={CXL_MEMDEV_SIZE}",
+            "-device", f"pxb-cxl,bus_nr={12 + 8 * i},bus=pcie.0,id=cxl.{i + 1}",
+            "-device", f"cxl-rp,port=0,bus=cxl.{i + 1},id=cxl-rp{i},chassis=0,slot={2 + i}",
+            "-device", f"cxl-type3,bus=cxl-rp{i},volatile-memdev=cxl-vmem{i},id=cxl-mem{i},sn={sn:#x}",
+        )
+    )
+    + ("-M", ",".join((f"cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size={CXL_WINDOW}",
+                       f"cxl-fmw.1.targets.0=cxl.2,cxl-fmw.1.size={CXL_WINDOW}",
+                       f"cxl-fmw.2.targets.0=cxl.1,cxl-fmw.2.targets.1=cxl.2,cxl-fmw.2.size={CXL_WINDOW}"))),
+    kernel_args=("memmap=1G!6G",),
+    machine="q35,cxl=on",
+    cpu="max,hypervisor=off",
+    qemu_min=(8, 0),
+    qemu_plugins=("x86_block_access",),
+)
+
 
 @dataclass
 class GuestResult:

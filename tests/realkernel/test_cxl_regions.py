@@ -11,6 +11,7 @@ Cost: two boots of the ``cxl`` layout (QEMU 10, TCG), ~2-4 min in all on 2 share
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,12 +21,15 @@ import harness
 import pytest
 import yaml
 from worlds import (
+    CXL_LAYOUT,
     CXL_MODULES,
+    CXL_MODULES_2HB,
     Agent,
     Dump,
     Outcome,
     Setup,
     assert_same,
+    cxl_2hb_preset,
     cxl_preset,
     cxl_shape,
     cxl_sim_root,
@@ -221,3 +225,148 @@ def test_qemu_saves_fpu_state_across_ram_and_cxl_memory(worlds) -> None:  # type
     assert (seen["page0_node"], seen["page1_node"]) == ("0", "2")
     assert (seen["fxsave"], seen["xsave"], seen["fstpt"]) == ("ok", "ok", "ok"), o.stdout
     assert int(seen["xsave_bytes"]) > 512  # the XSAVE area reaches into the CXL page
+
+
+# --------------------------------------------------------------------------- two host bridges (layout ``cxl-2hb``)
+#
+# The bare-memdev shape of a two-expander server: one memdev per host bridge, a window per host bridge and one
+# interleaving both, and an SRAT node (2, legacy pmem, offline) below the windows' nodes. One boot: the shipped
+# profile's apply converges at once (each region on the node its plan named, DAMON paired to those nodes), and the
+# second plan and the second apply are empty. The same steps run on the simulator's qemu-cxl-2hb preset.
+
+#: which window and node each memdev's region takes, by serial: decoder0.0 is the window over pci0000:0c (node 3),
+#: decoder0.1 the one over pci0000:14 (node 4); decoder0.2 interleaves both and cannot hold an x1 region
+TWO_HB = {0x4C454F0001: ("decoder0.0", 3), 0x4C454F0002: ("decoder0.1", 4)}
+
+
+def two_bridges(profile: Path) -> list[Any]:
+    return [
+        CXL_MODULES_2HB,
+        CXL_LAYOUT,
+        Agent("facts-bare", "facts"),
+        Agent("plan-bare", f"plan {profile}"),
+        Agent("apply", APPLY.format(profile=profile)),
+        Agent("plan-again", f"plan {profile}"),
+        Agent("apply-again", APPLY.format(profile=profile)),
+        Agent("facts-applied", "facts"),
+        Dump("dump-applied"),
+    ]
+
+
+def _capture(real: dict[str, Outcome], prefix: str) -> None:
+    """``NODEAGENT_RK_CAPTURE=1``: keep the bus layout and the facts before and after in ``captured/``."""
+    if os.environ.get("NODEAGENT_RK_CAPTURE") != "1":
+        return
+    out = harness.CAPTURED_DIR
+    (out / f"{prefix}-layout.txt").write_text(real["cxl-layout"].stdout)
+    for step in ("facts-bare", "facts-applied"):
+        (out / f"{prefix}-{step}.json").write_text(json.dumps(real[step].doc(), indent=1) + "\n")
+
+
+@pytest.fixture(scope="module")
+def two_hb(cxl_guest: harness.Guest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    guest = cxl_guest
+    tmp = tmp_path_factory.mktemp("cxl2hb")
+    where = Path(tempfile.mkdtemp(prefix="cxl2hb-profile.", dir=guest.assets.cache_dir))
+    try:
+        profile = tcg_profile(where)
+        real, res = run_guest(guest, two_bridges(profile), label="cxl-2hb", layout="cxl-2hb", timeout=600)
+        assert real["cxl-layout"].rc == 0, real["cxl-layout"].stderr
+        _capture(real, "cxl-2hb")
+        root = cxl_sim_root(tmp, "2hb", cxl_2hb_preset(real["facts-bare"].doc()))
+        try:
+            sim = run_sim(root, two_bridges(profile))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    took = ", ".join(f"{k} {s.seconds:.1f}s" for k, s in res.steps.items() if s.seconds and s.seconds >= 1)
+    print(f"\n[realkernel] cxl two host bridges: {res.guest.wall_seconds:.1f}s wall ({took})")
+    return real, sim
+
+
+def _damon_pairing(facts: dict) -> list[tuple[str, tuple[tuple[int, int], ...], int]]:
+    """Each running kdamond as (action, the physical ranges it monitors, its scheme's target node)."""
+    out = []
+    for kd in facts["sections"]["damon"]["kdamonds"]:
+        c = kd["config"]
+        n = int(c["contexts/0/targets/0/regions/nr_regions"])
+        at = "contexts/0/targets/0/regions"
+        ranges = tuple((int(c[f"{at}/{i}/start"]), int(c[f"{at}/{i}/end"])) for i in range(n))
+        assert kd["state"] == "on", kd
+        out.append((c["contexts/0/schemes/0/action"], ranges, int(c["contexts/0/schemes/0/target_nid"])))
+    return out
+
+
+@pytest.mark.realkernel
+def test_two_host_bridges_converge_in_one_apply(two_hb) -> None:  # type: ignore[no-untyped-def]
+    real = two_hb[0]
+    bare = real["facts-bare"].doc()
+    cxl = from_dict(bare["sections"]["cxl"])
+    assert not cxl.regions and {m.serial for m in cxl.memdevs} == set(TWO_HB)
+    assert bare["possible_nodes"] == [0, 1, 2, 3, 4, 5]  # SRAT's 0-2, then one node per window
+    planned = {c["target"]: c for c in _ok(real["plan-bare"], "plan")["changes"] if c["target"].startswith("region@")}
+    applied = _ok(real["apply"], "apply")
+    assert applied["status"] == "converged", json.dumps(applied, indent=1)[-4000:]
+    assert _ok(real["plan-again"], "second plan")["changes"] == []
+    again = _ok(real["apply-again"], "second apply")
+    assert (again["status"], again["changed"], again["plan"]["changes"], again["outcomes"]) == (
+        "converged", False, [], [])
+    facts = real["facts-applied"].doc()
+    state = _state_of(facts)
+    assert set(state) == {(s,) for s in TWO_HB}
+    after = from_dict(facts["sections"]["cxl"])
+    for r in after.regions:
+        (serial,) = (m.serial for m in after.memdevs if m.name in r.memdevs)
+        window, node = TWO_HB[serial]
+        assert r.root_decoder == window and state[(serial,)]["dax"] == [("system-ram", {"Movable": 2}, node, True)]
+        # the node the plan named is the node the kernel gave the region
+        plan = planned[f"region@{serial:#x}"]
+        assert plan["nodes"] == [node] and f"in {window} (node {node})" in plan["after_label"], plan
+    dax = {d["target_node"]: (int(d["resource"]), int(d["resource"]) + d["size"])
+           for d in facts["sections"]["dax"]["devices"]}
+    pairs = _damon_pairing(facts)
+    demote = [(ranges, nid) for action, ranges, nid in pairs if action == "migrate_cold"]
+    promote = [(ranges, nid) for action, ranges, nid in pairs if action == "migrate_hot"]
+    assert len(demote) == 2 and all(nid in (3, 4) for _, nid in demote), pairs  # node 0 and node 1, each to CXL
+    assert promote == [(tuple(sorted(dax.values())), 0)], pairs  # over both CXL nodes, to node 0
+
+
+@pytest.mark.realkernel
+@pytest.mark.parametrize("step", ["plan", "apply", "plan-again", "apply-again", "facts", "dump"])
+def test_two_host_bridges_the_simulator_does_the_same(two_hb, step: str) -> None:  # type: ignore[no-untyped-def]
+    real, sim = two_hb
+    if step in ("plan", "plan-again"):
+        name = "plan-bare" if step == "plan" else step
+        assert_same(f"the {step} (two host bridges)", _plan_shape(real[name].doc()), _plan_shape(sim[name].doc()))
+    elif step in ("apply", "apply-again"):
+        assert_same(f"the {step} (two host bridges)", _apply_shape(real[step].doc()), _apply_shape(sim[step].doc()))
+    elif step == "facts":
+        assert_same("the facts after apply (two host bridges)", cxl_shape(real["facts-applied"].doc()),
+                    cxl_shape(sim["facts-applied"].doc()))
+    else:
+        assert_same("the state dump after apply (two host bridges)", dump_summary(real["dump-applied"]),
+                    dump_summary(sim["dump-applied"]))
+
+
+def test_the_captured_two_bridge_bus_is_the_simulators(tmp_path: Path) -> None:
+    """The captured two-bridge guest (bare, and after the shipped profile's apply) against the qemu-cxl-2hb preset in
+    the same probe order: the CXL facts (windows, ports, memdevs), the possible nodes, and after the apply the regions,
+    their DAX devices and nodes. Runs without QEMU; ``NODEAGENT_RK_CAPTURE=1`` rewrites the captures."""
+    captured = {s: harness.CAPTURED_DIR / f"cxl-2hb-{s}.json" for s in ("facts-bare", "facts-applied")}
+    missing = [str(p) for p in captured.values() if not p.exists()]
+    if missing:
+        pytest.skip(f"no capture {missing} (NODEAGENT_RK_CAPTURE=1 python -m pytest -m realkernel "
+                    "tests/realkernel/test_cxl_regions.py -k two_host)")
+    docs = {s: json.loads(p.read_text()) for s, p in captured.items()}
+    where = Path(tempfile.mkdtemp(prefix="cxl2hb-profile.", dir=tmp_path))
+    profile = tcg_profile(where)
+    root = cxl_sim_root(tmp_path, "2hb-replay", cxl_2hb_preset(docs["facts-bare"]))
+    try:
+        sim = run_sim(root, [Agent("facts-bare", "facts"), Agent("apply", APPLY.format(profile=profile)),
+                             Agent("facts-applied", "facts")])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert sim["apply"].doc()["status"] == "converged"
+    for step, doc in docs.items():
+        assert_same(f"the captured two-bridge facts ({step})", cxl_shape(doc), cxl_shape(sim[step].doc()))

@@ -379,6 +379,33 @@ def cxl_preset(facts_doc: dict[str, Any]) -> str:
     return base if ep2 == "mem0" else f"{base}-ep-swapped"
 
 
+#: The two-bridge layout (``cxl-2hb``): its endpoints' numbers follow the ports', so wait for any two.
+CXL_MODULES_2HB = Setup(
+    "cxl-modules",
+    "modprobe -a cxl_acpi cxl_pci cxl_port cxl_mem dax_cxl && for i in $(seq 50); do "
+    f"[ $(ls -d {CXL}/endpoint*/decoder*.0 2>/dev/null | wc -l) -ge 2 ] && break; sleep 0.2; done",
+)
+#: The bus as the kernel laid it out (the capture kept in ``captured/cxl-*-layout.txt``): each bus device and where it
+#: is, the windows' attributes, the memdevs' serials, the possible nodes and what SRAT gave the kernel.
+CXL_LAYOUT = Setup(
+    "cxl-layout",
+    f"cd {CXL} && for d in *; do echo \"$d -> $(readlink $d)\"; done; for d in decoder0.*; do "
+    "for a in start size interleave_ways interleave_granularity target_list cap_ram cap_pmem qos_class; do "
+    "echo \"$d/$a=$(cat $d/$a)\"; done; done; for m in mem*; do echo \"$m/serial=$(cat $m/serial)\"; done; "
+    "echo \"node/possible=$(cat /sys/devices/system/node/possible)\"; "
+    "dmesg | grep -E 'SRAT: Node|Initmem setup' | sed 's/^\\[[ 0-9.]*\\] //'",
+)
+
+
+def cxl_2hb_preset(facts_doc: dict[str, Any]) -> str:
+    """The qemu-cxl-2hb preset in the probe orders this boot of the two-bridge guest had (see :func:`cxl_preset`):
+    endpoint3 is the first endpoint (the ports are 1 and 2)."""
+    cxl = facts_doc["sections"]["cxl"]
+    serial = {m["name"]: m["serial"] for m in cxl["memdevs"]}
+    base = "qemu-cxl-2hb" if serial["mem0"] == 0x4C454F0002 else "qemu-cxl-2hb-rp0first"
+    return base if cxl["ports"]["endpoint3"]["host"] == "mem0" else f"{base}-ep-swapped"
+
+
 def cxl_sim_root(tmp: Path, name: str, preset: str) -> Path:
     """A fresh simulated CXL node (in /dev/shm where it can be: its many small files are faster there)."""
     import shutil
