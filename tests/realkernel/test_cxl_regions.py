@@ -5,7 +5,11 @@ again, from the memdevs' serials. The same steps run on the simulator's ``qemu-c
 each boot of the guest had), and each step must agree. The profile applied is the shipped one with its demotion
 capped at 4 KiB/s (``tcg_profile``: under TCG the guest's own pages must stay off emulated CXL memory).
 
-Cost: two boots of the ``cxl`` layout (QEMU 10, TCG), ~2-4 min in all on 2 shared cores.
+The two-host-bridge shape (layout ``cxl-2hb``: one memdev per host bridge, a window per bridge and one over both,
+an SRAT node below the windows' nodes) gets one boot of its own: one apply converges, the regions land on the
+nodes the plan named, the second plan and apply are empty, and the simulator's ``qemu-cxl-2hb`` agrees.
+
+Cost: two boots of the ``cxl`` layout and one of ``cxl-2hb`` (QEMU 10, TCG), ~5-8 min in all on 2 shared cores.
 """
 
 from __future__ import annotations
@@ -79,10 +83,12 @@ STRADDLE = "fpstate-straddle"
 def boot1(straddle: Path, profile: Path) -> list[Any]:
     return [
         CXL_MODULES,
+        CXL_LAYOUT,
         Agent("facts-bare", "facts"),
         Agent("plan-bare", f"plan {profile}"),
         Agent("apply", APPLY.format(profile=profile)),
         Agent("plan-again", f"plan {profile}"),
+        Agent("apply-again", APPLY.format(profile=profile)),
         Agent("facts-applied", "facts"),
         Dump("dump-applied"),
         # FPU state saved across a page of node 0 and a page of the CXL node the apply onlined (the guest only)
@@ -122,6 +128,7 @@ def worlds(cxl_guest: harness.Guest, tmp_path_factory: pytest.TempPathFactory): 
         real1, res1 = run_guest(guest, boot1(straddle, profile), label="cxl-regions-boot1", layout="cxl",
                                 timeout=600)
         assert real1["state"].rc == 0, real1["state"].stderr
+        _capture(real1, "cxl-1hb")
         real2, res2 = run_guest(guest, boot2(real1["state"].stdout.strip(), profile), label="cxl-regions-boot2",
                                 layout="cxl", timeout=600)
         root1 = cxl_sim_root(tmp, "regions-boot1", preset_for(real1["facts-bare"].doc()))
@@ -187,6 +194,15 @@ def test_the_shipped_profile_makes_regions_online_movable_memory(worlds, boot: i
     assert node2["cpulist"] == "" and node2["mem_total"] > 0  # a CPU-less node
     kd = facts["sections"]["damon"]["kdamonds"]
     assert [k["state"] for k in kd] == ["on"] * len(kd) and len(kd) == 3  # demote x2 (per DRAM node), promote x1
+    # DAMON paired to the node the regions landed on: node 0 and node 1 demote to it, its memory promotes to node 0
+    pairs = _damon_pairing(facts)
+    cxl_ranges = _merged((d["resource"], d["resource"] + d["size"]) for d in facts["sections"]["dax"]["devices"])
+    assert sorted(nid for action, _, nid in pairs if action == "migrate_cold") == [2, 2], pairs
+    assert [(r, nid) for action, r, nid in pairs if action == "migrate_hot"] == [(cxl_ranges, 0)], pairs
+    if boot == 0:
+        again = _ok(real["apply-again"], "second apply")
+        assert (again["status"], again["changed"], again["plan"]["changes"], again["outcomes"]) == (
+            "converged", False, [], [])
 
 
 @pytest.mark.realkernel
@@ -202,6 +218,9 @@ def test_the_simulator_does_the_same_step_by_step(worlds, boot: int, step: str) 
         assert_same(f"the plan (boot {boot + 1})", _plan_shape(r), _plan_shape(s))
     elif step == "apply":
         assert_same(f"the apply (boot {boot + 1})", _apply_shape(real[apply].doc()), _apply_shape(sim[apply].doc()))
+        if boot == 0:
+            assert_same("the second apply", _apply_shape(real["apply-again"].doc()),
+                        _apply_shape(sim["apply-again"].doc()))
     elif step == "plan-again":
         assert_same("the second plan", _plan_shape(real["plan-again"].doc()), _plan_shape(sim["plan-again"].doc()))
     elif step == "facts":
@@ -285,6 +304,17 @@ def two_hb(cxl_guest: harness.Guest, tmp_path_factory: pytest.TempPathFactory): 
     return real, sim
 
 
+def _merged(ranges: Any) -> tuple[tuple[int, int], ...]:
+    """Physical ranges ``[start, end)`` sorted, adjacent ones joined (as DAMON's target regions are given)."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and out[-1][1] == start:
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return tuple(out)
+
+
 def _damon_pairing(facts: dict) -> list[tuple[str, tuple[tuple[int, int], ...], int]]:
     """Each running kdamond as (action, the physical ranges it monitors, its scheme's target node)."""
     out = []
@@ -323,13 +353,12 @@ def test_two_host_bridges_converge_in_one_apply(two_hb) -> None:  # type: ignore
         # the node the plan named is the node the kernel gave the region
         plan = planned[f"region@{serial:#x}"]
         assert plan["nodes"] == [node] and f"in {window} (node {node})" in plan["after_label"], plan
-    dax = {d["target_node"]: (int(d["resource"]), int(d["resource"]) + d["size"])
-           for d in facts["sections"]["dax"]["devices"]}
+    dax = [(d["resource"], d["resource"] + d["size"]) for d in facts["sections"]["dax"]["devices"]]
     pairs = _damon_pairing(facts)
     demote = [(ranges, nid) for action, ranges, nid in pairs if action == "migrate_cold"]
     promote = [(ranges, nid) for action, ranges, nid in pairs if action == "migrate_hot"]
     assert len(demote) == 2 and all(nid in (3, 4) for _, nid in demote), pairs  # node 0 and node 1, each to CXL
-    assert promote == [(tuple(sorted(dax.values())), 0)], pairs  # over both CXL nodes, to node 0
+    assert promote == [(_merged(dax), 0)], pairs  # over both CXL nodes, to node 0
 
 
 @pytest.mark.realkernel
@@ -349,19 +378,21 @@ def test_two_host_bridges_the_simulator_does_the_same(two_hb, step: str) -> None
                     dump_summary(sim["dump-applied"]))
 
 
-def test_the_captured_two_bridge_bus_is_the_simulators(tmp_path: Path) -> None:
-    """The captured two-bridge guest (bare, and after the shipped profile's apply) against the qemu-cxl-2hb preset in
-    the same probe order: the CXL facts (windows, ports, memdevs), the possible nodes, and after the apply the regions,
-    their DAX devices and nodes. Runs without QEMU; ``NODEAGENT_RK_CAPTURE=1`` rewrites the captures."""
-    captured = {s: harness.CAPTURED_DIR / f"cxl-2hb-{s}.json" for s in ("facts-bare", "facts-applied")}
+@pytest.mark.parametrize(("prefix", "preset_of"), [("cxl-2hb", cxl_2hb_preset), ("cxl-1hb", cxl_preset)],
+                         ids=["two-host-bridges", "one-host-bridge"])
+def test_the_captured_bus_shapes_are_the_simulators(tmp_path: Path, prefix: str, preset_of: Any) -> None:
+    """The captured guests (bare, and after the shipped profile's apply) against the simulator's preset in the same
+    probe order: the CXL facts (windows, ports, decoders, memdevs), the possible nodes, and after the apply the
+    regions, their DAX devices and nodes. Runs without QEMU; ``NODEAGENT_RK_CAPTURE=1`` rewrites the captures."""
+    captured = {s: harness.CAPTURED_DIR / f"{prefix}-{s}.json" for s in ("facts-bare", "facts-applied")}
     missing = [str(p) for p in captured.values() if not p.exists()]
     if missing:
         pytest.skip(f"no capture {missing} (NODEAGENT_RK_CAPTURE=1 python -m pytest -m realkernel "
-                    "tests/realkernel/test_cxl_regions.py -k two_host)")
+                    "tests/realkernel/test_cxl_regions.py)")
     docs = {s: json.loads(p.read_text()) for s, p in captured.items()}
-    where = Path(tempfile.mkdtemp(prefix="cxl2hb-profile.", dir=tmp_path))
+    where = Path(tempfile.mkdtemp(prefix="cxl-profile.", dir=tmp_path))
     profile = tcg_profile(where)
-    root = cxl_sim_root(tmp_path, "2hb-replay", cxl_2hb_preset(docs["facts-bare"]))
+    root = cxl_sim_root(tmp_path, f"{prefix}-replay", preset_of(docs["facts-bare"]))
     try:
         sim = run_sim(root, [Agent("facts-bare", "facts"), Agent("apply", APPLY.format(profile=profile)),
                              Agent("facts-applied", "facts")])
@@ -369,4 +400,4 @@ def test_the_captured_two_bridge_bus_is_the_simulators(tmp_path: Path) -> None:
         shutil.rmtree(root, ignore_errors=True)
     assert sim["apply"].doc()["status"] == "converged"
     for step, doc in docs.items():
-        assert_same(f"the captured two-bridge facts ({step})", cxl_shape(doc), cxl_shape(sim[step].doc()))
+        assert_same(f"the captured facts of {prefix} ({step})", cxl_shape(doc), cxl_shape(sim[step].doc()))
