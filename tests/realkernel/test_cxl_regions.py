@@ -279,7 +279,14 @@ def _capture(real: dict[str, Outcome], prefix: str) -> None:
     out = harness.CAPTURED_DIR
     (out / f"{prefix}-layout.txt").write_text(real["cxl-layout"].stdout)
     for step in ("facts-bare", "facts-applied"):
-        (out / f"{prefix}-{step}.json").write_text(json.dumps(real[step].doc(), indent=1) + "\n")
+        (out / f"{prefix}-{step}.json").write_text(json.dumps(_kept(real[step].doc()), indent=1) + "\n")
+
+
+def _kept(doc: dict) -> dict:
+    """What a capture keeps of a facts document: the NUMA layout, and the CXL, DAX and DAMON sections."""
+    keep = {k: doc[k] for k in ("format", "kernel_release", "possible_nodes", "nodes", "tiers")}
+    keep["sections"] = {k: doc["sections"][k] for k in ("cxl", "dax", "damon")}
+    return keep
 
 
 @pytest.fixture(scope="module")
