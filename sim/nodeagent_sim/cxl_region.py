@@ -16,7 +16,8 @@ Layout and behaviour as captured on a real 6.12 guest (QEMU 10, two cxl-type3 me
   release are stacks per endpoint) or while the decoder is in a region, ENOSPC beyond the partition.
 - ``targetN``: ENODEV for no such device, EINVAL for a mode mismatch, ENXIO before the size is set, without DPA,
   for a host bridge not in the window or at a position the window's host-bridge order does not give it (x2 and
-  more windows), EBUSY for a decoder already in a region, a position taken or a memdev already in the region
+  more windows), EBUSY for a decoder already in a region, a position taken, a host-bridge port whose switch
+  decoders all decode other regions, or a memdev already in the region
   through another of its decoders, EINVAL if its DPA × ways is not the region's size. Writing an empty value
   detaches; a committed region is reset (``commit`` reads 0) first.
 - ``commit=1``: ENXIO until every position is filled, and ENXIO on a CPU with the hypervisor bit (the kernel
@@ -266,6 +267,7 @@ def _attach(k: SimKernel, region: str, pos: int, name: str) -> None:
         raise _err(errno.ENXIO, f"{name}: position {pos} belongs to host bridge {hbs[pos % len(hbs)]}")
     if int(_read(k, name, "dpa_size"), 0) * info["ways"] != int(_read(k, region, "size"), 0):
         raise einval(f"{name}: dpa_size x {info['ways']} is not the region's size")
+    _switch_decoder(k, region, ep["port"])  # cxl_port_attach_region: a decoder of every port on the way, or EBUSY
     info["targets"][str(pos)] = name
     _set(k, name, "region", region)
     _set(k, name, "interleave_ways", info["ways"])
@@ -278,14 +280,15 @@ def _attach(k: SimKernel, region: str, pos: int, name: str) -> None:
 
 
 def _switch_decoder(k: SimKernel, region: str, port: str) -> str:
-    """The switch decoder of ``port`` that decodes ``region`` (the first free one, in id order)."""
+    """The switch decoder of ``port`` that decodes ``region`` (the first free one, in id order); EBUSY when every
+    one decodes another region (drivers/cxl/core/region.c cxl_rr_alloc_decoder: "no decoder available")."""
     n = port.removeprefix("port")
     names = sorted((d for d in os.listdir(k.tree.local(_path(k, port))) if d.startswith(f"decoder{n}.")),
                    key=lambda d: int(d.split(".")[1]))
     for d in names:
         if _read(k, d, "region") in ("", region):
             return d
-    raise _err(errno.ENXIO, f"{port} has no free decoder")
+    raise ebusy(f"{port}: no decoder available")
 
 
 def _setup_targets(k: SimKernel, region: str, info: dict) -> None:

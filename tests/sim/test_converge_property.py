@@ -346,6 +346,8 @@ def bus_shapes(draw: st.DrawFn) -> BusShape:
 # taken in by its event's scoped apply
 @example(shape=BusShape(2, (2, 1), (1, 2, 1), 1, False, 128 * MiB, "cxl-inference", slots=1, hot_add="scoped",
                         hot_size=2, snc=2))
+# and the refusal: a fifth memdev behind a host bridge whose 4 HDM decoders each route a region already
+@example(shape=BusShape(1, (4,), (1, 1, 3, 1), 0, False, 128 * MiB, "cxl-inference", slots=1, hot_add="full"))
 def test_one_apply_converges_on_every_bus_shape(kernel: str, shape: BusShape) -> None:
     """One apply (disruptive changes allowed: committed regions boot online in ZONE_NORMAL) exits 0, each region
     lands on the node its plan named, the next plan is empty, and a revert returns the bus to its boot state."""
@@ -370,9 +372,17 @@ def test_one_apply_converges_on_every_bus_shape(kernel: str, shape: BusShape) ->
             code, result = na(root, "apply", "--yes", "--allow-disruptive", "--skip-checks", "all", *scope,
                               PROFILES[shape.profile])
             pcode, plan = na(root, "plan", "--detailed-exitcode", PROFILES[shape.profile])
-            assert (code, result.get("status")) == (0, "converged"), (shape, result.get("verify_errors"),
-                                                                      result.get("outcomes"))
-            assert (pcode, plan.get("changes")) == (0, []), (shape, plan.get("changes"))
+            # the one shape the hardware cannot take: a memdev behind a host bridge whose HDM decoders each
+            # route a region already (4 a port here); the plan says so, and nothing is written for it
+            routed = [p for p in plan.get("problems", []) if "no region can be routed" in p["message"]]
+            if routed and shape.memdevs[0] + 1 > 4:
+                assert code == 5 and not [o for o in result["outcomes"] if o["status"] == "applied"], (
+                    shape, result.get("outcomes"))
+                assert plan.get("changes") == [], (shape, plan.get("changes"))
+            else:
+                assert (code, result.get("status")) == (0, "converged"), (shape, result.get("verify_errors"),
+                                                                          result.get("outcomes"))
+                assert (pcode, plan.get("changes")) == (0, []), (shape, plan.get("changes"))
             _landed_as_planned(k, result)
         code, reverted = na(root, "revert", "--yes", "--allow-disruptive")
         assert code == 0 and _bus_state(k) == booted, (shape, reverted.get("verify_errors"), _bus_state(k), booted)

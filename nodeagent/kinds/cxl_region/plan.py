@@ -157,6 +157,7 @@ class Ctx:
     warnings: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     planned_dax: list[DaxDevice] = field(default_factory=list)
+    switch_taken: dict[str, int] = field(default_factory=dict)  # port → switch decoders this plan's regions take
 
     def ident(self, m: Memdev) -> str:
         return ident(m, self.cxl.memdevs)
@@ -344,6 +345,35 @@ def _free_decoder(c: Ctx, m: Memdev) -> tuple[str | None, int]:
     return free, used
 
 
+def _route(c: Ctx, m: Memdev) -> list[str]:
+    """The ports between ``m``'s endpoint and the root (host bridges, switches), nearest first."""
+    out: list[str] = []
+    port = c.cxl.ports.get(m.endpoint or "", {}).get("parent")
+    while port and port in c.cxl.ports and not port.startswith("root") and port not in out:
+        out.append(port)
+        port = c.cxl.ports[port].get("parent")
+    return out
+
+
+def _switch_shortage(c: Ctx, members: list[Memdev]) -> tuple[str, str] | None:
+    """A port on the members' way to the root with no switch decoder left for one more region — (port, what it
+    holds) — or None. Each region takes one decoder of every port it passes (drivers/cxl/core/region.c
+    cxl_rr_alloc_decoder: "no decoder available", EBUSY at the target's attach), shared by the members behind
+    that port; a decoder of a region this plan tears down counts as free."""
+    for port in dict.fromkeys(p for m in members for p in _route(c, m)):
+        decs = [d for d in c.cxl.decoders if d.kind == "switch" and d.port == port]
+        if not decs:
+            continue
+        held = sorted({d.region for d in decs if d.region and d.region not in c.torn}, key=_decoder_order)
+        if len(decs) - len(held) - c.switch_taken.get(port, 0) <= 0:
+            host = c.cxl.ports[port].get("host") or port
+            what = ", ".join(held) if held else "none"
+            return port, (f"{port} ({host}) has {len(decs)} HDM decoder(s), all taken (regions: {what}"
+                          + (f", and {c.switch_taken[port]} this plan creates" if c.switch_taken.get(port) else "")
+                          + ")")
+    return None
+
+
 def _positions(w: Window, members: list[Memdev], fixed: bool) -> list[Memdev] | str:
     """``members`` in an order whose positions the window's host-bridge order gives (position p belongs to host
     bridge hbs[p % len(hbs)]); the reason when there is none."""
@@ -409,6 +439,12 @@ def plan_create(c: Ctx, i: int, rule: Any, members: list[Memdev], tgt: str) -> N
                      "first", "memdevs")
             return
         picks.append((m, dec))
+    short = _switch_shortage(c, members)
+    if short is not None:
+        _problem(c, i, rule, tgt, f"{', '.join(_label(m) for m in members)}: no region can be routed: {short[1]}",
+                 "interleave the memdevs behind that port into fewer regions (a larger `ways` shares one decoder), "
+                 "or tear down a region that passes it", "memdevs")
+        return
     dpa = min(m.ram_size for m in members) // MiB256 * MiB256
     if dpa == 0:
         _problem(c, i, rule, tgt, f"{', '.join(_label(m) for m in members)}: no volatile (RAM) capacity of 256 MiB "
@@ -431,6 +467,8 @@ def plan_create(c: Ctx, i: int, rule: Any, members: list[Memdev], tgt: str) -> N
                  "or free room in it", "ways" if rule.ways > 1 else "memdevs")
         return
     w.taken.append((start, size))
+    for port in dict.fromkeys(p for m in members for p in _route(c, m)):
+        c.switch_taken[port] = c.switch_taken.get(port, 0) + 1
     dec_of = dict((m.name, d) for m, d in picks)
     rid = c.pool.take(w.decoder.name)
     region = f"region{rid}"
