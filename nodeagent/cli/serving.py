@@ -120,10 +120,11 @@ def serving(ctx: Ctx, engine: str, ranks: int | None, version: str | None, profi
 @click.option("--engine", type=click.Choice(["vllm", "sglang", "lmcache"]), default="vllm", show_default=True,
               help="The engine the plan was rendered for (its pool size).")
 @click.option("--ranks", type=click.IntRange(min=1), metavar="N", help="As given to render serving.")
+@click.option("--version", "version", metavar="X", help="As given to render serving.")
 @click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
 @click.pass_obj
 def verify_serving(ctx: Ctx, unit: str | None, cgroup: str | None, pid: int | None, engine: str,
-                   ranks: int | None, profile: str | None) -> None:
+                   ranks: int | None, version: str | None, profile: str | None) -> None:
     """Where the engine's memory is, per node and tier, against the pool plan. Exit 0: on plan; 3: not."""
     from ..serving.verify import cgroup_path, from_cgroup, from_pid, text, unit_cgroup
 
@@ -135,7 +136,7 @@ def verify_serving(ctx: Ctx, unit: str | None, cgroup: str | None, pid: int | No
     facts = gather(ctx.host)
 
     def planner(credit: dict[int, int]) -> tuple[tuple[int, ...], int]:
-        p = build_plan(ctx, engine, profile, ranks, "verify-serving", credit)
+        p = build_plan(ctx, engine, profile, ranks, "verify-serving", credit, version)
         return p.pool_nodes, p.total
 
     if pid is not None:
