@@ -135,9 +135,9 @@ def verify_serving(ctx: Ctx, unit: str | None, cgroup: str | None, pid: int | No
 
     facts = gather(ctx.host)
 
-    def planner(credit: dict[int, int]) -> tuple[tuple[int, ...], int]:
+    def planner(credit: dict[int, int]) -> tuple[tuple[int, ...], int, tuple[str, ...]]:
         p = build_plan(ctx, engine, profile, ranks, "verify-serving", credit, version)
-        return p.pool_nodes, p.total
+        return p.pool_nodes, p.total, tuple(m.path for m in p.maru) if p.pool == "maru" else ()
 
     if pid is not None:
         rep = from_pid(ctx.host, facts, pid, planner)

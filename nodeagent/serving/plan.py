@@ -97,7 +97,7 @@ class MaruDevice:
 @dataclass(frozen=True)
 class ServingPlan:
     engine: str
-    pool: str  # capacity | latency
+    pool: str  # capacity | latency | maru (LMCache's Maru backend on devdax devices)
     ranks: tuple[Rank, ...]
     nodes: tuple[PoolNode, ...]
     per_rank: int  # bytes, a multiple of STEP
@@ -305,7 +305,16 @@ def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, 
         if wanted == 0:
             notes.append("the workload fits HBM at its max_batch: the host pool is a prefix cache, sized to what "
                          "the pool nodes can give")
-    fit = min(n.usable // n.ranks for n in nodes) if nodes else 0
+    maru_pool = engine == "lmcache" and bool(maru) and has("lmcache", version, "maru_path")
+    if maru_pool:  # LMCache's Maru backend replaces its CPU buffer: the pool is the devdax device(s), split
+        from dataclasses import replace  # over the workers
+
+        pool, nodes = "maru", []
+        where = maru[0].node
+        rank_list = [replace(r, pool_node=where if where is not None else r.pool_node) for r in rank_list]
+        fit = sum(m.size for m in maru) // count
+    else:
+        fit = min(n.usable // n.ranks for n in nodes) if nodes else 0
     if not wanted and pool == "latency":
         fit //= 2  # a prefix cache in DRAM leaves half of what is usable to everything else on the node
     fit = fit // STEP * STEP
@@ -317,7 +326,11 @@ def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, 
     if per == 0:
         warnings.append("no host pool fits on the pool nodes after the reserves: offloading stays off")
     pending = [n for n in sorted(by_node) if not (facts.node(n) and facts.node(n).mem_total)]  # type: ignore[union-attr]
-    if pending:
+    if maru_pool:
+        from ..host.numabind import BindProbe
+
+        probe = BindProbe("devdax", (), f"{', '.join(m.path for m in maru)} stays devdax and Maru maps it")
+    elif pending:
         from ..host.numabind import BindProbe
 
         probe = BindProbe("unprobed", tuple(sorted(by_node)),
@@ -443,11 +456,10 @@ def settings(p: ServingPlan) -> dict[str, Any]:
         cfg |= {"numa_mode": "manual", "extra_config": {"gpu_to_numa_mapping": mapping}}
         wrap = []
     out: dict[str, Any] = {"env": env | {"LMCACHE_CONFIG_FILE": "lmcache.yaml"}, "wrapper": wrap}
-    if p.maru and has("lmcache", v, "maru_path"):
+    if p.pool == "maru":
         total = sum(m.size for m in p.maru)
-        per = total // n // STEP * STEP
         cfg = {"chunk_size": 256, "local_cpu": False, "max_local_cpu_size": 0,
-               "maru_path": f"maru://localhost:{MARU_PORT}", "maru_pool_size": _num(per / GiB)}
+               "maru_path": f"maru://localhost:{MARU_PORT}", "maru_pool_size": gib}
         out["wrapper"] = []
         out["maru_server"] = ["maru-server", "--port", str(MARU_PORT),
                               *(x for m in p.maru for x in ("--dax-path", m.path))]
@@ -477,7 +489,9 @@ def text(p: ServingPlan) -> str:
     import shlex
 
     s = p.settings
-    pool = ("capacity pool on ZONE_NORMAL CXL" if p.pool == "capacity" else "latency pool on the GPUs' local DRAM")
+    maru = ", ".join(m.path for m in p.maru)
+    pool = {"capacity": "capacity pool on ZONE_NORMAL CXL", "latency": "latency pool on the GPUs' local DRAM",
+            "maru": f"Maru's pool on {maru} (devdax, {format_size(sum(m.size for m in p.maru))})"}[p.pool]
     from .versions import show
 
     lines = [f"serving: {p.engine} {show(p.version)} (options as that release reads them; `--version X` for "
@@ -486,8 +500,9 @@ def text(p: ServingPlan) -> str:
              + (f" (the capacity model puts {format_size(p.wanted)} off HBM)" if p.wanted else "")]
     for r in p.ranks:
         lines.append(f"  rank {r.index}: GPU {r.pci} (node{r.gpu_node if r.gpu_node is not None else '?'}) → "
-                     f"pool on node{r.pool_node}")
-    lines.append("sizes per pool node (usable = free − OS reserve − weights' page cache − pinned overheads):")
+                     + (f"Maru on {maru}" if p.pool == "maru" else f"pool on node{r.pool_node}"))
+    if p.nodes:
+        lines.append("sizes per pool node (usable = free − OS reserve − weights' page cache − pinned overheads):")
     for n in p.nodes:
         lines.append(f"  node{n.id} {n.tier}: {format_size(n.free)} − {format_size(n.reserve)} − "
                      f"{format_size(n.weights_cache)} − {format_size(n.pinned_overhead)} = {format_size(n.usable)} "

@@ -100,3 +100,20 @@ def test_a_maru_rule_after_a_rule_for_every_device_is_refused(tmp_path: Path) ->
                                "    - {name: m, match: {devices: [dax1.0]}, mode: devdax, use: maru}\n")
     assert "p.yaml:6:" in err and "rule 'm' (use: maru) comes after rule 'all'" in err and "put the Maru rule " \
         "first" in err
+
+
+def test_verify_serving_finds_the_worker_mapping_the_maru_device(applied: Path, capsys) -> None:
+    """A device-dax mapping is a PFN mapping: numa_maps lists it (file=/dev/dax1.0) but counts no page of it."""
+    from nodeagent_sim import serving as simserving
+
+    maps = [simserving.Mapping(0x7F0000000000, {}, kind="file=/dev/dax1.0"),
+            simserving.Mapping(0x560000000000, {0: 50_000}, kind="heap")]
+    simserving.start_engine(applied, "vllm.service", 4343, maps)
+    code, rep = _json(capsys, ["--root", str(applied), "verify-serving", "--engine", "lmcache", "--pid", "4343"])
+    assert code == 0, rep
+    assert rep["devdax"] == ["/dev/dax1.0"] and "maps /dev/dax1.0" in rep["findings"][0]["text"]
+    code, rep = _json(capsys, ["--root", str(applied), "verify-serving", "--engine", "lmcache", "--unit", "vllm"])
+    assert code == 0 and rep["findings"][0]["status"] == "warn" and "give --pid" in rep["findings"][0]["text"]
+    simserving.start_engine(applied, "other.service", 4344, maps[1:])
+    code, rep = _json(capsys, ["--root", str(applied), "verify-serving", "--engine", "lmcache", "--pid", "4344"])
+    assert code == 3 and "maps none of /dev/dax1.0" in rep["findings"][0]["text"]
