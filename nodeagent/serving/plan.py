@@ -439,6 +439,12 @@ def settings(p: ServingPlan) -> dict[str, Any]:
         detect = has("sglang", v, "--disable-hicache-numa-detect")
         if gb and p.pool == "capacity" and detect:
             args.append("--disable-hicache-numa-detect")  # its own detection binds the pool to the GPU's node
+        if p.pool == "capacity" and has("sglang", v, "SGLANG_AUTO_NUMA_BIND"):
+            env = env | {"SGLANG_AUTO_NUMA_BIND": "0"}
+            semantics.append("SGLANG_AUTO_NUMA_BIND=0: otherwise SGLang runs each worker under numactl "
+                             "--cpunodebind=N --membind=N of its GPU's node, which replaces the wrapper's policy and "
+                             "puts the pool on DRAM (a release that lost this switch, between sgl-project/sglang"
+                             "#19452 and #30394, does so anyway: verify-serving shows where the pool went)")
         if p.pool == "latency" and detect:
             wrap = []  # HiCache's NUMA detection already puts each rank's pool on its GPU's node
             semantics.append("HiCache's NUMA detection stays on: it binds each rank's pool to its GPU's node")

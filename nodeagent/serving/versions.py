@@ -80,6 +80,11 @@ OPTIONS: tuple[Option, ...] = (
        "HiCache's NUMA detection came in sgl-project/sglang#11028 (2025-09-28, opt-in) and was made automatic "
        "in #19452 (2026-02-26); the release that first took --disable-hicache-numa-detect is not confirmed "
        "here: 0.5.12's usage lists it"),
+    _o("sglang", "SGLANG_AUTO_NUMA_BIND", "0.5.12",
+       "sgl-project/sglang#19452 (2026-02-26) runs every scheduler process under numactl --cpunodebind=N "
+       "--membind=N of its GPU's node unless --numa-node is given; #30394 (2026-07) restored "
+       "SGLANG_AUTO_NUMA_BIND=0 to turn that off, its gate having been lost in the refactor. Neither release is "
+       "confirmed here; 0.5.12 is taken to have both"),
     # LMCache ----------------------------------------------------------------------------------------------
     _o("lmcache", "numa_mode", "0.3.6",
        "LMCache/LMCache#1409 (2025-08-21): numa_mode manual|auto, extra_config.gpu_to_numa_mapping"),
