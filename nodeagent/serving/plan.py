@@ -8,6 +8,12 @@ where the CXL node is onlined into ZONE_NORMAL. So:
   ZONE_NORMAL: the pool binds to those nodes, each rank to the CXL node behind its GPU's socket;
 - **latency pool** — otherwise: each rank's pool on its GPU's local DRAM node. A node whose CXL is movable (or
   not online) is said so, with the profile change that lets the pool use CXL.
+- **Maru pool** (LMCache only, from the release with its Maru backend) — where a ``memory.dax`` rule keeps a
+  device devdax for Maru (``use: maru``): LMCache's CPU buffer is off and each worker asks Maru's server for
+  its share of the device(s); no memory policy applies (devdax memory belongs to no node). The other engines
+  leave such devices out.
+
+The options rendered are those of the engine release asked for (:mod:`.versions`: each option's first release).
 
 Size (the model; docs/serving.md states it too), per pool node:
 
