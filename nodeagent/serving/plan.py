@@ -94,6 +94,8 @@ class MaruDevice:
     name: str
     size: int
     node: int | None  # its target node (the memory is not online: no NUMA node holds it)
+    ready: bool = True  # devdax now (False: the profile's plan makes it devdax; apply first)
+    online: bool = False  # some of its memory online now (making it devdax is disruptive)
 
     @property
     def path(self) -> str:
@@ -169,8 +171,10 @@ def cxl_nodes(facts: Facts, proj: NodeProjection) -> list[CxlNode]:
             zone = None  # mixed: not one zone a pinned pool can count on
         out[d.node] = CxlNode(d.node, zone, base + add, prev.host if prev else d.host_node,
                               (*(prev.devices if prev else ()), d.name))
+    maru = {d.node for d in proj.dax if d.use == "maru"}  # a Maru device's node, even while it is still online
     for n in facts.nodes:
-        if n.id in out or n.has_cpu or not n.mem_total or n.tier is None or top is None or n.tier <= top:
+        if n.id in out or n.id in maru or n.has_cpu or not n.mem_total or n.tier is None or top is None or \
+                n.tier <= top:
             continue
         out[n.id] = CxlNode(n.id, "Normal" if n.has_normal_memory else "Movable", n.mem_free, None, ())
     return [out[k] for k in sorted(out)]
@@ -216,6 +220,11 @@ def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, 
     notes: list[str] = []
     warnings: list[str] = []
     maru = maru_devices(facts, proj)
+    for m in maru:
+        if not m.ready:
+            warnings.append(f"{m.name} not devdax yet: the profile keeps it for Maru; apply the profile before "
+                            "starting Maru" + (" (with --allow-disruptive: its online memory must go offline "
+                                               "first)" if m.online else ""))
     if maru and engine != "lmcache":
         notes.append(f"{', '.join(m.name for m in maru)} kept as devdax for Maru (memory.dax use: maru): render "
                      "--engine lmcache for its LMCache backend configuration")
@@ -362,8 +371,8 @@ def maru_devices(facts: Facts, proj: NodeProjection) -> list[MaruDevice]:
     out = []
     for d in proj.dax:
         dev = dax.device(d.name)
-        if d.use == "maru" and d.mode == "devdax" and dev is not None:
-            out.append(MaruDevice(d.name, dev.size, d.node))
+        if d.use == "maru" and dev is not None:  # the rule says devdax (the model refuses anything else)
+            out.append(MaruDevice(d.name, dev.size, d.node, ready=d.mode_now == "devdax", online=d.online_now))
     return out
 
 

@@ -117,3 +117,12 @@ def test_verify_serving_finds_the_worker_mapping_the_maru_device(applied: Path, 
     simserving.start_engine(applied, "other.service", 4344, maps[1:])
     code, rep = _json(capsys, ["--root", str(applied), "verify-serving", "--engine", "lmcache", "--pid", "4344"])
     assert code == 3 and "maps none of /dev/dax1.0" in rep["findings"][0]["text"]
+
+
+def test_a_maru_device_still_online_is_named_before_apply(make_node, capsys) -> None:
+    root = make_node("h100-cxl-autoonline")  # both expanders booted as system-ram, online in ZONE_NORMAL
+    code, doc = _json(capsys, ["--root", str(root), "render", "serving", "--engine", "lmcache", str(MARU)])
+    assert code == 0 and doc["pool"] == "maru"
+    assert any("dax1.0 not devdax yet" in w and "--allow-disruptive" in w for w in doc["warnings"])
+    code, doc = _json(capsys, ["--root", str(root), "render", "serving", "--engine", "vllm", str(MARU)])
+    assert code == 0 and {r["pool_node"] for r in doc["ranks"]} == {2}  # node3 is dax1.0's: never a pool node
