@@ -34,7 +34,7 @@ def _loaded(ctx: Ctx, given: str | None, command: str) -> Any:
 
 
 def build_plan(ctx: Ctx, engine: str, profile: str | None, ranks: int | None, command: str,
-               credit: dict[int, int] | None = None) -> ServingPlan:
+               credit: dict[int, int] | None = None, version: str | None = None) -> ServingPlan:
     """The plan from the node's facts; ``credit``: bytes per node counted as free (verify-serving: the engine's
     own memory, so that the plan is the one rendered before the engine took it)."""
     from ..checks.capacity import workload
@@ -43,8 +43,10 @@ def build_plan(ctx: Ctx, engine: str, profile: str | None, ranks: int | None, co
     from ..host.numabind import probe
     from ..kinds.projection import project
     from ..serving.plan import plan
+    from ..serving.versions import resolve
     from ..util.vocab import DTYPE_BYTES
 
+    release = resolve(engine, version)  # a usage error before anything is read
     host = ctx.host
     loaded = _loaded(ctx, profile, command)
     facts = gather(host)
@@ -74,7 +76,7 @@ def build_plan(ctx: Ctx, engine: str, profile: str | None, ranks: int | None, co
             hbm = mem.total_bytes if mem is not None else None
     name = str(getattr(loaded, "path", "") or getattr(loaded, "name", ""))
     return plan(engine, facts, proj, gpus, wl, hbm, lambda nodes: probe(host, nodes), ranks=ranks,
-                weights_file=weights, dram_offload=offload, profile=name, hugetlb=_hugetlb(host))
+                weights_file=weights, dram_offload=offload, profile=name, hugetlb=_hugetlb(host), version=release)
 
 
 def _hugetlb(host: Any) -> int:
@@ -98,13 +100,16 @@ def render() -> None:
               help="The serving engine whose host KV pool to render.")
 @click.option("--ranks", type=click.IntRange(min=1), metavar="N",
               help="Tensor × pipeline parallel ranks (default: one per GPU).")
+@click.option("--version", "version", metavar="X",
+              help="The engine release to render the options for (default: the newest pinned one: vLLM 0.27, "
+                   "SGLang 0.5.12, LMCache 0.4.5).")
 @click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
 @click.pass_obj
-def serving(ctx: Ctx, engine: str, ranks: int | None, profile: str | None) -> None:
+def serving(ctx: Ctx, engine: str, ranks: int | None, version: str | None, profile: str | None) -> None:
     """The engine's host KV-pool settings: size per rank, the NUMA node(s) it binds to, the launch wrapper."""
     from ..serving.plan import text
 
-    p = build_plan(ctx, engine, profile, ranks, "render serving")
+    p = build_plan(ctx, engine, profile, ranks, "render serving", version=version)
     ctx.emit(text(p), p.to_dict())
 
 
@@ -115,10 +120,11 @@ def serving(ctx: Ctx, engine: str, ranks: int | None, profile: str | None) -> No
 @click.option("--engine", type=click.Choice(["vllm", "sglang", "lmcache"]), default="vllm", show_default=True,
               help="The engine the plan was rendered for (its pool size).")
 @click.option("--ranks", type=click.IntRange(min=1), metavar="N", help="As given to render serving.")
+@click.option("--version", "version", metavar="X", help="As given to render serving.")
 @click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
 @click.pass_obj
 def verify_serving(ctx: Ctx, unit: str | None, cgroup: str | None, pid: int | None, engine: str,
-                   ranks: int | None, profile: str | None) -> None:
+                   ranks: int | None, version: str | None, profile: str | None) -> None:
     """Where the engine's memory is, per node and tier, against the pool plan. Exit 0: on plan; 3: not."""
     from ..serving.verify import cgroup_path, from_cgroup, from_pid, text, unit_cgroup
 
@@ -129,9 +135,9 @@ def verify_serving(ctx: Ctx, unit: str | None, cgroup: str | None, pid: int | No
 
     facts = gather(ctx.host)
 
-    def planner(credit: dict[int, int]) -> tuple[tuple[int, ...], int]:
-        p = build_plan(ctx, engine, profile, ranks, "verify-serving", credit)
-        return p.pool_nodes, p.total
+    def planner(credit: dict[int, int]) -> tuple[tuple[int, ...], int, tuple[str, ...]]:
+        p = build_plan(ctx, engine, profile, ranks, "verify-serving", credit, version)
+        return p.pool_nodes, p.total, tuple(m.path for m in p.maru) if p.pool == "maru" else ()
 
     if pid is not None:
         rep = from_pid(ctx.host, facts, pid, planner)

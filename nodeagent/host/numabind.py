@@ -43,7 +43,7 @@ if libc.syscall(nr, mode, mask, ctypes.c_ulong(words * 64 + 1)) != 0:
 
 @dataclass(frozen=True)
 class BindProbe:
-    mode: str  # membind | preferred | none | unprobed
+    mode: str  # membind | preferred | none | unprobed | devdax (a pool on a DAX device: no policy applies)
     nodes: tuple[int, ...]  # the nodes the chosen mode uses (preferred: one)
     how: str  # what was run (or why nothing was)
     refused: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (mode, why) tried and refused
@@ -53,6 +53,8 @@ class BindProbe:
         tried = "; ".join(f"{m} refused ({why})" for m, why in self.refused)
         if self.mode == "unprobed":
             return f"not probed ({self.how}): membind recommended, untested here"
+        if self.mode == "devdax":
+            return f"no memory policy applies ({self.how}): its memory belongs to no NUMA node"
         head = {"membind": "membind works", "preferred": "membind refused, falling back to preferred",
                 "none": "no memory policy can be set: the pool goes where the allocating CPU is"}[self.mode]
         return f"{head} ({self.how}{'; ' + tried if tried else ''})"

@@ -27,7 +27,8 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
                                             #    | min_size: 1TiB (criteria combine with AND)
           mode: system-ram                  # or devdax (left to applications as a character device)
           zone: movable                     # system-ram only: movable (tiered, pageable) | normal (pinned)
-          use: tiered                       # optional: tiered | pinned-pool; the plan warns on a mismatch
+          use: tiered                       # optional: tiered | pinned-pool | maru; the plan warns on a mismatch
+                                            #   maru (mode devdax): kept for Maru's CXL KV store; put it first
       demotion_pass: {until_free: 20%, timeout: 30s}   # unstick a full fast node kswapd gave up on (see below)
 """
 
@@ -287,6 +288,9 @@ class DaxRule(Strict):
                              "or normal (pinned pools, e.g. a KV-cache offload pool)")
         if self.mode == "devdax" and self.zone is not None:
             raise ValueError("zone applies only to mode system-ram (a devdax device's memory is not onlined)")
+        if self.use == "maru" and self.mode != "devdax":
+            raise ValueError("use: maru needs mode: devdax — Maru maps the DAX character device (/dev/daxX.Y) "
+                             "itself, and a device onlined as system-ram has none")
         return self
 
 
@@ -460,6 +464,14 @@ class Memory(Strict):
             if r.name in seen:
                 raise ValueError(f"two dax rules are named {r.name!r}; rule names must be unique")
             seen.add(r.name)
+        # The first rule that matches a device decides it: a Maru rule after a rule for every device keeps
+        # nothing as devdax (an extends: merge appends rules, so this is easy to write by accident).
+        catch_all = next((r for r in rules or () if r.match.all), None)
+        for r in rules or ():
+            if r.use == "maru" and catch_all is not None and r is not catch_all and \
+                    rules.index(r) > rules.index(catch_all):  # type: ignore[union-attr]
+                raise ValueError(f"rule {r.name!r} (use: maru) comes after rule {catch_all.name!r}, which matches "
+                                 "every device and so decides them all: put the Maru rule first")
         return rules
 
 

@@ -8,6 +8,12 @@ where the CXL node is onlined into ZONE_NORMAL. So:
   ZONE_NORMAL: the pool binds to those nodes, each rank to the CXL node behind its GPU's socket;
 - **latency pool** — otherwise: each rank's pool on its GPU's local DRAM node. A node whose CXL is movable (or
   not online) is said so, with the profile change that lets the pool use CXL.
+- **Maru pool** (LMCache only, from the release with its Maru backend) — where a ``memory.dax`` rule keeps a
+  device devdax for Maru (``use: maru``): LMCache's CPU buffer is off and each worker asks Maru's server for
+  its share of the device(s); no memory policy applies (devdax memory belongs to no node). The other engines
+  leave such devices out.
+
+The options rendered are those of the engine release asked for (:mod:`.versions`: each option's first release).
 
 Size (the model; docs/serving.md states it too), per pool node:
 
@@ -50,10 +56,9 @@ def format_size(n: int) -> str:
 
 PINNED_PER_RANK = 1 * GiB
 ENGINES = ("vllm", "sglang", "lmcache")
-#: The releases whose sources the option names and units were read from (docs/serving.md).
-VERSIONS = {"vllm": "vLLM 0.18 (--kv-offloading-backend native, --kv-offloading-size GiB over TP×PP)",
-            "sglang": "SGLang 0.5 server_args (--hicache-size GB per rank, --disable-hicache-numa-detect)",
-            "lmcache": "LMCache 0.4 v1 config (max_local_cpu_size, numa_mode, extra_config.gpu_to_numa_mapping)"}
+#: Maru's server listens here by default (xcena-dev/maru docs/source/api_reference/config.md: --port 5555); LMCache
+#: reaches it as maru://HOST:PORT (lmcache/v1/storage_backend/maru_backend.py turns maru:// into tcp://).
+MARU_PORT = 5555
 PROFILE_CHANGE = ("apply profiles/cxl-kv-pool.yaml, or give the memory.dax rule of the CXL devices `zone: normal, "
                   "use: pinned-pool` (ZONE_NORMAL: pinned pages may stay there)")
 
@@ -83,9 +88,24 @@ class PoolNode:
 
 
 @dataclass(frozen=True)
+class MaruDevice:
+    """A DAX device the profile keeps as devdax for Maru (``memory.dax`` ``use: maru``)."""
+
+    name: str
+    size: int
+    node: int | None  # its target node (the memory is not online: no NUMA node holds it)
+    ready: bool = True  # devdax now (False: the profile's plan makes it devdax; apply first)
+    online: bool = False  # some of its memory online now (making it devdax is disruptive)
+
+    @property
+    def path(self) -> str:
+        return f"/dev/{self.name}"
+
+
+@dataclass(frozen=True)
 class ServingPlan:
     engine: str
-    pool: str  # capacity | latency
+    pool: str  # capacity | latency | maru (LMCache's Maru backend on devdax devices)
     ranks: tuple[Rank, ...]
     nodes: tuple[PoolNode, ...]
     per_rank: int  # bytes, a multiple of STEP
@@ -95,6 +115,8 @@ class ServingPlan:
     warnings: tuple[str, ...] = ()
     profile: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
+    version: tuple[int, ...] = ()
+    maru: tuple[MaruDevice, ...] = ()
 
     @property
     def total(self) -> int:
@@ -105,14 +127,19 @@ class ServingPlan:
         return tuple(n.id for n in self.nodes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "version": VERSIONS[self.engine], "profile": self.profile, "pool": self.pool,
+        from .versions import show, table
+
+        return {"engine": self.engine, "version": show(self.version), "options_read": table(self.engine),
+                "profile": self.profile, "pool": self.pool,
                 "per_rank_bytes": self.per_rank, "total_bytes": self.total, "wanted_bytes": self.wanted,
                 "ranks": [{"gpu": r.index, "pci": r.pci, "gpu_node": r.gpu_node, "pool_node": r.pool_node}
                           for r in self.ranks],
                 "nodes": [{"node": n.id, "tier": n.tier, "free": n.free, "os_reserve": n.reserve,
                            "weights_page_cache": n.weights_cache, "pinned_overhead": n.pinned_overhead,
                            "usable": n.usable, "ranks": n.ranks} for n in self.nodes],
-                "bind": self.bind.to_dict(), "settings": self.settings, "notes": list(self.notes),
+                "bind": self.bind.to_dict(), "settings": self.settings,
+                "maru": [{"device": m.name, "path": m.path, "size": m.size, "node": m.node} for m in self.maru],
+                "notes": list(self.notes),
                 "warnings": list(self.warnings)}
 
 
@@ -132,7 +159,7 @@ def cxl_nodes(facts: Facts, proj: NodeProjection) -> list[CxlNode]:
     out: dict[int, CxlNode] = {}
     top = min(facts.tiers) if facts.tiers else None
     for d in proj.dax:
-        if d.node is None:
+        if d.node is None or d.use == "maru":  # kept as devdax for Maru: not memory of any node
             continue
         node = facts.node(d.node)
         online_now = node is not None and node.mem_total > 0
@@ -144,8 +171,10 @@ def cxl_nodes(facts: Facts, proj: NodeProjection) -> list[CxlNode]:
             zone = None  # mixed: not one zone a pinned pool can count on
         out[d.node] = CxlNode(d.node, zone, base + add, prev.host if prev else d.host_node,
                               (*(prev.devices if prev else ()), d.name))
+    maru = {d.node for d in proj.dax if d.use == "maru"}  # a Maru device's node, even while it is still online
     for n in facts.nodes:
-        if n.id in out or n.has_cpu or not n.mem_total or n.tier is None or top is None or n.tier <= top:
+        if n.id in out or n.id in maru or n.has_cpu or not n.mem_total or n.tier is None or top is None or \
+                n.tier <= top:
             continue
         out[n.id] = CxlNode(n.id, "Normal" if n.has_normal_memory else "Movable", n.mem_free, None, ())
     return [out[k] for k in sorted(out)]
@@ -180,12 +209,30 @@ def _cxl_reserve(total: int) -> int:
 def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, int | None]],
          workload: Any | None, hbm: int | None, bind: Any, *, ranks: int | None = None,
          weights_file: int | None = None, dram_offload: int = 0, profile: str = "",
-         hugetlb: int = 0) -> ServingPlan:
+         hugetlb: int = 0, version: tuple[int, ...] | None = None) -> ServingPlan:
     """Pure: the pool for ``engine``. ``gpus``: (PCI address, NUMA node) in PCI order; ``workload``: the capacity
     model's :class:`~nodeagent.checks.capacity.Workload` (or None); ``weights_file``: the checkpoint's bytes;
-    ``bind(nodes) -> BindProbe``; ``hugetlb``: the bytes the node reserves as HugePages (every size)."""
+    ``bind(nodes) -> BindProbe``; ``hugetlb``: the bytes the node reserves as HugePages (every size);
+    ``version``: the engine release to render for (default: the newest pinned one, :mod:`.versions`)."""
+    from .versions import default, has, option, parse, show
+
+    version = version or parse(default(engine))
     notes: list[str] = []
     warnings: list[str] = []
+    maru = maru_devices(facts, proj)
+    for m in maru:
+        if not m.ready:
+            warnings.append(f"{m.name} not devdax yet: the profile keeps it for Maru; apply the profile before "
+                            "starting Maru" + (" (with --allow-disruptive: its online memory must go offline "
+                                               "first)" if m.online else ""))
+    if maru and engine != "lmcache":
+        notes.append(f"{', '.join(m.name for m in maru)} kept as devdax for Maru (memory.dax use: maru): render "
+                     "--engine lmcache for its LMCache backend configuration")
+    elif maru and not has("lmcache", version, "maru_path"):
+        first = option("lmcache", "maru_path").since
+        warnings.append(f"{', '.join(m.name for m in maru)} kept as devdax for Maru, but LMCache {show(version)} has "
+                        f"no Maru backend (maru_path, first in {show(first) if first else '?'}): use a newer "
+                        "LMCache to use it")
     if engine == "sglang" and hugetlb:
         # SGLang checks its HiCache host pool against psutil's available memory, the kernel's MemAvailable,
         # which leaves reserved HugePages out whether or not they are in use (sgl-project/sglang#34972, open
@@ -273,7 +320,16 @@ def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, 
         if wanted == 0:
             notes.append("the workload fits HBM at its max_batch: the host pool is a prefix cache, sized to what "
                          "the pool nodes can give")
-    fit = min(n.usable // n.ranks for n in nodes) if nodes else 0
+    maru_pool = engine == "lmcache" and bool(maru) and has("lmcache", version, "maru_path")
+    if maru_pool:  # LMCache's Maru backend replaces its CPU buffer: the pool is the devdax device(s), split
+        from dataclasses import replace  # over the workers
+
+        pool, nodes = "maru", []
+        where = maru[0].node
+        rank_list = [replace(r, pool_node=where if where is not None else r.pool_node) for r in rank_list]
+        fit = sum(m.size for m in maru) // count
+    else:
+        fit = min(n.usable // n.ranks for n in nodes) if nodes else 0
     if not wanted and pool == "latency":
         fit //= 2  # a prefix cache in DRAM leaves half of what is usable to everything else on the node
     fit = fit // STEP * STEP
@@ -285,7 +341,11 @@ def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, 
     if per == 0:
         warnings.append("no host pool fits on the pool nodes after the reserves: offloading stays off")
     pending = [n for n in sorted(by_node) if not (facts.node(n) and facts.node(n).mem_total)]  # type: ignore[union-attr]
-    if pending:
+    if maru_pool:
+        from ..host.numabind import BindProbe
+
+        probe = BindProbe("devdax", (), f"{', '.join(m.path for m in maru)} stays devdax and Maru maps it")
+    elif pending:
         from ..host.numabind import BindProbe
 
         probe = BindProbe("unprobed", tuple(sorted(by_node)),
@@ -299,8 +359,21 @@ def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, 
     elif probe.mode == "preferred":
         warnings.append(f"{probe.summary}: the pool may spill to other nodes when node{probe.nodes[0]} is full")
     sp = ServingPlan(engine, pool, tuple(rank_list), tuple(nodes), per, wanted, probe, tuple(notes),
-                     tuple(warnings), profile)
+                     tuple(warnings), profile, version=version, maru=tuple(maru))
     return ServingPlan(**{**sp.__dict__, "settings": settings(sp)})
+
+
+def maru_devices(facts: Facts, proj: NodeProjection) -> list[MaruDevice]:
+    """The DAX devices a ``use: maru`` rule keeps as devdax, with their sizes."""
+    from ..facts.dax import from_facts
+
+    dax = from_facts(facts)
+    out = []
+    for d in proj.dax:
+        dev = dax.device(d.name)
+        if d.use == "maru" and dev is not None:  # the rule says devdax (the model refuses anything else)
+            out.append(MaruDevice(d.name, dev.size, d.node, ready=d.mode_now == "devdax", online=d.online_now))
+    return out
 
 
 # -- the engines' options ----------------------------------------------------------------------------------------
@@ -320,46 +393,106 @@ def _num(x: float) -> int | float:
 
 
 def settings(p: ServingPlan) -> dict[str, Any]:
-    """The engine's options for ``p`` (names and units as the released engines read them)."""
+    """The engine's options for ``p`` (names and units as release ``p.version`` reads them; each option's first
+    release and source are in :mod:`.versions`)."""
+    import json
+
+    from .versions import has
+
+    v = p.version
     gib = _num(p.per_rank / GiB)
     n = len(p.ranks)
     wrap = _wrapper(p)
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if p.engine == "vllm":
-        args = ["--kv-offloading-backend", "native", "--kv-offloading-size", str(_num(p.total / GiB))] if gib else []
-        return {"env": env, "wrapper": wrap, "args": args,
-                "semantics": "--kv-offloading-size is GiB for the whole engine: vLLM divides it by "
+        args: list[str] = []
+        semantics = []
+        if gib and has("vllm", v, "OffloadingConnector cpu_bytes_to_use"):
+            extra = {"cpu_bytes_to_use": p.total, "eviction_policy": "lru"}
+            args = ["--kv-transfer-config", json.dumps({"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                                                        "kv_connector_extra_config": extra}, separators=(",", ":"))]
+            semantics.append(f"cpu_bytes_to_use is bytes for the whole engine: vLLM divides it over the "
+                             f"{n} rank(s) (tensor × pipeline parallel); eviction_policy lru is vLLM's default "
+                             "(arc is the alternative); no secondary_tiers: nodeagent manages no tier below "
+                             "this pool")
+        elif gib:
+            args = ["--kv-offloading-backend", "native", "--kv-offloading-size", str(_num(p.total / GiB))]
+            semantics.append("--kv-offloading-size is GiB for the whole engine: vLLM divides it by "
                              "tensor_parallel_size × pipeline_parallel_size (per rank: "
-                             f"{gib} GiB × {n} ranks); its buffers are pinned. numactl's policy covers every "
-                             "worker: MPOL_BIND over several nodes allocates on the one nearest the CPU a rank "
-                             "runs on",
+                             f"{gib} GiB × {n} ranks); this release needs the backend named")
+        semantics.append("its buffers are pinned")
+        numa_bind = has("vllm", v, "--numa-bind")
+        if numa_bind and p.pool == "latency" and p.bind.mode == "membind":
+            wrap = []
+            args += ["--numa-bind", "--numa-bind-nodes", *(str(r.pool_node) for r in p.ranks)]
+            semantics.append("--numa-bind runs each worker under numactl --cpunodebind=N --membind=N of its "
+                             "GPU's node (--numa-bind-nodes: one node per visible GPU, by CUDA index), so each "
+                             "rank's pool lands on its GPU's DRAM")
+        else:
+            semantics.append("numactl's policy covers every worker: MPOL_BIND over several nodes allocates on the "
+                             "one nearest the CPU a rank runs on")
+            if numa_bind and p.pool == "capacity":
+                semantics.append("--numa-bind is not used: it binds each worker's CPUs and memory to one node "
+                                 "with CPUs, so it cannot put the pool on a CPU-less CXL node, and its per-worker "
+                                 "numactl would replace this wrapper's policy; the global numactl stays")
+        return {"env": env, "wrapper": wrap, "args": args, "semantics": "; ".join(semantics),
                 "command": [*wrap, "vllm", "serve", "MODEL", "--tensor-parallel-size", str(n), *args]}
     if p.engine == "sglang":
         gb = int(p.per_rank / 1e9)
         args = ["--enable-hierarchical-cache", "--hicache-size", str(gb)] if gb else []
-        if gb and p.pool == "capacity":
+        semantics = ["--hicache-size is GB (10^9) per rank (each TP rank allocates its own host pool) and "
+                     "overrides --hicache-ratio; do not pass --numa-node (it binds each rank with --membind to its "
+                     "GPU's node)"]
+        if gb and has("sglang", v, "--hicache-mem-layout") and has("sglang", v, "--hicache-io-backend"):
+            args += ["--hicache-mem-layout", "page_first", "--hicache-io-backend", "kernel"]
+            semantics.append("page_first keeps a page's layers together (SGLang's HiCache best practice) and the "
+                             "kernel I/O backend copies with GPU kernels")
+        if gb and p.pool == "capacity" and has("sglang", v, "--hicache-write-policy"):
+            args += ["--hicache-write-policy", "write_through"]
+            semantics.append("write_through backs every page up to the host pool as it is written, so the large "
+                             "CXL pool holds all the GPU evicts")
+        detect = has("sglang", v, "--disable-hicache-numa-detect")
+        if gb and p.pool == "capacity" and detect:
             args.append("--disable-hicache-numa-detect")  # its own detection binds the pool to the GPU's node
-        if p.pool == "latency":
+        if p.pool == "capacity" and has("sglang", v, "SGLANG_AUTO_NUMA_BIND"):
+            env = env | {"SGLANG_AUTO_NUMA_BIND": "0"}
+            semantics.append("SGLANG_AUTO_NUMA_BIND=0: otherwise SGLang runs each worker under numactl "
+                             "--cpunodebind=N --membind=N of its GPU's node, which replaces the wrapper's policy and "
+                             "puts the pool on DRAM (a release that lost this switch, between sgl-project/sglang"
+                             "#19452 and #30394, does so anyway: verify-serving shows where the pool went)")
+        if p.pool == "latency" and detect:
             wrap = []  # HiCache's NUMA detection already puts each rank's pool on its GPU's node
-        return {"env": env, "wrapper": wrap, "args": args,
-                "semantics": "--hicache-size is GB (10^9) per rank (each TP rank allocates its own host pool) and "
-                             "overrides --hicache-ratio; do not pass --numa-node (it binds each rank with "
-                             "--membind to its GPU's node)" + ("" if p.pool == "capacity" else
-                                                               "; HiCache's NUMA detection stays on: it binds "
-                                                               "each rank's pool to its GPU's node"),
+            semantics.append("HiCache's NUMA detection stays on: it binds each rank's pool to its GPU's node")
+        elif not detect:
+            semantics.append("this release has no HiCache NUMA detection: numactl's policy places the pool")
+        return {"env": env, "wrapper": wrap, "args": args, "semantics": "; ".join(semantics),
                 "command": [*wrap, "python3", "-m", "sglang.launch_server", "--model-path", "MODEL", "--tp-size",
                             str(n), *args]}
     mapping = {r.index: r.pool_node for r in p.ranks}
     cfg: dict[str, Any] = {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": gib}
+    semantics = ["max_local_cpu_size is GiB (LMCache allocates × 1024³) per worker: each rank's engine has its "
+                 "own pinned buffer; numa_mode manual binds each worker's buffer to the node gpu_to_numa_mapping "
+                 "gives its CUDA device index"]
     if p.bind.mode in ("membind", "unprobed"):
         cfg |= {"numa_mode": "manual", "extra_config": {"gpu_to_numa_mapping": mapping}}
         wrap = []
-    return {"env": env | {"LMCACHE_CONFIG_FILE": "lmcache.yaml"}, "wrapper": wrap, "config": cfg,
-            "semantics": "max_local_cpu_size is GiB (LMCache allocates × 1024³) per worker: each rank's engine "
-                         "has its own pinned buffer; numa_mode manual binds each worker's buffer to the node "
-                         "gpu_to_numa_mapping gives its CUDA device index",
-            "command": [*wrap, "vllm", "serve", "MODEL", "--tensor-parallel-size", str(n), "--kv-transfer-config",
-                        '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}']}
+    out: dict[str, Any] = {"env": env | {"LMCACHE_CONFIG_FILE": "lmcache.yaml"}, "wrapper": wrap}
+    if p.pool == "maru":
+        total = sum(m.size for m in p.maru)
+        cfg = {"chunk_size": 256, "local_cpu": False, "max_local_cpu_size": 0,
+               "maru_path": f"maru://localhost:{MARU_PORT}", "maru_pool_size": gib}
+        out["wrapper"] = []
+        out["maru_server"] = ["maru-server", "--port", str(MARU_PORT),
+                              *(x for m in p.maru for x in ("--dax-path", m.path))]
+        semantics = [f"Maru keeps the KV cache on {', '.join(m.path for m in p.maru)} ({format_size(total)}, devdax: "
+                     "memory no NUMA node holds, so no binding applies); maru_pool_size is GiB (× 1024³) each worker "
+                     f"asks maru-server for: {format_size(total)} over {n} worker(s); maru-server --dax-path pins "
+                     "its pool to these devices (without it, it takes any devdax device); LMCache's own CPU buffer "
+                     "is off"]
+    out |= {"config": cfg, "semantics": "; ".join(semantics),
+            "command": [*out["wrapper"], "vllm", "serve", "MODEL", "--tensor-parallel-size", str(n),
+                        "--kv-transfer-config", '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}']}
+    return out
 
 
 def _yaml(cfg: dict[str, Any], indent: str = "") -> list[str]:
@@ -377,14 +510,20 @@ def text(p: ServingPlan) -> str:
     import shlex
 
     s = p.settings
-    pool = ("capacity pool on ZONE_NORMAL CXL" if p.pool == "capacity" else "latency pool on the GPUs' local DRAM")
-    lines = [f"serving: {p.engine} ({VERSIONS[p.engine]}), profile {p.profile or '(none)'}",
+    maru = ", ".join(m.path for m in p.maru)
+    pool = {"capacity": "capacity pool on ZONE_NORMAL CXL", "latency": "latency pool on the GPUs' local DRAM",
+            "maru": f"Maru's pool on {maru} (devdax, {format_size(sum(m.size for m in p.maru))})"}[p.pool]
+    from .versions import show
+
+    lines = [f"serving: {p.engine} {show(p.version)} (options as that release reads them; `--version X` for "
+             f"another), profile {p.profile or '(none)'}",
              f"pool: {pool}, {format_size(p.per_rank)} per rank × {len(p.ranks)} = {format_size(p.total)}"
              + (f" (the capacity model puts {format_size(p.wanted)} off HBM)" if p.wanted else "")]
     for r in p.ranks:
         lines.append(f"  rank {r.index}: GPU {r.pci} (node{r.gpu_node if r.gpu_node is not None else '?'}) → "
-                     f"pool on node{r.pool_node}")
-    lines.append("sizes per pool node (usable = free − OS reserve − weights' page cache − pinned overheads):")
+                     + (f"Maru on {maru}" if p.pool == "maru" else f"pool on node{r.pool_node}"))
+    if p.nodes:
+        lines.append("sizes per pool node (usable = free − OS reserve − weights' page cache − pinned overheads):")
     for n in p.nodes:
         lines.append(f"  node{n.id} {n.tier}: {format_size(n.free)} − {format_size(n.reserve)} − "
                      f"{format_size(n.weights_cache)} − {format_size(n.pinned_overhead)} = {format_size(n.usable)} "
@@ -392,6 +531,8 @@ def text(p: ServingPlan) -> str:
     lines.append(f"bind: {p.bind.summary}")
     lines.append("launch:")
     env = " ".join(f"{k}={v}" for k, v in s["env"].items())
+    if "maru_server" in s:
+        lines.append(f"  {shlex.join(s['maru_server'])}   (Maru's server, beside maru-resource-manager)")
     lines.append(f"  {env} {shlex.join(s['command'])}")
     if "config" in s:
         lines.append(f"  {s['env']['LMCACHE_CONFIG_FILE']}:")
@@ -402,4 +543,4 @@ def text(p: ServingPlan) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ENGINES", "ServingPlan", "VERSIONS", "cxl_nodes", "plan", "settings", "text"]
+__all__ = ["ENGINES", "MaruDevice", "ServingPlan", "cxl_nodes", "maru_devices", "plan", "settings", "text"]

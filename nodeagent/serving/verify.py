@@ -181,6 +181,7 @@ class Report:
     nodes: list[NodeUse]
     findings: list[tuple[str, str]] = field(default_factory=list)  # (pass|warn|fail, text)
     cannot_know: str = ""
+    devdax: tuple[str, ...] = ()  # a Maru pool: the DAX devices (/dev/daxX.Y) the plan puts it on
 
     @property
     def ok(self) -> bool:
@@ -190,7 +191,8 @@ class Report:
         return {"source": self.source, "where": self.where, "cost": self.cost,
                 "planned_nodes": list(self.planned_nodes), "expected_pool_bytes": self.expected,
                 "nodes": [u.__dict__ for u in self.nodes], "ok": self.ok,
-                "findings": [{"status": s, "text": t} for s, t in self.findings], "cannot_know": self.cannot_know}
+                "findings": [{"status": s, "text": t} for s, t in self.findings], "cannot_know": self.cannot_know,
+                "devdax": list(self.devdax)}
 
 
 def tier_of(facts: Facts, node: int) -> str:
@@ -201,7 +203,29 @@ def tier_of(facts: Facts, node: int) -> str:
     return "CXL" if not n.has_cpu and n.tier is not None and top is not None and n.tier > top else "DRAM"
 
 
+def judge_devdax(rep: Report, vmas: list[Vma] | None) -> Report:
+    """A Maru pool: the engine maps the DAX character device. A device-dax mapping is a PFN mapping whose pages
+    belong to no NUMA node and sit on no LRU, so neither numa_maps nor memory.numa_stat counts them; numa_maps
+    still lists the mapping (``file=/dev/daxX.Y``), which is what can be checked."""
+    paths = ", ".join(rep.devdax)
+    if vmas is None:
+        rep.findings.append(("warn", f"memory.numa_stat cannot show a mapping of {paths} (its pages are on no "
+                                     "node): give --pid of a worker process to check that it maps the device"))
+        return rep
+    found = sorted({v.path for v in vmas if v.path in rep.devdax})
+    if found:
+        rep.findings.append(("pass", f"the process maps {', '.join(found)}: Maru's devdax pool (numa_maps counts "
+                                     "none of its pages: they belong to no node)"))
+    else:
+        rep.findings.append(("fail", f"the process maps none of {paths}: no Maru pool here (the vLLM worker "
+                                     "processes map it: give one's PID; check maru-server --dax-path and "
+                                     "LMCache's maru_path)"))
+    return rep
+
+
 def judge(rep: Report, vmas: list[Vma] | None = None) -> Report:
+    if rep.devdax:
+        return judge_devdax(rep, vmas)
     planned = set(rep.planned_nodes)
     on = sum(u.anon for u in rep.nodes if u.planned)
     total = sum(u.anon for u in rep.nodes)
@@ -244,9 +268,9 @@ def judge(rep: Report, vmas: list[Vma] | None = None) -> Report:
     return rep
 
 
-#: ``planner(engine's anon bytes per node) -> (planned pool nodes, expected pool bytes)``: the plan as rendered
-#: before the engine started (its own memory counts as free for its pool).
-Planner = Callable[[dict[int, int]], tuple[tuple[int, ...], int]]
+#: ``planner(engine's anon bytes per node) -> (planned pool nodes, expected pool bytes, DAX devices of a Maru
+#: pool)``: the plan as rendered before the engine started (its own memory counts as free for its pool).
+Planner = Callable[[dict[int, int]], tuple[tuple[int, ...], int, tuple[str, ...]]]
 
 
 def from_cgroup(host: Host, facts: Facts, cgroup: str, planner: Planner) -> Report:
@@ -257,12 +281,12 @@ def from_cgroup(host: Host, facts: Facts, cgroup: str, planner: Planner) -> Repo
                              hint="enable it (MemoryAccounting=yes on the unit), or give --pid PID")
     stat = parse_numa_stat(text)
     ids = sorted(set().union(*(set(v) for v in stat.values())) if stat else set())
-    planned, expected = planner(dict(stat.get("anon", {})))
+    planned, expected, devdax = planner(dict(stat.get("anon", {})))
     nodes = [NodeUse(n, tier_of(facts, n), stat.get("anon", {}).get(n, 0), stat.get("file", {}).get(n, 0),
                      stat.get("unevictable", {}).get(n, 0), n in planned) for n in ids]
     rep = Report("memory.numa_stat", cgroup, "one read of per-node counters the kernel keeps (cheap)", planned,
                  expected, nodes, cannot_know="pinned pages are not counted apart: unevictable is mlocked memory, "
-                 "and pages pinned by the GPU driver without mlock are plain anon")
+                 "and pages pinned by the GPU driver without mlock are plain anon", devdax=devdax)
     return judge(rep)
 
 
@@ -279,18 +303,18 @@ def from_pid(host: Host, facts: Facts, pid: int, planner: Planner) -> Report:
         for n, b in v.bytes_per_node.items():
             slot = per.setdefault(n, [0, 0])
             slot[0 if v.is_anon else 1] += b
-    planned, expected = planner({n: a for n, (a, _) in per.items()})
+    planned, expected, devdax = planner({n: a for n, (a, _) in per.items()})
     nodes = [NodeUse(n, tier_of(facts, n), a, f, 0, n in planned) for n, (a, f) in sorted(per.items())]
     rep = Report("numa_maps", f"/proc/{pid}/numa_maps", "read once: the kernel walks every mapping's page tables "
                  "under the process's mmap lock (stalls its mmap and page faults while it runs)", planned, expected,
                  nodes, cannot_know="numa_maps has no pin or lock flag: pinned pages cannot be told from others; "
-                 "stranded means pages off the node their mapping's policy names")
+                 "stranded means pages off the node their mapping's policy names", devdax=devdax)
     return judge(rep, vmas)
 
 
 def text(rep: Report) -> str:
     lines = [f"verify-serving: {rep.where} ({rep.source}; cost: {rep.cost})",
-             f"plan: pool on {', '.join(f'node{n}' for n in rep.planned_nodes) or '(none)'}, "
+             f"plan: pool on {', '.join(rep.devdax) or ', '.join(f'node{n}' for n in rep.planned_nodes) or '(none)'}, "
              f"{format_size(rep.expected)}"]
     for u in rep.nodes:
         lines.append(f"  node{u.node} {u.tier:<4} anon {format_size(u.anon):>10}  file {format_size(u.file):>10}"

@@ -20,8 +20,9 @@ ZONE_RECLAIM_BITS = {1: "reclaim", 2: "write-dirty", 4: "unmap"}
 DAX_MODES = ("system-ram", "devdax")
 DAX_ZONES = ("movable", "normal")
 ZONE_KERNEL_NAME = {"movable": "Movable", "normal": "Normal"}
-#: What a DAX rule's memory is for; the plan warns when a rule's zone does not fit it.
-DAX_USES = ("tiered", "pinned-pool")
+#: What a DAX rule's memory is for; the plan warns when a rule's zone does not fit it. ``maru``: a devdax device
+#: kept for Maru (XCENA's CXL KV-cache store, an LMCache backend), which maps /dev/daxX.Y itself.
+DAX_USES = ("tiered", "pinned-pool", "maru")
 
 #: Bytes per element of the dtypes a model's weights or KV cache are stored in (the capacity check).
 DTYPE_BYTES: dict[str, float] = {

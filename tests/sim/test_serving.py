@@ -11,6 +11,7 @@ from nodeagent_sim import SimKernel
 from nodeagent_sim import serving as simserving
 
 from nodeagent.cli.main import main
+from nodeagent.serving.versions import PINNED
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "data" / "serving"
@@ -49,14 +50,15 @@ def _golden(doc: dict) -> dict:
                                 "warnings")} | {"bind": {k: doc["bind"][k] for k in ("mode", "nodes")}}
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "lmcache"])
+@pytest.mark.parametrize(("engine", "version"), [(e, v) for e, vs in PINNED.items() for v in vs])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_golden(make_node, capsys, shape: str, engine: str) -> None:
+def test_golden(make_node, capsys, shape: str, engine: str, version: str) -> None:
+    """One golden file per preset shape, engine and pinned release: what that release's options render as."""
     root = _node(make_node, shape)
-    code, doc = _render(capsys, root, engine, SHAPES[shape][2])
-    assert code == 0
+    code, doc = _render(capsys, root, engine, SHAPES[shape][2], "--version", version)
+    assert code == 0 and doc["version"] == version
     got = _golden(doc)
-    path = GOLDEN / f"{shape}-{engine}.json"
+    path = GOLDEN / f"{shape}-{engine}-{version}.json"
     if os.environ.get("NODEAGENT_UPDATE_GOLDEN"):
         path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
     assert got == json.loads(path.read_text()), f"{path} differs (NODEAGENT_UPDATE_GOLDEN=1 rewrites it)"
@@ -82,8 +84,10 @@ def test_capacity_pool_binds_each_rank_to_the_cxl_node_of_its_socket(make_node, 
         s = doc["settings"]
         if engine == "vllm":
             assert s["wrapper"] == ["numactl", "--membind=2,3"]
-            size = float(s["args"][s["args"].index("--kv-offloading-size") + 1])
-            assert size * GiB == doc["total_bytes"]  # the whole engine's figure
+            assert "--numa-bind" not in s["args"]  # it would bind each worker to a node with CPUs
+            cfg = json.loads(s["args"][s["args"].index("--kv-transfer-config") + 1])
+            assert cfg["kv_connector"] == "OffloadingConnector"
+            assert cfg["kv_connector_extra_config"]["cpu_bytes_to_use"] == doc["total_bytes"]  # the whole engine
         elif engine == "sglang":
             assert "--disable-hicache-numa-detect" in s["args"] and s["wrapper"] == ["numactl", "--membind=2,3"]
             gb = int(s["args"][s["args"].index("--hicache-size") + 1])

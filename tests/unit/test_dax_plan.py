@@ -71,7 +71,7 @@ RULE = "    - name: cxl\n      match: {all: true}\n      mode: system-ram\n     
     ("    - name: a\n      match: {all: true}\n      mode: system-ram\n      zone: kernel\n",
      "memory.dax[0].zone: expected one of movable, normal, got 'kernel'"),
     ("    - name: a\n      match: {all: true}\n      mode: devdax\n      use: cache\n",
-     "memory.dax[0].use: expected one of tiered, pinned-pool, got 'cache'"),
+     "memory.dax[0].use: expected one of tiered, pinned-pool, maru, got 'cache'"),
     (RULE + RULE, "two dax rules are named 'cxl'"),
 ])
 def test_invalid_rules_are_named_with_their_position(rule: str, message: str) -> None:

@@ -10,7 +10,8 @@ Profile::
                                          #    {min_size: 1TiB}; criteria combine with AND
           mode: system-ram               # or devdax
           zone: movable                  # or normal; system-ram only
-          use: tiered                    # optional: tiered | pinned-pool; the plan warns if the zone does not fit
+          use: tiered                    # optional: tiered | pinned-pool | maru; the plan warns if the zone does
+                                         #    not fit; maru (devdax only): kept for Maru's CXL KV store
 
 Rules are tried in order and the first that matches a device decides it; a device no rule matches is left as
 it is, and a rule that matches nothing is reported. For each matched device the plan says one of:
