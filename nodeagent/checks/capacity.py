@@ -51,9 +51,16 @@ PAGE = 4096
 STRUCT_PAGE = 64
 
 
+def gib(n: float) -> str:
+    """Memory in binary gibibytes, as everywhere in nodeagent's output (two decimals below 10 GiB)."""
+    return f"{n / 2**30:,.2f}GiB" if abs(n) < 10 * 2**30 else f"{n / 2**30:,.1f}GiB"
+
+
 def gb(n: float) -> str:
-    """Decimal gigabytes, as GPU memory and model sizes are quoted (two decimals below 10 GB)."""
-    return f"{n / 1e9:,.2f} GB" if abs(n) < 10e9 else f"{n / 1e9:,.1f} GB"
+    """A formula's result in decimal gigabytes (model sizes are quoted so: 70B × 2 B = 140 GB), then in GiB as the
+    findings compare it: ``168.0 GB = 156.5GiB``."""
+    dec = f"{n / 1e9:,.2f} GB" if abs(n) < 10e9 else f"{n / 1e9:,.1f} GB"
+    return f"{dec} = {gib(n)}"
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,7 @@ class Tier:
 
     @property
     def label(self) -> str:
-        return self.name + (f" ({gb(self.created)} of CXL, created by this apply)" if self.created else "")
+        return self.name + (f" ({gib(self.created)} of CXL, created by this apply)" if self.created else "")
 
 
 def place(need: int, tiers: list[Tier]) -> tuple[list[tuple[Tier, int]], int]:
@@ -151,19 +158,19 @@ def node_tiers(spec: CapacityCheck, facts: Facts, hbm: int, hbm_src: str,
     dram = min(spec.dram_offload, dram_avail)
     cxl_online = sum(n.mem_free for n in cxl_nodes)
     tiers = [Tier("HBM", hbm, hbm_src),
-             Tier("DRAM", dram, f"dram_offload {format_size(spec.dram_offload)} of {gb(dram_avail)} free DRAM"
+             Tier("DRAM", dram, f"dram_offload {format_size(spec.dram_offload)} of {gib(dram_avail)} free DRAM"
                   + (f" after {format_size(struct_cost)} of struct pages for the CXL devices" if struct_cost
                      else ""))]
     cxl_parts = []
     if cxl_nodes:
-        cxl_parts.append(f"{gb(cxl_online)} free on node{','.join(str(n.id) for n in cxl_nodes)}")
+        cxl_parts.append(f"{gib(cxl_online)} free on node{','.join(str(n.id) for n in cxl_nodes)}")
     old = [d for d in pending if d.name not in made]
     if old:
         usable = sum(d.size - (struct_pages(d.size) if d.memmap_self_hosted else 0) for d in old)
-        cxl_parts.append(f"{gb(usable)} in {', '.join(d.name for d in old)} (not online yet)")
+        cxl_parts.append(f"{gib(usable)} in {', '.join(d.name for d in old)} (not online yet)")
     if created:
         usable = cxl_pending - sum(d.size - (struct_pages(d.size) if d.memmap_self_hosted else 0) for d in old)
-        cxl_parts.append(f"{gb(usable)} of CXL in {', '.join(d.name for d in created)}, created by this apply "
+        cxl_parts.append(f"{gib(usable)} of CXL in {', '.join(d.name for d in created)}, created by this apply "
                          f"({', '.join(str(d.cxl_region) for d in created)})")
     if cxl_parts:
         tiers.append(Tier("CXL", cxl_online + cxl_pending, "; ".join(cxl_parts),
@@ -184,7 +191,7 @@ class CapacityCheckImpl:
     def run(self, host: Host, spec: CapacityCheck, facts: Facts, ctx: CheckContext) -> tuple[list[Finding],
                                                                                               dict[str, Any]]:
         if spec.gpu_memory is not None:
-            hbm, src = spec.gpu_memory, f"{gb(spec.gpu_memory)} from the profile's gpu_memory"
+            hbm, src = spec.gpu_memory, f"{gib(spec.gpu_memory)} from the profile's gpu_memory"
         else:
             try:
                 mem = ctx.hardware.gpu_memory() if ctx.hardware is not None else read_gpu_memory(host)
@@ -194,8 +201,8 @@ class CapacityCheckImpl:
                 raise Skip("no GPU memory figure: nvidia-smi is not installed or failed, and the profile gives no "
                            "capacity.gpu_memory")
             hbm = mem.total_bytes
-            src = f"{len(mem.per_gpu_mib)} × {mem.names[0]}, {gb(hbm)} (nvidia-smi)" if len(set(mem.names)) == 1 \
-                else f"{len(mem.per_gpu_mib)} GPUs, {gb(hbm)} (nvidia-smi)"
+            src = f"{len(mem.per_gpu_mib)} × {mem.names[0]}, {gib(hbm)} (nvidia-smi)" if len(set(mem.names)) == 1 \
+                else f"{len(mem.per_gpu_mib)} GPUs, {gib(hbm)} (nvidia-smi)"
         onlined: frozenset[str] = frozenset()
         created: list[Any] = []
         if ctx.loaded is not None:
@@ -251,35 +258,36 @@ def evaluate(spec: CapacityCheck, tiers: list[Tier]) -> list[Finding]:
               "the weights alone exceed HBM: use more GPUs or a smaller dtype")
     spill = [(t, used) for t, used in placed[1:] if used > 0]
     if left > 0:
-        have = " + ".join(f"{t.name} {gb(t.capacity)}" for t in tiers)
+        have = " + ".join(f"{t.name} {gib(t.capacity)}" for t in tiers)
         if not has_cxl:
-            msg = (f"the workload needs {gb(need)} but this node has {have} = {gb(sum(t.capacity for t in tiers))}: "
-                   f"it needs a CXL tier of at least {gb(left)}, which this node lacks ({largest})")
-            fix = (f"add CXL.mem expanders of at least {gb(left)}, or provision a smaller workload: {retune}, "
+            total = gib(sum(t.capacity for t in tiers))
+            msg = (f"the workload needs {gib(need)} but this node has {have} = {total}: "
+                   f"it needs a CXL tier of at least {gib(left)}, which this node lacks ({largest})")
+            fix = (f"add CXL.mem expanders of at least {gib(left)}, or provision a smaller workload: {retune}, "
                    f"or lower max_batch to {max(w.largest_batch(sum(t.capacity for t in tiers)), 0)} with DRAM "
                    "offload, or store the KV cache in fp8")
         else:
-            msg = (f"the workload needs {gb(need)}; with every tier ({have}) {gb(left)} does not fit ({largest})"
+            msg = (f"the workload needs {gib(need)}; with every tier ({have}) {gib(left)} does not fit ({largest})"
                    + "".join(f"; {t.label}" for t in tiers if t.created))
             fix = f"lower max_batch to {max(w.largest_batch(sum(t.capacity for t in tiers)), 0)}, or add capacity"
         findings.append(Finding("fail", msg, fix))
         return findings
     if not spill:
-        findings.append(Finding("pass", f"fits in HBM: {gb(need)} of {gb(hbm.capacity)} ({largest})"))
+        findings.append(Finding("pass", f"fits in HBM: {gib(need)} of {gib(hbm.capacity)} ({largest})"))
         unused = [t for t in tiers[1:] if t.name == "CXL"]
         if unused:
             top = w.largest_batch(sum(t.capacity for t in tiers))
-            findings.append(Finding("warn", f"the CXL tier ({gb(unused[0].capacity)}"
-                                    + (f", {gb(unused[0].created)} of it created by this apply" if unused[0].created
+            findings.append(Finding("warn", f"the CXL tier ({gib(unused[0].capacity)}"
+                                    + (f", {gib(unused[0].created)} of it created by this apply" if unused[0].created
                                        else "") + f") holds nothing at batch "
                                     f"{w.batch}: the batch was not retuned when the tier was added "
                                     f"(up to {top} fit with it)",
                                     "raise max_batch to use the CXL tier (watch decode latency), or leave the "
                                     "CXL memory to pageable data"))
         return findings
-    where = ", ".join(f"{gb(used)} to {t.label}" for t, used in spill)
+    where = ", ".join(f"{gib(used)} to {t.label}" for t, used in spill)
     pending = [d for t, used in spill for d in t.pending]
-    msg = (f"does not fit in HBM: needs {gb(need)}, HBM holds {gb(hbm.capacity)}; {where} ({largest})")
+    msg = (f"does not fit in HBM: needs {gib(need)}, HBM holds {gib(hbm.capacity)}; {where} ({largest})")
     fix = f"{retune}; every byte off HBM costs decode throughput (a third, in a field report)"
     if pending:
         fix += (f"; the CXL capacity must be online before the workload starts, and is not yet: "

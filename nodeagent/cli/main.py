@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from ..profile import LoadedProfile
 
 
+#: The version of every command's ``--format json`` document (its ``format_version`` key, first). It goes up when
+#: a key a consumer may read is renamed, removed or changes meaning; adding a key does not change it.
+FORMAT_VERSION = 1
+
+
 @dataclass
 class Ctx:
     root: str = "/"
@@ -76,9 +81,13 @@ class Ctx:
         self.document = None
         if doc is None and error is None:
             return
+        if doc is None:
+            doc = {}
+        elif not isinstance(doc, dict):  # every command's document is an object; a list goes under "result"
+            doc = {"result": doc}
         if error is not None:  # {"error": {message, hint, exit_code}}, beside the command's own keys if any
-            doc = {**doc, "error": error} if isinstance(doc, dict) else {"error": error} if doc is None else \
-                {"result": doc, "error": error}
+            doc = {**doc, "error": error}
+        doc = {"format_version": FORMAT_VERSION, **{k: v for k, v in doc.items() if k != "format_version"}}
         click.echo(json.dumps(doc, indent=2, default=str))
 
 
@@ -315,9 +324,11 @@ verbose_opt = click.option("--verbose", "-v", is_flag=True,
 @click.option("--out", "out", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
               help="Also save the plan to FILE: `apply --plan FILE` carries out exactly it, or refuses if the node "
                    "or the profile changed.")
+@click.option("--advice", is_flag=True,
+              help="Print only the profile's advisories on this node, in full (what a converged plan counts).")
 @click.pass_obj
 def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, allow_disruptive: bool,
-         facts_path: str | None, baseline: str | None, out: str | None) -> None:
+         facts_path: str | None, baseline: str | None, out: str | None, advice: bool) -> None:
     """Show what apply would change, and why. Writes nothing. PROFILE: default /etc/nodeagent/profile.yaml.
 
     With --facts it never touches this machine: it plans against captured facts, with the same planner.
@@ -329,12 +340,16 @@ def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, 
       nodeagent plan new.yaml --baseline old.yaml   # what a profile edit changes on this node
       nodeagent plan my.yaml --facts fleet/         # offline, against `facts --save` files
       nodeagent plan my.yaml --out reviewed.plan    # then: sudo nodeagent apply --plan reviewed.plan
+      nodeagent plan --advice                       # the advisories a converged plan only counts
     """
-    from ..render.text import plan_text
+    from ..render.text import advice_text, plan_text
 
     if profile is None and facts_path is not None:
         raise UsageError("plan --facts needs PROFILE", hint="nodeagent plan PROFILE --facts DIR")
     profile = _profile(ctx, profile)
+    if advice and (facts_path or baseline or out or detailed_exitcode or ctx.fmt == "markdown"):
+        raise UsageError("--advice prints the advisories alone: not with --facts, --baseline, --out, "
+                         "--detailed-exitcode or --format markdown")
     if facts_path is not None or baseline is not None or ctx.fmt == "markdown":
         if out is not None:
             raise UsageError("--out saves a plan of this node: not with --facts, --baseline or --format markdown")
@@ -344,6 +359,9 @@ def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, 
     eng = ctx.engine()
     f = eng.facts(loaded)
     p = eng.plan(loaded, allow_disruptive=allow_disruptive, facts=f)
+    if advice:
+        ctx.emit(advice_text(p), {"profile": p.profile, "node": p.node, "advisories": list(p.warnings)})
+        return
     ctx.emit(plan_text(p, verbose=verbose), p.to_dict())
     if out is not None:
         from .saved_plan import write

@@ -91,9 +91,9 @@ def show(ctx: Ctx) -> None:
     c.sample(refresh=False, moves=False)
     fams = [f for f in c.collect() if f.samples]
     if ctx.fmt == "json":
-        ctx.emit("", [{"name": f.sample_name, "type": f.kind, "help": f.help,
-                       "samples": [{"labels": dict(zip(f.labels, v, strict=True)), "value": x}
-                                   for v, x in f.samples]} for f in fams])
+        ctx.emit("", {"families": [{"name": f.sample_name, "type": f.kind, "help": f.help,
+                                    "samples": [{"labels": dict(zip(f.labels, v, strict=True)), "value": x}
+                                                for v, x in f.samples]} for f in fams]})
     else:
         click.echo(render(fams), nl=False)
 

@@ -100,7 +100,7 @@ def history(ctx: Ctx, resource: str | None, target: str | None, event: str | Non
     journal = Journal(ctx.host)
     events = journal.query(resource=resource, target=target, event=event,
                            since=parse_since(since) if since else None, limit=limit)
-    ctx.emit(history_text(events, journal.skipped), events)
+    ctx.emit(history_text(events, journal.skipped), {"events": events, "skipped": journal.skipped})
 
 
 @click.command()
@@ -257,7 +257,7 @@ def units_render(ctx: Ctx, profile: str | None, node_profile: str | None, exe: s
 
     files = _render(ctx, profile, node_profile, exe, prefix, before, metrics_textfile, interval)
     ctx.emit("\n".join(f"# ==> {destination(n)} <==\n{t}" for n, t in files.items()),
-             {destination(n): t for n, t in files.items()})
+             {"files": {destination(n): t for n, t in files.items()}})
 
 
 @units.command("install")

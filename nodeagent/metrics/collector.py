@@ -294,19 +294,43 @@ class Collector:
         yield fam
 
     def _drift(self, drift: Any, kinds: tuple[str, ...]) -> Iterator[Family]:
+        """From ``drift`` (a report just measured: apply, drift), else from the last recorded measurement
+        (``drift.json``: the drift timer's ``drift --record``, ``run``'s interval, kept current by apply and
+        revert), so the HTTP exporter serves the same drift series as the textfile without planning per scrape."""
         if drift is None:
+            yield from self._recorded_drift(kinds)
             return
-        if drift.checked is not None:
-            yield one("nodeagent_drift_check_timestamp_seconds", "Unix time drift was last measured", drift.checked)
-        by = drift.by_resource()
+        apart: dict[str, int] = {}
+        for p in getattr(drift, "cannot_be_done", ()):
+            apart[p.kind] = apart.get(p.kind, 0) + 1
+        yield from self._drift_families(drift.checked, drift.by_resource(), apart, kinds)
+
+    def _recorded_drift(self, kinds: tuple[str, ...]) -> Iterator[Family]:
+        from ..util.errors import NodeagentError
+
+        try:
+            rec = self.state.drift()
+        except (NodeagentError, OSError):
+            return  # an unreadable record: status and drift say why; the series are left out
+        if not rec:
+            return
+        by: dict[str, int] = {}
+        for item in rec.items.values():
+            by[item.resource] = by.get(item.resource, 0) + 1
+        apart: dict[str, int] = {}
+        for u in rec.cannot_be_done.values():
+            apart[u.resource] = apart.get(u.resource, 0) + 1
+        yield from self._drift_families(rec.checked, by, apart, kinds)
+
+    def _drift_families(self, checked: float | None, by: dict[str, int], apart: dict[str, int],
+                        kinds: tuple[str, ...]) -> Iterator[Family]:
+        if checked is not None:
+            yield one("nodeagent_drift_check_timestamp_seconds", "Unix time drift was last measured", checked)
         fam = gauge("nodeagent_drift_items", "Settings away from the profile, by resource kind", "resource")
         for kind in sorted(set(kinds) | set(by)):
             fam.add(by.get(kind, 0), kind)
         yield fam
         # What apply cannot do on this node is not drift (nodeagent.drift): a series of its own.
-        apart: dict[str, int] = {}
-        for p in getattr(drift, "cannot_be_done", ()):
-            apart[p.kind] = apart.get(p.kind, 0) + 1
         fam = gauge("nodeagent_cannot_be_done_items",
                     "Parts of the profile apply cannot do on this node (not drift), by resource kind", "resource")
         for kind in sorted(set(kinds) | set(apart)):

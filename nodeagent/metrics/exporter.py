@@ -77,7 +77,10 @@ class _Adapter:
             if self._last is not None and now - self._last[0] < self.cache:
                 fams = self._last[1]
             else:
-                fams = self.collector.collect()
+                from ..kinds.registry import BY_KIND
+
+                # every resource kind, as the textfile has them: a kind with no drift reads 0, not absent
+                fams = self.collector.collect(resource_kinds=tuple(BY_KIND))
                 self.collections += 1
                 self._last = (time.monotonic(), fams)
         for f in fams:

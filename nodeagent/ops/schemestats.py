@@ -39,6 +39,9 @@ class SchemeStats:
     sz_applied: int | None = None
     sz_ops_filter_passed: int | None = None
     qt_exceeds: int | None = None
+    #: its minimum region size matches no region (dest_free: ``nodeagent guard`` or an apply paused it while its
+    #: destination is nearly full); None: not read
+    paused: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,5 +71,5 @@ def collect(host: Host, ownership: Ownership, *, refresh: bool) -> OwnedStats:
     out.kdamonds = {str(i): kd for i, kd in rows.kdamonds.items()}
     out.notes += rows.notes
     out.schemes = [SchemeStats(str(r["kdamond"]), r["context"], r["scheme"], r.get("action"), r["name"],
-                               **{c: r.get(c) for c in COUNTERS}) for r in rows.schemes]
+                               **{c: r.get(c) for c in COUNTERS}, paused=r.get("paused")) for r in rows.schemes]
     return out

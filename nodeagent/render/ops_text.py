@@ -45,7 +45,7 @@ def drift_text(report: Any, *, verbose: bool = True) -> str:  # nodeagent.drift.
         return "\n".join(out)
     for n in report.notes:
         out.append(f"  note: {n}")
-    out += advisory_lines(report.advisories, full=verbose or not report.converged, command="drift",
+    out += advisory_lines(report.advisories, full=verbose or not report.converged, command="drift -v",
                           label="note")
     if report.converged:
         if report.reverted:
@@ -200,8 +200,10 @@ def status_text(s: dict[str, Any]) -> str:
             for sc in kd.get("schemes") or []:
                 if str(sc["kdamond"]) != str(key):
                     continue
+                paused = ("paused (matches no region while its destination is nearly full; the guard resumes it "
+                          "when there is room), " if sc.get("paused") else "")
                 out.append(f"    scheme {sc['kdamond']}/{sc['context']}/{sc['scheme']} {sc.get('action') or ''}: "
-                           f"tried {sc.get('nr_tried')} regions ({_size(sc.get('sz_tried'))}), applied "
+                           f"{paused}tried {sc.get('nr_tried')} regions ({_size(sc.get('sz_tried'))}), applied "
                            f"{sc.get('nr_applied')} ({_size(sc.get('sz_applied'))}), quota exceeded "
                            f"{sc.get('qt_exceeds')}")
     else:

@@ -36,7 +36,7 @@ def delta_text(delta: PlanDelta) -> str:
         out += [f"  + {c.target}: now also {_before(c)} → {_after(c)}" + ("  [disruptive]" if c.disruptive else "")
                 for c in delta.added]
         out += [f"  - {c.target}: no longer {_before(c)} → {_after(c)}" for c in delta.removed]
-        out += [f"  ~ {b.target}: {_before(b)} → {_after(b)}, before this change → {_after(a)}"
+        out += [f"  ~ {b.target}: {_before(b)} → {_after(b)} (baseline: {_after(a)})"
                 + ("  [disruptive]" if b.disruptive else "") for a, b in delta.different]
         out += [f"  ! new problem: {p.message}" for p in delta.new_problems]
         out += [f"  ✓ resolved: {p.message}" for p in delta.resolved_problems]

@@ -30,17 +30,25 @@ def _unchanged_count(plan: Plan) -> int:
     return len(plan.unchanged) - len(damon) + collapsed
 
 
-def advisory_lines(warnings: tuple[str, ...] | list[str], *, full: bool, command: str = "plan",
+def advisory_lines(warnings: tuple[str, ...] | list[str], *, full: bool, command: str = "plan --advice",
                    label: str = "warning") -> list[str]:
-    """A plan's warnings (what the profile cannot do on this kernel, what no guard keeps...): in full when
-    ``full``, else one line that counts them. The CLI shows them in full when there is something to change (the
-    moment to act on them) or with ``-v``; a converged node's timer, Ansible run or drift check does not repeat
-    the same paragraph every time."""
+    """A plan's advisories (what the profile cannot do on this kernel, what no guard keeps...): in full when
+    ``full``, else one line that counts them and names ``command``, which prints them. The CLI shows them in full
+    when there is something to change (the moment to act on them) or with ``-v``; a converged node's timer,
+    Ansible run or drift check does not repeat the same paragraph every time."""
     if full or not warnings:
         return [f"  {label}: {w}" for w in warnings]
     n = len(warnings)
-    return [f"  ({n} warning{'s' if n != 1 else ''}, shown in full when there is something to change; "
-            f"`nodeagent {command} -v` shows {'them' if n != 1 else 'it'})"]
+    return [f"  ({n} advisor{'ies' if n != 1 else 'y'}, shown in full when there is something to change; "
+            f"see `nodeagent {command}`)"]
+
+
+def advice_text(plan: Plan) -> str:
+    """``plan --advice``: the profile's advisories on this node in full, and nothing else."""
+    head = f"Advisories for profile {plan.profile}" + (f" on {plan.node}" if plan.node else "")
+    if not plan.warnings:
+        return head + ": none."
+    return "\n".join([head + ":", *(f"  - {w}" for w in plan.warnings)])
 
 
 def plan_text(plan: Plan, *, verbose: bool = True) -> str:

@@ -178,3 +178,21 @@ def test_failed_checks_fail_the_task_with_what_they_found_and_the_exit_code(make
     assert '"exit_code": 4' in run.out
     assert ": check coexistence warned: " in run.out  # warnings reach the play even when it fails
     assert journal_lengths({"node": root}) == before
+
+
+def test_a_review_run_of_the_example_installs_nothing() -> None:
+    """site.yml's install tasks honour check mode (no ``check_mode: false``): ``--check`` must not install packages
+    or copy files onto a node. Only the simulated boot (the stand-in for hardware) and the controller-side wheel
+    build run in check mode; the reconcile waits for an installed nodeagent in check mode instead of failing."""
+    import yaml
+
+    plays = yaml.safe_load((REPO / "ansible/examples/site.yml").read_text())
+    tasks = [t for play in plays for t in play["tasks"]]
+    forced = {t["name"] for t in tasks if t.get("check_mode") is False}
+    assert forced == {"Boot the simulated node", "Build the nodeagent wheel on the controller"}
+    installs = [t for t in tasks if {"ansible.builtin.apt", "ansible.builtin.pip", "ansible.builtin.copy"} & t.keys()]
+    assert len(installs) == 4 and all("check_mode" not in t for t in installs)
+    (build,) = [t for t in tasks if t["name"] == "Build the nodeagent wheel on the controller"]
+    assert build["delegate_to"] == "localhost"
+    (reconcile,) = [t for t in tasks if "nodeagent.tiering.reconcile" in t]
+    assert "installed.stat" in reconcile["when"]

@@ -42,13 +42,13 @@ def test_done_when_workstation_passes_and_says_it_lacks_a_cxl_tier(make_node, ca
     for name in ("cpu", "disk", "gpu_pcie"):
         assert f"✓ {name} [error] pass" in out
     assert "! capacity [warning] warn" in out
-    assert "it needs a CXL tier of at least 494.9 GB, which this node lacks" in out
+    assert "it needs a CXL tier of at least 460.9GiB, which this node lacks" in out
 
 
 def test_h100_cxl_tells_the_capacity_story(make_node, capsys) -> None:
     code, out, _ = cli(["--root", str(make_node("h100-cxl")), "check", PROFILE], capsys)
     assert code == 0
-    assert "85.9 GB to DRAM, 95.1 GB to CXL" in out and "set max_batch ≤ 62" in out
+    assert "80.0GiB to DRAM, 88.5GiB to CXL" in out and "set max_batch ≤ 62" in out
 
 
 def test_json_output(make_node, capsys) -> None:

@@ -51,10 +51,11 @@ def test_every_sim_verb_prints_one_json_document(scratch_dir: Path, position: st
             code, out, err = run(args, capsys)
             assert code == 0, err
             doc = one_document(out)
-            assert "error" not in doc
+            assert "error" not in doc and doc["format_version"] == 1
     # what the documents say, for a few verbs
     code, out, _ = run(["--format", "json", "sim", "write", str(node), AUTO_ONLINE, "online"], capsys)
-    assert one_document(out) == {"directory": str(node), "path": AUTO_ONLINE, "value": "online", "written": True}
+    assert one_document(out) == {"format_version": 1, "directory": str(node), "path": AUTO_ONLINE, "value": "online",
+                                 "written": True}
     code, out, _ = run(["--format", "json", "sim", "presets"], capsys)
     assert "small" in [p["name"] for p in one_document(out)["presets"]]
 

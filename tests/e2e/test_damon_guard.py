@@ -85,6 +85,12 @@ def test_a_full_destination_pauses_the_scheme_with_the_same_pid_and_the_next_pla
               if ln.startswith("nodeagent_damon_scheme_paused{")}
     assert paused['kdamond="0",name="demote-cold-node0",context="0",scheme="0",action="migrate_cold"'] == "1"
     assert paused['kdamond="1",name="demote-cold-node1",context="0",scheme="0",action="migrate_cold"'] == "0"
+    code, out, err = run(capsys, root, "status")  # the paused scheme, as the operator sees the node
+    assert "scheme 0/0/0 migrate_cold: paused (matches no region while its destination is nearly full" in out, out
+    assert "scheme 1/0/0 migrate_cold: tried " in out
+    code, out, err = run(capsys, root, "--format", "json", "status")
+    schemes = json.loads(out)["kdamonds"]["schemes"]
+    assert [(s["kdamond"], s["scheme"]) for s in schemes if s["paused"]] == [("0", 0)] and len(schemes) > 1
 
 
 def test_between_the_thresholds_either_state_is_what_the_profile_wants(applied, capsys) -> None:
@@ -217,7 +223,7 @@ def test_plan_warns_while_no_guard_keeps_the_dest_free_schemes(applied, capsys) 
     # converged: counted in one line, not repeated on every run
     code, out, err = run(capsys, root, "plan", profile)
     assert "no `nodeagent guard`" not in out and re.search(
-        r"\(\d+ warnings, shown in full when there is something to change; `nodeagent plan -v` shows them\)", out)
+        r"\(\d+ advisories, shown in full when there is something to change; see `nodeagent plan --advice`\)", out)
     beat = root / "var/lib/nodeagent/guard.json"
     beat.write_text(json.dumps({"pid": 4242, "profile": "cxl-inference", "time": time.time()}))
     assert "no `nodeagent guard`" not in run(capsys, root, "plan", "-v", profile)[1]

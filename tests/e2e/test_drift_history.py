@@ -93,7 +93,7 @@ def test_record_keeps_first_seen_and_history_across_runs(applied: Path, capsys) 
     code, _, _ = run(["--root", root, "apply", "--yes", PROFILE], capsys)
     assert code == 0
     code, out, _ = run(["--root", root, "--format", "json", "history"], capsys)
-    events = [(e["event"], e.get("target"), e.get("actual"), e.get("by")) for e in json.loads(out)]
+    events = [(e["event"], e.get("target"), e.get("actual"), e.get("by")) for e in json.loads(out)["events"]]
     assert events == [
         ("apply", None, None, None),
         ("drift", "kernel.numa_balancing", "1 (normal)", None),

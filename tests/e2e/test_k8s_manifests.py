@@ -124,9 +124,9 @@ def _json_patch(doc: dict, ops: list[dict]) -> dict:
 
 
 def test_the_apply_overlay_is_the_base_with_apply() -> None:
-    """deploy/kubernetes/apply: the same DaemonSet, reconciling (``run --apply``), after a plan-only rollout."""
-    overlay = yaml.safe_load((DEPLOY / "apply" / "kustomization.yaml").read_text())
-    assert overlay["resources"] == [".."]
+    """deploy/kubernetes/overlays/apply: the same DaemonSet, reconciling (``run --apply``), after plan-only."""
+    overlay = yaml.safe_load((DEPLOY / "overlays" / "apply" / "kustomization.yaml").read_text())
+    assert overlay["resources"] == ["../.."]
     (patch,) = overlay["patches"]
     ds = by_kind()["DaemonSet"]
     assert patch["target"] == {"kind": "DaemonSet", "name": ds["metadata"]["name"]}

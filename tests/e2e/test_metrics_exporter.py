@@ -107,6 +107,37 @@ def test_exporter_serves_every_series_over_loopback_and_writes_only_the_refresh(
     assert parse(text2)[("nodeagent_info", (("version", "0.1.0"),))] == 1
 
 
+def test_the_exporter_serves_the_drift_series_of_the_textfile(h100: Path, tmp_path: Path, capsys) -> None:
+    """Drift as the timer's ``drift --record`` (or ``run``'s interval) last measured it: the same series the
+    textfile has, without planning per scrape; an apply that fixes the drift clears them."""
+    exp = Exporter(Collector(open_host(h100), refresh_interval=3600))
+    where = exp.start("127.0.0.1", 0)
+    drift_series = ("nodeagent_drift_items", "nodeagent_cannot_be_done_items",
+                    "nodeagent_drift_check_timestamp_seconds")
+
+    def served() -> dict:
+        return {k: v for k, v in parse(scrape(where)).items() if k[0] in drift_series}
+
+    try:
+        assert not served()  # nothing measured yet: no series, as in a textfile written without drift
+        SimKernel(h100).write("/proc/sys/kernel/numa_balancing", "1")
+        prom = tmp_path / "nodeagent.prom"
+        assert main(["--root", str(h100), "drift", "--record", "--metrics-textfile", str(prom)]) == 3
+        time.sleep(1.1)  # past the scrape cache
+        got = served()
+        textfile = {k: v for k, v in parse(prom.read_text()).items() if k[0] in drift_series}
+        stamp = ("nodeagent_drift_check_timestamp_seconds", ())
+        assert abs(got.pop(stamp) - textfile.pop(stamp)) < 1  # the record keeps whole seconds
+        assert got == textfile and got[("nodeagent_drift_items", (("resource", "knob"),))] == 1
+        assert got[("nodeagent_drift_items", (("resource", "damon"),))] == 0
+        assert main(["--root", str(h100), "apply", "--yes", PROFILE]) == 0
+        time.sleep(1.1)
+        assert served()[("nodeagent_drift_items", (("resource", "knob"),))] == 0
+    finally:
+        exp.shutdown()
+    capsys.readouterr()
+
+
 def test_on_a_kernel_with_refresh_ms_the_exporter_writes_nothing(make_node, capsys) -> None:
     root = make_node("h100-cxl", kernel="6.18.0-nodeagent-sim")
     assert main(["--root", str(root), "apply", "--yes", PROFILE]) == 0
@@ -153,7 +184,7 @@ def test_gpu_sources_fall_back_and_a_driver_mismatch_is_an_error_series(h100: Pa
 
 def test_metrics_show_as_json(h100: Path, capsys) -> None:
     assert main(["--root", str(h100), "--format", "json", "metrics", "show"]) == 0
-    fams = {f["name"]: f for f in json.loads(capsys.readouterr().out)}
+    fams = {f["name"]: f for f in json.loads(capsys.readouterr().out)["families"]}
     assert fams["nodeagent_damon_kdamond_cpu_seconds_total"]["type"] == "counter"
     assert {s["labels"]["tier"] for s in fams["nodeagent_tier_memory_total_bytes"]["samples"]} == {"4", "22"}
 
@@ -168,7 +199,7 @@ def test_listen_addresses_and_errors(h100: Path, capsys) -> None:
 
 def test_units_render_includes_the_exporter(h100: Path, capsys) -> None:
     assert main(["--root", str(h100), "--format", "json", "units", "render", PROFILE]) == 0
-    units = json.loads(capsys.readouterr().out)
+    units = json.loads(capsys.readouterr().out)["files"]
     unit = units["/etc/systemd/system/nodeagent-exporter.service"]
     assert "metrics serve --listen :10075" in unit and "Restart=on-failure" in unit
 

@@ -108,7 +108,7 @@ def test_exporter_unit_leaves_room_for_the_probe(make_node, capsys) -> None:
 
     root = make_node("h100-cxl")
     assert main(["--root", str(root), "--format", "json", "units", "render", PROFILE]) == 0
-    unit = json.loads(capsys.readouterr().out)["/etc/systemd/system/nodeagent-exporter.service"]
+    unit = json.loads(capsys.readouterr().out)["files"]["/etc/systemd/system/nodeagent-exporter.service"]
     assert "CacheDirectory=nodeagent" in unit and "Environment=NODEAGENT_CACHE=%C/nodeagent" in unit
     limit = next(line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("MemoryMax="))
     assert int(limit.rstrip("M")) * 1024**2 >= 2 * 1024**3 + 256 * 1024**2

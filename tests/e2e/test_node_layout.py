@@ -63,7 +63,7 @@ def test_units_run_the_installed_script_on_the_node_profile(make_node, capsys) -
     _install_profile(root)
     code, out, _ = run(["units", "render", "--root", str(root), "--format", "json"], capsys)
     assert code == 0
-    apply = json.loads(out)["/etc/systemd/system/nodeagent-apply.service"]
+    apply = json.loads(out)["files"]["/etc/systemd/system/nodeagent-apply.service"]
     exec_start = next(line for line in apply.splitlines() if line.startswith("ExecStart="))
     assert exec_start.endswith(" apply --yes --wait-memdevs 2min /etc/nodeagent/profile.yaml")
     assert exec_start.removeprefix("ExecStart=").split()[0].endswith("/nodeagent")

@@ -134,3 +134,11 @@ def test_a_shipped_name_works_for_units_and_drift(make_node, capsys) -> None:
     assert code == 0 and "No drift" in out
     code, _, err = run(["--root", root, "units", "render", "no-such-profile"], capsys)
     assert code == 65 and "no-such-profile" in err
+
+
+def test_the_wheel_installs_the_man_pages(installed: Path) -> None:
+    """pip puts a wheel's data files under the environment's prefix: share/man/man1, where `man` finds them."""
+    (data,) = installed.glob("nodeagent-*.data")
+    pages = {p.name: p.read_text() for p in (data / "data/share/man/man1").glob("*.1")}
+    assert pages == {p.name: p.read_text() for p in (REPO / "man").glob("*.1")}
+    assert "nodeagent.1" in pages and "nodeagent-plan.1" in pages

@@ -31,7 +31,7 @@ def test_fits_in_hbm_passes_and_an_unused_cxl_tier_is_flagged() -> None:
     tiers = [Tier("HBM", 1000 * GB, "x"), Tier("DRAM", 0, "x"), Tier("CXL", 2000 * GB, "x")]
     f = evaluate(spec(max_batch=60), tiers)
     assert [x.status for x in f] == ["pass", "pass", "warn"]
-    assert "fits in HBM: 490.1 GB of 1,000.0 GB" in f[1].message
+    assert "fits in HBM: 456.5GiB of 931.3GiB" in f[1].message
     assert "holds nothing at batch 60: the batch was not retuned when the tier was added" in f[2].message
 
 
@@ -40,12 +40,12 @@ def test_spill_is_reported_per_tier_and_a_missing_tier_fails() -> None:
     dram = Tier("DRAM", 80 * GiB, "offload")
     f = evaluate(spec(), [hbm, dram, Tier("CXL", 4000 * GB, "dax", ("dax0.0",))])
     assert f[-1].status == "warn"
-    assert "needs 683.4 GB, HBM holds 502.4 GB; 85.9 GB to DRAM, 95.1 GB to CXL" in f[-1].message
+    assert "needs 636.5GiB, HBM holds 467.9GiB; 80.0GiB to DRAM, 88.5GiB to CXL" in f[-1].message
     assert "largest batch that fits: HBM 62, HBM+DRAM 78, HBM+DRAM+CXL" in f[-1].message
     assert "set max_batch ≤ 62" in f[-1].remedy and "dax0.0" in f[-1].remedy
     f = evaluate(spec(), [hbm, dram])
     assert f[-1].status == "fail"
-    assert "it needs a CXL tier of at least 95.1 GB, which this node lacks" in f[-1].message
+    assert "it needs a CXL tier of at least 88.5GiB, which this node lacks" in f[-1].message
 
 
 def test_h100_cxl_batch_96_spills_to_cxl_and_batch_128_fits_only_with_it(make_node) -> None:
@@ -56,7 +56,7 @@ def test_h100_cxl_batch_96_spills_to_cxl_and_batch_128_fits_only_with_it(make_no
     assert r.evidence["cxl_pending"] == {"dax0.0": 2 * 1024**4, "dax1.0": 2 * 1024**4}
     assert r.evidence["struct_pages_for_cxl"] == 64 * GiB
     assert r.evidence["placement"]["CXL"] > 0 and r.evidence["unplaced"] == 0
-    assert "95.1 GB to CXL" in messages(r)
+    assert "88.5GiB to CXL" in messages(r)
     r128 = one(root, "capacity", {**SPEC, "max_batch": 128})
     lb = r128.evidence["largest_batch"]
     assert lb["HBM"] < lb["HBM+DRAM"] < 128 <= lb["HBM+DRAM+CXL"]
@@ -73,7 +73,7 @@ def test_online_cxl_nodes_count_as_the_cxl_tier(make_node) -> None:
 def test_workstation_needs_a_cxl_tier_it_lacks(make_node) -> None:
     r = one(make_node("workstation"), "capacity", SPEC)
     assert r.status == "fail"
-    assert "it needs a CXL tier of at least 494.9 GB, which this node lacks" in messages(r)
+    assert "it needs a CXL tier of at least 460.9GiB, which this node lacks" in messages(r)
     r = one(make_node("workstation"), "capacity", {**SPEC, "severity": "warning"})
     assert r.status == "warn"
 
@@ -119,6 +119,6 @@ def test_cxl_regions_this_apply_creates_count_as_the_cxl_tier_and_say_so(make_no
     assert r.status == "warn", messages(r)
     assert r.evidence["cxl_created"] == {"dax0.0": 2 * 1024**4, "dax1.0": 2 * 1024**4}
     assert r.evidence["unplaced"] == 0 and r.evidence["struct_pages_for_cxl"] == 64 * GiB
-    assert "95.1 GB to CXL (4,398.0 GB of CXL, created by this apply)" in messages(r)
+    assert "88.5GiB to CXL (4,096.0GiB of CXL, created by this apply)" in messages(r)
     assert "which this node lacks" not in messages(r)
     assert "dax0.0 (of region0, created by this apply; this profile onlines it)" in messages(r)

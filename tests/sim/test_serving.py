@@ -135,7 +135,9 @@ def _plan(capsys, root: Path) -> dict:
 def _verify(capsys, root: Path, *args: str) -> tuple[int, dict]:
     capsys.readouterr()
     code = main(["--root", str(root), "--format", "json", "verify-serving", *args])
-    return code, json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format_version"] == 1
+    return code, doc
 
 
 def test_verify_serving_finds_the_pool_on_plan(make_node, capsys) -> None:

@@ -34,7 +34,7 @@ def test_the_image_build_context_leaves_out_the_virtualenv_and_keeps_the_sources
     for heavy in (".venv", ".git", "__pycache__", ".pytest_cache", ".ruff_cache", "build", "dist"):
         assert _ignored(heavy, patterns), heavy
     # what `pip install /src` in deploy/Containerfile reads (profiles/: the shipped profiles' files)
-    for needed in ("pyproject.toml", "README.md", "LICENSE", "nodeagent", "profiles", "deploy"):
+    for needed in ("pyproject.toml", "README.md", "LICENSE", "nodeagent", "profiles", "deploy", "man"):
         assert not _ignored(needed, patterns), needed
     assert (REPO / "nodeagent/profile/shipped").resolve() == (REPO / "profiles").resolve()
 

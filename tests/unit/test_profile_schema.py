@@ -159,6 +159,7 @@ CANDIDATES: list[Any] = [
 ]
 
 
+@pytest.mark.slow  # thousands of profiles through pydantic and jsonschema: minutes on 2 cores
 def test_what_the_loader_accepts_the_schema_accepts(validator: Any) -> None:
     """Every leaf of a profile that sets (nearly) every field, replaced by each candidate value."""
     tried = accepted = sampled = schema_only = 0

@@ -42,3 +42,11 @@ def test_problems_introduced_and_resolved() -> None:
     # A management-only difference (a setting dropped that needed no change) does not alter what is done.
     only_managed = diff_plans(plan(unchanged=("a",)), plan())
     assert only_managed.empty and only_managed.no_longer_managed == ("a",)
+
+
+def test_a_different_value_reads_new_then_the_baselines() -> None:
+    """``10 → 200 (baseline: 400)``: the node's value, what the new profile sets, what the baseline set."""
+    from nodeagent.render.review import delta_text
+
+    text = delta_text(diff_plans(plan(change("vm.x", 10, 400)), plan(change("vm.x", 10, 200))))
+    assert "  ~ vm.x: 10 → 200 (baseline: 400)" in text.splitlines()
