@@ -34,13 +34,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from pydantic_core import PydanticCustomError
 
 from ..util.units import format_duration_us, parse_duration_us, parse_percent, parse_size
+from ..util.vocab import DAMON_ACTIONS, DAMON_FILTER_TYPES, DAMON_GOAL_METRICS
 from .checks import Percent
 
-ACTIONS = ("willneed", "cold", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio", "migrate_hot",
-           "migrate_cold", "stat")
-FILTER_TYPES = ("anon", "memcg", "addr", "target", "young", "hugepage_size", "unmapped", "active")
-GOAL_METRICS = ("user_input", "some_mem_psi_us", "node_mem_used_bp", "node_mem_free_bp", "node_memcg_used_bp",
-                "node_memcg_free_bp", "active_mem_bp", "inactive_mem_bp")
+ACTIONS = tuple(DAMON_ACTIONS)
+FILTER_TYPES = tuple(DAMON_FILTER_TYPES)
+GOAL_METRICS = tuple(DAMON_GOAL_METRICS)
 U32_MAX = 2**32 - 1
 
 

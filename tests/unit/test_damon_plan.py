@@ -16,9 +16,10 @@ from nodeagent.facts import gather
 from nodeagent.facts.damon import DamonFacts, Kdamond, from_facts
 from nodeagent.host import open_host
 from nodeagent.kinds.base import PlanContext
-from nodeagent.kinds.damon import DamonResource, build_specs
+from nodeagent.kinds.damon.kind import DamonResource, build_specs
+from nodeagent.kinds.damon.model import diff_writes
 from nodeagent.kinds.damon.nodes import NodeClasses, pair
-from nodeagent.kinds.damon.plan import diff_writes, owned_kdamonds
+from nodeagent.kinds.damon.plan import owned_kdamonds
 from nodeagent.kinds.damon.stats import read_stats, refresh_stats
 from nodeagent.profile import LoadedProfile, load_profile
 from nodeagent.state import StateStore

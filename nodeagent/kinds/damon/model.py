@@ -34,6 +34,27 @@ STATS = ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds", "sz_o
 CORE_FILTER_TYPES = ("addr", "target")
 
 
+#: The count files: writing one recreates the numbered directories beside it with defaults.
+COUNTS = {"nr_kdamonds", "nr_contexts", "nr_targets", "nr_regions", "nr_schemes", "nr_filters", "nr_goals",
+          "nr_dests"}
+
+
+def diff_writes(desired: Files | tuple[tuple[str, str], ...], observed: Mapping[str, str]) -> Files:
+    """The writes that turn ``observed`` (a kdamond's files as read) into ``desired`` (:meth:`Kdamond.files`), in
+    order. Rewriting any ``nr_*`` count resets every file below it (even to the same number), so a count is written
+    only when it differs, and then everything below it is written again."""
+    out: Files = []
+    reset: list[str] = []
+    for path, value in desired:
+        stale = any(path.startswith(p) for p in reset)
+        if stale or observed.get(path) != value:
+            out.append((path, value))
+            name = path.rsplit("/", 1)[-1]
+            if name in COUNTS:
+                reset.append(path.rsplit("/", 1)[0] + "/" if "/" in path else "")
+    return out
+
+
 def _yn(value: bool) -> str:
     return "Y" if value else "N"
 
@@ -312,7 +333,16 @@ class _Reader:
         return self.int(path) or 0
 
     def count(self, path: str) -> int:
-        return max(self.num(path), 0)
+        """A ``nr_*`` file; without one (a hand-made or partial reading), the numbered directories beside it."""
+        n = self.int(path, None)
+        if n is not None:
+            return max(n, 0)
+        prefix = path.rsplit("/", 1)[0] + "/"
+        found = {k[len(prefix):].split("/", 1)[0] for k in self.files if k.startswith(prefix)}
+        n = 0
+        while str(n) in found:
+            n += 1
+        return n
 
     def has(self, path: str) -> bool:
         return path in self.files

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...profile.resolved import Frozen
+from . import model
 
 if TYPE_CHECKING:  # the read-only commands import this module's PRIMING (the renderer) and never pydantic
     from ...profile.damon import Kdamond, Scheme
@@ -92,7 +93,5 @@ def walk_index(stage: tuple[tuple[str, str], ...] | list) -> int:
 
 
 def walk_bytes(config: dict[str, str]) -> int:
-    """The memory the kdamond monitors: the sum of its target's regions."""
-    base = "contexts/0/targets/0/regions"
-    n = int(config.get(f"{base}/nr_regions", "0"))
-    return sum(int(config[f"{base}/{i}/end"]) - int(config[f"{base}/{i}/start"]) for i in range(n))
+    """The memory the kdamond monitors: the sum of its targets' regions."""
+    return sum(end - start for start, end in model.parse(config).regions())

@@ -1,0 +1,82 @@
+"""The one DAMON model (nodeagent/kinds/damon/model.py) in both directions: the tree the plan builds from a
+profile is the tree its own files read back into, and the tree the facts read back from the (simulated) kernel
+after apply, on every kernel generation the simulator emulates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from nodeagent_sim import SimKernel
+from nodeagent_sim import dax as simdax
+
+from nodeagent.cli.main import main
+from nodeagent.facts import gather
+from nodeagent.facts.damon import from_facts
+from nodeagent.host import open_host
+from nodeagent.kinds.damon import model
+from nodeagent.kinds.damon.kind import build_specs
+from nodeagent.profile import load_profile
+
+PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml"
+RICH = """\
+apiVersion: nodeagent/v1
+kind: NodeProfile
+metadata: {name: model}
+memory:
+  auto_online_blocks: offline
+  dax:
+    - {name: all, match: {all: true}, mode: system-ram, zone: movable}
+damon:
+  kdamonds:
+    - name: rich
+      monitoring: {sample: 5ms, aggregate: 100ms, update: 1s}
+      targets: [{node: fast}]
+      schemes:
+        - action: migrate_cold
+          target_node: slow
+          access: {size: {min: 4KiB}, nr_accesses: {max: 10%}, age: {min: 1s}}
+          quota: {time: 10ms, size: 256MiB, reset_interval: 1s, weights: {size: 1, nr_accesses: 2, age: 3},
+                  goals: [{metric: user_input, target: 5, current: 2}]}
+          watermarks: {metric: free_mem_rate, interval: 1s, high: 500, mid: 400, low: 50}
+          filters: [{type: young, matching: true}, {type: addr, range: {start: 0, end: 4096}}, {type: anon}]
+          apply_interval: 1s
+        - action: stat
+"""
+
+
+@pytest.mark.parametrize("kernel", ["6.12.0", "6.18.0"])
+def test_a_built_tree_is_what_its_files_read_back(make_node, tmp_path, kernel) -> None:
+    p = tmp_path / "p.yaml"
+    p.write_text(RICH)
+    root = make_node("qemu-3node", kernel=kernel)
+    specs, chk, _ = build_specs(load_profile(p), gather(open_host(root)))
+    assert specs and not chk.problems, chk.problems
+    for spec in specs:
+        assert model.parse(spec.config) == spec.tree
+        assert list(spec.writes) == spec.tree.files()
+
+
+@pytest.mark.parametrize("preset, kernel, rich", [("qemu-3node", "6.12.0", True), ("qemu-3node", "6.18.0", True),
+                                                  ("h100-cxl", None, False)])
+def test_the_kernel_shows_the_tree_that_was_written(make_node, tmp_path, capsys, preset, kernel, rich) -> None:
+    root = make_node(preset, kernel=kernel)
+    path = PROFILE
+    if rich:
+        path = tmp_path / "p.yaml"
+        path.write_text(RICH)
+    else:
+        k = SimKernel(root)
+        with k.locked():
+            for d in ("dax0.0", "dax1.0"):
+                simdax.to_system_ram(k, d, "Movable")
+    assert main(["--root", str(root), "apply", "--yes", str(path)]) == 0, capsys.readouterr()
+    facts = gather(open_host(root))
+    specs, _, _ = build_specs(load_profile(path), facts)
+    running = [kd for kd in from_facts(facts).kdamonds if kd.running]
+    assert len(running) == len(specs) >= 1
+    for spec, kd in zip(specs, running, strict=True):
+        # the files the desired tree sets, as the kernel shows them now, read into the model: the same tree
+        assert model.parse({f: kd.config[f] for f, _ in spec.writes}) == spec.tree
+        assert kd.tree.actions == spec.tree.actions and kd.tree.regions() == spec.tree.regions()
+        assert kd.tree.context is not None and kd.tree.context.schemes[0].stats is not None  # read back too
