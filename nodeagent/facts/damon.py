@@ -60,6 +60,8 @@ MODULE_ACTIONS = {"damon_reclaim": ("pageout",), "damon_lru_sort": ("lru_prio", 
 
 _STATUS_FILES = {"avail_operations", "pid", "state", "effective_bytes", "total_bytes"}
 _STATUS_DIRS = {"stats", "tried_regions"}
+#: The one writable file under stats/ (7.0): configuration, not a statistic.
+_WRITABLE_STAT = "/stats/max_nr_snapshots"
 T = TypeVar("T")
 
 
@@ -106,7 +108,7 @@ def _kdamond(host: Host, index: int, seen: set[str], dirs: set[str]) -> dict[str
         seen.add(normalize(child))
         if value is None:
             continue
-        if _in_status(child) or child.rpartition("/")[2] in _STATUS_FILES:
+        if (_in_status(child) and not child.endswith(_WRITABLE_STAT)) or child.rpartition("/")[2] in _STATUS_FILES:
             status[child] = value
         else:
             config[child] = value

@@ -22,6 +22,7 @@ from ..util.dataclass import dataclass
 from ..util.vocab import DAMON_ACTIONS as ACTIONS
 from ..util.vocab import DAMON_FILTER_TYPES as FILTER_TYPES
 from ..util.vocab import DAMON_GOAL_METRICS as GOAL_METRICS
+from ..util.vocab import DAMON_GOAL_TUNERS as GOAL_TUNERS
 
 Version = tuple[int, int]
 
@@ -74,6 +75,11 @@ FEATURES: tuple[Feature, ...] = (
     Feature("refresh_ms", "6.17", "refresh_ms", "", "automatic refresh of kdamond files (refresh_ms)"),
     Feature("addr_unit", "6.18", f"{_CTX}/addr_unit", _CTX, "addr_unit"),
     Feature("goal_path", "6.19", f"{_GOAL}/path", _GOAL, "memcg quota goals (path)"),
+    # stats/nr_snapshots (read-only) and stats/max_nr_snapshots (writable) came in one series (damo:
+    # sysfs/damos_stat_nr_snapshots, sysfs/damos_max_nr_snapshots)
+    Feature("nr_snapshots", "7.0", f"{_SCHEME}/stats/max_nr_snapshots", _SCHEME,
+            "snapshot counts of a scheme (stats/nr_snapshots, max_nr_snapshots)"),
+    Feature("goal_tuner", "7.1", f"{_SCHEME}/quotas/goal_tuner", _SCHEME, "the quota goal tuner (quotas/goal_tuner)"),
 )
 BY_NAME = {f.name: f for f in FEATURES}
 
@@ -175,12 +181,13 @@ def derive(kernel: Version, seen: set[str], dirs: set[str], avail_operations: li
     return {"level": list(level), "features": features, "operations": ops, "operations_source": ops_source,
             "actions": vocab(ACTIONS), "filter_types": vocab(FILTER_TYPES), "commands": vocab(COMMANDS),
             "goal_metrics": vocab(GOAL_METRICS) if features["quota_goals"]["present"] else [],
+            "goal_tuners": vocab(GOAL_TUNERS),
             "wmark_metrics": list(WMARK_METRICS)}
 
 
 def since_of(name: str) -> str:
     """The release that introduced a feature, action, filter type, command or goal metric."""
-    for table in (ACTIONS, FILTER_TYPES, COMMANDS, GOAL_METRICS):
+    for table in (ACTIONS, FILTER_TYPES, COMMANDS, GOAL_METRICS, GOAL_TUNERS):
         if name in table:
             since = table[name]
             return BY_NAME[since].since if since in BY_NAME else since

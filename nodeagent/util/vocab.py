@@ -46,3 +46,7 @@ DAMON_GOAL_METRICS: dict[str, str] = {
     "node_memcg_used_bp": "6.19", "node_memcg_free_bp": "6.19", "active_mem_bp": "7.0",
     "inactive_mem_bp": "7.0",
 }
+#: ``quotas/goal_tuner`` (7.1): how quota goals tune the effective quota. ``consist`` (the kernel's default) keeps
+#: adjusting it in proportion to how far the goal is; ``temporal`` goes to the largest quota while the goal is
+#: unmet and to zero once it is met (damo: damos_qgtuner_consist/_temporal).
+DAMON_GOAL_TUNERS: dict[str, str] = {"consist": "goal_tuner", "temporal": "goal_tuner"}

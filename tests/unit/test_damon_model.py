@@ -45,7 +45,7 @@ damon:
 """
 
 
-@pytest.mark.parametrize("kernel", ["6.12.0", "6.18.0"])
+@pytest.mark.parametrize("kernel", ["6.12.0", "6.18.0", "7.0.0", "7.1.0"])
 def test_a_built_tree_is_what_its_files_read_back(make_node, tmp_path, kernel) -> None:
     p = tmp_path / "p.yaml"
     p.write_text(RICH)
@@ -58,7 +58,7 @@ def test_a_built_tree_is_what_its_files_read_back(make_node, tmp_path, kernel) -
 
 
 @pytest.mark.parametrize("preset, kernel, rich", [("qemu-3node", "6.12.0", True), ("qemu-3node", "6.18.0", True),
-                                                  ("h100-cxl", None, False)])
+                                                  ("qemu-3node", "7.1.0", True), ("h100-cxl", None, False)])
 def test_the_kernel_shows_the_tree_that_was_written(make_node, tmp_path, capsys, preset, kernel, rich) -> None:
     root = make_node(preset, kernel=kernel)
     path = PROFILE
@@ -80,3 +80,28 @@ def test_the_kernel_shows_the_tree_that_was_written(make_node, tmp_path, capsys,
         assert model.parse({f: kd.config[f] for f, _ in spec.writes}) == spec.tree
         assert kd.tree.actions == spec.tree.actions and kd.tree.regions() == spec.tree.regions()
         assert kd.tree.context is not None and kd.tree.context.schemes[0].stats is not None  # read back too
+
+
+NEWEST = RICH.replace("goals: [{metric: user_input, target: 5, current: 2}]}",
+                      "goals: [{metric: active_mem_bp, target: 50%}], goal_tuner: temporal}\n"
+                      "          max_snapshots: 1000")
+
+
+@pytest.mark.parametrize("kernel, missing", [
+    ("6.19.0", ["quota goal metric active_mem_bp needs kernel 7.0", "quota.goal_tuner needs kernel 7.1",
+                "max_snapshots needs kernel 7.0"]),
+    ("7.0.0", ["quota.goal_tuner needs kernel 7.1"]),
+    ("7.1.0", [])])
+def test_the_newest_goal_features_are_judged_by_what_the_kernel_has(make_node, tmp_path, kernel, missing) -> None:
+    p = tmp_path / "p.yaml"
+    p.write_text(NEWEST)
+    root = make_node("qemu-3node", kernel=kernel)
+    specs, chk, _ = build_specs(load_profile(p), gather(open_host(root)))
+    found = [m for _, m, _ in chk.problems]
+    assert len(found) == len(missing) and all(any(w in m for m in found) for w in missing), found
+    if not missing:
+        scheme = specs[0].config
+        assert scheme["contexts/0/schemes/0/quotas/goal_tuner"] == "temporal"
+        assert scheme["contexts/0/schemes/0/stats/max_nr_snapshots"] == "1000"
+        assert scheme["contexts/0/schemes/1/quotas/goal_tuner"] == "consist"  # every writable file: the default
+        assert scheme["contexts/0/schemes/0/quotas/goals/0/target_metric"] == "active_mem_bp"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ from ...host import Host
 from ...host.fs import DAMON_WRITES
 from ...plan import Change, Problem
 from ...state import Original, Ownership, PlanState
+from ...util.kfmt import kernel_version
 from ..base import ApplyContext, Kind, PlanContext, ResourcePlan, projection_of
 from ..projection import NodeProjection, project
 from .apply import apply_change
@@ -46,7 +48,11 @@ def build_specs(loaded: LoadedProfile, facts: Facts,
     notes = list(nc.notes) if model and model.kdamonds else []  # what the classes left out matters to kdamonds
     specs: list[Spec] = []
     mem = {n.id: (n.mem_free, n.mem_total) for n in facts.nodes}
+    release = kernel_version(facts.kernel_release or "")
     for i, kd in enumerate(model.kdamonds if model else []):
+        kernels = getattr(kd, "kernels", None)  # a record from before `kernels` reads as without it
+        if kernels is not None and not _admits(kernels, release):
+            continue  # written for other kernels: not part of the profile here
         base = ("damon", "kdamonds", i)
         sources: list[int] = []
         for t, target in enumerate(kd.targets):
@@ -133,11 +139,12 @@ class DamonResource(Kind):
         if chk.problems:
             return ResourcePlan(problems=[Problem(KIND, t, m, hint=h) for t, m, h in chk.problems],
                                 warnings=notes + chk.warnings)
+        switches, damon = _disable_modules(getattr(model, "disable_modules", ()) or (), damon)
         rp = plan_kdamonds(specs, damon, ctx.state.ownership, model.coexist, ctx.allow_disruptive)
         rp.warnings += other_users(specs, damon, ctx.state.ownership, rp)
         devices = _devices_by_spec(specs, proj)
         rp.changes = [_before_rezone(_with_profile(c, loaded.name, devices), damon, proj) for c in rp.changes]
-        rp.changes = _pauses(loaded, facts, damon, ctx, proj, rp.changes) + rp.changes
+        rp.changes = switches + _pauses(loaded, facts, damon, ctx, proj, rp.changes) + rp.changes
         rp.warnings = notes + chk.warnings + rp.warnings + _unguarded(specs, facts)
         return rp
 
@@ -146,7 +153,10 @@ class DamonResource(Kind):
 
     def original(self, change: Change, facts: Facts) -> tuple[str, Original]:
         """What revert needs: how many kdamond slots there were before nodeagent's first DAMON change (the
-        kdamonds themselves are in the ownership records)."""
+        kdamonds themselves are in the ownership records), or that a module nodeagent disables was enabled."""
+        module = change.detail("module")
+        if module is not None:
+            return change.target, Original(KIND, _module_path(module), {"module": module, "enabled": True})
         return ALL, Original(KIND, f"{KDAMONDS}/nr_kdamonds", {"nr_kdamonds": from_facts(facts).nr_kdamonds})
 
     def current(self, target: str, facts: Facts) -> tuple[str, Original] | None:
@@ -168,6 +178,8 @@ class DamonResource(Kind):
     def revert(self, target: str, rec: Original, facts: Facts, state: PlanState) -> list[Change]:
         """Stop and empty every kdamond nodeagent owns (never another's); ``nr_kdamonds`` back when every slot
         is nodeagent's."""
+        if isinstance(rec.value, dict) and rec.value.get("module"):
+            return _enable_module(str(rec.value["module"]), from_facts(facts), target)
         count = rec.value.get("nr_kdamonds", 0) if isinstance(rec.value, dict) else 0
         return revert_kdamonds(from_facts(facts), state.ownership, int(count))
 
@@ -176,6 +188,44 @@ class DamonResource(Kind):
 
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         return apply_change(host, change, actx, str(change.detail("profile", "")))
+
+
+def _admits(kernels: Any, release: tuple[int, int]) -> bool:
+    """Whether a kdamond's ``kernels: {since, before}`` takes this kernel release (``since`` included)."""
+    return ((kernels.since is None or release >= kernel_version(kernels.since))
+            and (kernels.before is None or release < kernel_version(kernels.before)))
+
+
+def _module_path(module: str) -> str:
+    return f"/sys/module/{module}/parameters/enabled"
+
+
+def _disable_modules(modules: Collection[str], damon: DamonFacts) -> tuple[list[Change], DamonFacts]:
+    """One change per module of ``modules`` that runs here (first, so that nodeagent's kdamonds can start), and the
+    DAMON facts as they will be after them, which the kdamonds are planned against."""
+    on = [m for m in modules if damon.modules.get(m)]
+    if not on:
+        return [], damon
+    changes = [Change(KIND, f"damon.module.{m}", "update", "enabled", "disabled",
+                      reason=f"damon.disable_modules: {m} runs an exclusive kdamond, and no sysfs kdamond starts "
+                      "while it runs: enabled N (revert enables it again)", path=_module_path(m),
+                      before_label=f"{m} enabled", after_label=f"{m} disabled", data=(("module", m), ("enable", False)))
+               for m in on]
+    after = replace(damon, modules={**damon.modules, **{m: False for m in on}},
+                    module_kdamonds=tuple({**k, "enabled": False, "pid": None} if k.get("module") in on else k
+                                          for k in damon.module_kdamonds))
+    return changes, after
+
+
+def _enable_module(module: str, damon: DamonFacts, target: str) -> list[Change]:
+    """Revert of a module nodeagent disabled: enabled again, after nodeagent's kdamonds stop (``late``: the kernel
+    refuses to enable a module while any kdamond runs)."""
+    if damon.modules.get(module) is not False:
+        return []  # enabled again already, or gone
+    return [Change(KIND, target, "revert", "disabled", "enabled",
+                   reason=f"nodeagent disabled {module}: enabled Y again", path=_module_path(module),
+                   before_label=f"{module} disabled", after_label=f"{module} enabled",
+                   data=(("module", module), ("enable", True), ("late", True)))]
 
 
 def _unguarded(specs: list[Spec], facts: Facts) -> list[str]:

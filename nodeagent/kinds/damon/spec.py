@@ -80,6 +80,7 @@ KERNEL_TYPES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = tuple(
         (_S + r"watermarks/(interval_us|high|mid|low)", "unsigned long", ("schemes", "{s}", "watermarks")),
         (_S + r"\w+/\d+/(addr_start|addr_end|min|max)", "unsigned long", ("schemes", "{s}", "filters")),
         (_S + r"\w+/\d+/damon_target_idx", "int", ("schemes", "{s}", "filters")),
+        (_S + r"stats/max_nr_snapshots", "unsigned long", ("schemes", "{s}", "max_snapshots")),
     ))
 
 
@@ -324,8 +325,15 @@ def scheme_model(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_nod
         goals.append((i, g))
     if goals:
         chk.need(path + ("quota", "goals"), "quota_goals", "quota goals")
+    tuner = getattr(q, "goal_tuner", None)  # a record from before goal_tuner reads as without it
+    if tuner is not None:
+        chk.need(path + ("quota", "goal_tuner"), "goal_tuner", "quota.goal_tuner")
+    snapshots = getattr(s, "max_snapshots", None)
+    if snapshots:
+        chk.need(path + ("max_snapshots",), "nr_snapshots", "max_snapshots")
     quota = model.Quota(
         ms, (q.size or 0) if q else 0, reset, (w.size, w.nr_accesses, w.age) if w else (0, 0, 0),
+        goal_tuner=(tuner or "consist") if chk.damon.has("goal_tuner") else None,
         goals=tuple(_goal(path + ("quota", "goals", i), g, goal_nodes[i], chk) for i, g in goals)
         if chk.damon.has("quota_goals") else None)
     wm = s.watermarks
@@ -336,7 +344,8 @@ def scheme_model(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_nod
         s.action, access, quota, marks,
         target_nid=(dest if dest is not None else -1) if chk.damon.has("migrate") else None,
         apply_interval_us=(s.apply_interval or 0) if chk.damon.has("apply_interval") else None,
-        nr_dests=0 if chk.damon.has("dests") else None, **_filters(path, s, chk))
+        nr_dests=0 if chk.damon.has("dests") else None,
+        max_nr_snapshots=(snapshots or 0) if chk.damon.has("nr_snapshots") else None, **_filters(path, s, chk))
 
 
 def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_nodes: list[int | None],
@@ -403,7 +412,7 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
     tree = model.Kdamond((ctx,), (5_000_000 if kd.stats_refresh is None else kd.stats_refresh) // 1000
                          if chk.damon.has("refresh_ms") else None)
     check_kernel_ranges(base, tree.files(), scheme_of, chk)
-    if goal is not None:
+    if goal is not None and any(s.access.age.min is not None or s.access.age.max is not None for s in kd.schemes):
         ratio = mon.aggregate / mon.sample
         chk.warn(
             f"{p.name}: intervals_goal lets the kernel retune the aggregation interval between "
