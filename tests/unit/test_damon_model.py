@@ -105,3 +105,19 @@ def test_the_newest_goal_features_are_judged_by_what_the_kernel_has(make_node, t
         assert scheme["contexts/0/schemes/0/stats/max_nr_snapshots"] == "1000"
         assert scheme["contexts/0/schemes/1/quotas/goal_tuner"] == "consist"  # every writable file: the default
         assert scheme["contexts/0/schemes/0/quotas/goals/0/target_metric"] == "active_mem_bp"
+
+
+@pytest.mark.parametrize("kernels, message", [
+    ("{since: 6.16}", 'expected a kernel release in quotes such as "6.16", got 6.16'),
+    ('{since: "6.16", before: "6.10"}', "expected since < before, got since 6.16, before 6.10"),
+    ("{}", "give `since`, `before` or both"),
+])
+def test_a_kdamonds_kernels_are_quoted_releases_in_order(tmp_path, kernels, message) -> None:
+    from nodeagent.util.errors import NodeagentError
+
+    p = tmp_path / "p.yaml"
+    p.write_text(RICH.replace("    - name: rich\n", f"    - name: rich\n      kernels: {kernels}\n"))
+    with pytest.raises(NodeagentError) as exc:
+        load_profile(p)
+    text = exc.value.render()
+    assert message in text and f"{p}:" in text and "kernels" in text, text
