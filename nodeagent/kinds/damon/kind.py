@@ -125,11 +125,12 @@ class DamonResource(Kind):
         damon = from_facts(facts)
         if not damon.sysfs:
             rp = ResourcePlan()
-            if model.kdamonds and all(kd.optional for kd in model.kdamonds):
-                rp.warnings.append(f"damon: {', '.join(kd.name for kd in model.kdamonds)} left out (optional) — this "
+            here = _for_kernel(model.kdamonds, facts)
+            if here and all(kd.optional for kd in here):
+                rp.warnings.append(f"damon: {', '.join(kd.name for kd in here)} left out (optional) — this "
                                    f"kernel ({facts.kernel_release or 'unknown'}) has no DAMON sysfs interface "
                                    "(kernel 5.18 with CONFIG_DAMON_SYSFS)")
-            elif model.kdamonds:
+            elif here:
                 rp.problems.append(Problem(KIND, "damon", f"{loaded.where('damon')}: damon: this kernel "
                                            f"({facts.kernel_release or 'unknown'}) has no DAMON sysfs interface "
                                            "(/sys/kernel/mm/damon/admin: kernel 5.18 with CONFIG_DAMON_SYSFS)",
@@ -188,6 +189,12 @@ class DamonResource(Kind):
 
     def apply(self, host: Host, change: Change, actx: ApplyContext) -> str:
         return apply_change(host, change, actx, str(change.detail("profile", "")))
+
+
+def _for_kernel(kdamonds: Any, facts: Facts) -> list[Any]:
+    """The profile's kdamonds whose ``kernels`` take this node's kernel release."""
+    release = kernel_version(facts.kernel_release or "")
+    return [kd for kd in kdamonds if getattr(kd, "kernels", None) is None or _admits(kd.kernels, release)]
 
 
 def _admits(kernels: Any, release: tuple[int, int]) -> bool:

@@ -55,11 +55,11 @@ def marker(kd: Kdamond) -> Scheme:
         "action": "lru_deprio", "target_node": None, "dests": None,
         "access": {k: {"min": None, "max": None} for k in ("size", "nr_accesses", "age")},
         "quota": {"time": None, "size": WALK_PER_PASS, "reset_interval": max(-(-aggr // 1000), 1) * 1000,
-                  "weights": {"size": 0, "nr_accesses": 0, "age": 0}, "goals": []},
+                  "weights": {"size": 0, "nr_accesses": 0, "age": 0}, "goals": [], "goal_tuner": None},
         "watermarks": None,
         "filters": [{"type": "young", "matching": True, "allow": False, "memcg": None, "range": None,
                      "target": None, "size": None}],
-        "apply_interval": aggr, "dest_free": None})
+        "apply_interval": aggr, "dest_free": None, "max_snapshots": None})
 
 
 def wanted(kd: Kdamond, schemes: list[Scheme], caps: dict, has_apply_interval: bool) -> bool:
