@@ -116,7 +116,9 @@ def make_revert_plan(state: PlanState, facts: Facts, targets: Collection[str] | 
         if not mine:
             unchanged.append(target)
         changes += [replace(c, revert_of=target) for c in mine]
-    changes.sort(key=lambda c: _REVERT_ORDER.get(c.kind, 1))
+    # within a kind, a change marked ``late`` goes after the others (a DAMON module enabled again only once
+    # nodeagent's kdamonds are stopped: the kernel refuses it while any runs)
+    changes.sort(key=lambda c: (_REVERT_ORDER.get(c.kind, 1), bool(c.detail("late", False))))
     return Plan("revert", "", tuple(changes), tuple(problems), (), tuple(unchanged), node=node_name(facts))
 
 

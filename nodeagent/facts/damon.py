@@ -37,9 +37,12 @@ import re
 import time
 from collections.abc import Callable, Collection
 from dataclasses import asdict
+from functools import cached_property
 from typing import Any, TypeVar
 
 from ..host import Host
+from ..kinds.damon.model import Kdamond as Tree
+from ..kinds.damon.model import parse as parse_tree  # the one DAMON model: pure, imports only util (tests/arch)
 from ..util.dataclass import dataclass
 from ..util.errors import BusyError
 from ..util.kfmt import kernel_version, parse_hex, parse_list
@@ -57,6 +60,8 @@ MODULE_ACTIONS = {"damon_reclaim": ("pageout",), "damon_lru_sort": ("lru_prio", 
 
 _STATUS_FILES = {"avail_operations", "pid", "state", "effective_bytes", "total_bytes"}
 _STATUS_DIRS = {"stats", "tried_regions"}
+#: The one writable file under stats/ (7.0): configuration, not a statistic.
+_WRITABLE_STAT = "/stats/max_nr_snapshots"
 T = TypeVar("T")
 
 
@@ -103,7 +108,7 @@ def _kdamond(host: Host, index: int, seen: set[str], dirs: set[str]) -> dict[str
         seen.add(normalize(child))
         if value is None:
             continue
-        if _in_status(child) or child.rpartition("/")[2] in _STATUS_FILES:
+        if (_in_status(child) and not child.endswith(_WRITABLE_STAT)) or child.rpartition("/")[2] in _STATUS_FILES:
             status[child] = value
         else:
             config[child] = value
@@ -198,36 +203,33 @@ class Kdamond:
     def running(self) -> bool:
         return self.state == "on"
 
+    @cached_property
+    def tree(self) -> Tree:
+        """Its files read into the one DAMON model (:mod:`nodeagent.kinds.damon.model`), statistics included."""
+        return parse_tree(self.config, self.status)
+
     @property
     def empty(self) -> bool:
         """A slot holding no configuration: stopped, no context."""
-        return not self.running and self.config.get("contexts/nr_contexts", "0") == "0"
+        return not self.running and not self.tree.contexts
 
     @property
     def operations(self) -> str:
-        return self.config.get("contexts/0/operations", "-").strip()
+        ctx = self.tree.context
+        return ctx.operations if ctx is not None else "-"
 
     @property
     def actions(self) -> list[str]:
         """Its schemes' actions, in scheme order."""
-        found = {int(m.group(1)): v.strip() for k, v in self.config.items()
-                 if (m := re.fullmatch(r"contexts/0/schemes/(\d+)/action", k))}
-        return [found[i] for i in sorted(found)]
+        return self.tree.actions
 
     def regions(self) -> list[tuple[int, int]]:
         """The address ranges its targets' regions give (physical addresses for paddr), in order."""
-        found = []
-        for key, start in self.config.items():
-            m = re.fullmatch(r"contexts/0/targets/(\d+)/regions/(\d+)/start", key)
-            end = self.config.get(key[: -len("start")] + "end", "") if m else ""
-            if m and start.strip().isdigit() and end.strip().isdigit() and int(end) > int(start):
-                found.append(((int(m.group(1)), int(m.group(2))), (int(start), int(end))))
-        return [r for _, r in sorted(found)]
+        return self.tree.regions()
 
     def pids(self) -> list[int]:
         """The processes its targets monitor (vaddr, fvaddr)."""
-        return [int(v) for k, v in sorted(self.config.items())
-                if re.fullmatch(r"contexts/0/targets/\d+/pid_target", k) and v.strip().isdigit()]
+        return [t.pid for c in self.tree.contexts for t in c.targets]
 
     def describe(self) -> str:
         actions = self.actions

@@ -19,6 +19,10 @@ import re
 from typing import Any
 
 from ..util.dataclass import dataclass
+from ..util.vocab import DAMON_ACTIONS as ACTIONS
+from ..util.vocab import DAMON_FILTER_TYPES as FILTER_TYPES
+from ..util.vocab import DAMON_GOAL_METRICS as GOAL_METRICS
+from ..util.vocab import DAMON_GOAL_TUNERS as GOAL_TUNERS
 
 Version = tuple[int, int]
 
@@ -71,14 +75,14 @@ FEATURES: tuple[Feature, ...] = (
     Feature("refresh_ms", "6.17", "refresh_ms", "", "automatic refresh of kdamond files (refresh_ms)"),
     Feature("addr_unit", "6.18", f"{_CTX}/addr_unit", _CTX, "addr_unit"),
     Feature("goal_path", "6.19", f"{_GOAL}/path", _GOAL, "memcg quota goals (path)"),
+    # stats/nr_snapshots (read-only) and stats/max_nr_snapshots (writable) came in one series (damo:
+    # sysfs/damos_stat_nr_snapshots, sysfs/damos_max_nr_snapshots)
+    Feature("nr_snapshots", "7.0", f"{_SCHEME}/stats/max_nr_snapshots", _SCHEME,
+            "snapshot counts of a scheme (stats/nr_snapshots, max_nr_snapshots)"),
+    Feature("goal_tuner", "7.1", f"{_SCHEME}/quotas/goal_tuner", _SCHEME, "the quota goal tuner (quotas/goal_tuner)"),
 )
 BY_NAME = {f.name: f for f in FEATURES}
 
-#: Names the tree never lists, with the release that introduced each (or the feature that proves it).
-ACTIONS: dict[str, str] = {
-    "willneed": "5.18", "cold": "5.18", "pageout": "5.18", "hugepage": "5.18", "nohugepage": "5.18",
-    "lru_prio": "6.0", "lru_deprio": "6.0", "migrate_hot": "migrate", "migrate_cold": "migrate", "stat": "5.18",
-}
 #: Operations sets each action works with (others accept the action and silently do nothing).
 ACTION_OPS: dict[str, tuple[str, ...]] = {
     "willneed": ("vaddr", "fvaddr"), "cold": ("vaddr", "fvaddr"), "hugepage": ("vaddr", "fvaddr"),
@@ -86,22 +90,11 @@ ACTION_OPS: dict[str, tuple[str, ...]] = {
     "lru_deprio": ("paddr",), "migrate_hot": ("paddr", "vaddr", "fvaddr"),
     "migrate_cold": ("paddr", "vaddr", "fvaddr"), "stat": ("vaddr", "fvaddr", "paddr"),
 }
-FILTER_TYPES: dict[str, str] = {
-    "anon": "6.3", "memcg": "6.3", "addr": "6.6", "target": "6.6", "young": "6.10", "hugepage_size": "6.15",
-    "unmapped": "6.15", "active": "6.15",
-}
-#: Filters handled by DAMON's core (by address/target) rather than by the operations set (by page).
-CORE_FILTER_TYPES = ("addr", "target")
 COMMANDS: dict[str, str] = {
     "on": "5.18", "off": "5.18", "update_schemes_stats": "5.18", "commit": "5.19",
     "update_schemes_tried_regions": "6.2", "clear_schemes_tried_regions": "6.2",
     "update_schemes_tried_bytes": "6.6", "commit_schemes_quota_goals": "6.8",
     "update_schemes_effective_quotas": "6.9", "update_tuned_intervals": "6.15",
-}
-GOAL_METRICS: dict[str, str] = {
-    "user_input": "6.8", "some_mem_psi_us": "6.9", "node_mem_used_bp": "6.16", "node_mem_free_bp": "6.16",
-    "node_memcg_used_bp": "6.19", "node_memcg_free_bp": "6.19", "active_mem_bp": "7.0",
-    "inactive_mem_bp": "7.0",
 }
 WMARK_METRICS = ("none", "free_mem_rate")
 #: avail_operations is readable only inside a context; without one, what a kernel of that release offers.
@@ -188,12 +181,13 @@ def derive(kernel: Version, seen: set[str], dirs: set[str], avail_operations: li
     return {"level": list(level), "features": features, "operations": ops, "operations_source": ops_source,
             "actions": vocab(ACTIONS), "filter_types": vocab(FILTER_TYPES), "commands": vocab(COMMANDS),
             "goal_metrics": vocab(GOAL_METRICS) if features["quota_goals"]["present"] else [],
+            "goal_tuners": vocab(GOAL_TUNERS),
             "wmark_metrics": list(WMARK_METRICS)}
 
 
 def since_of(name: str) -> str:
     """The release that introduced a feature, action, filter type, command or goal metric."""
-    for table in (ACTIONS, FILTER_TYPES, COMMANDS, GOAL_METRICS):
+    for table in (ACTIONS, FILTER_TYPES, COMMANDS, GOAL_METRICS, GOAL_TUNERS):
         if name in table:
             since = table[name]
             return BY_NAME[since].since if since in BY_NAME else since

@@ -56,13 +56,16 @@ DAMON_WRITES: tuple[str, ...] = (
     _SCH + r"/access_pattern/(sz|nr_accesses|age)/(min|max)",
     _SCH + r"/quotas/(ms|bytes|reset_interval_ms)",
     _SCH + r"/quotas/weights/(sz|nr_accesses|age)_permil",
-    _SCH + r"/quotas/goals/nr_goals",
+    _SCH + r"/quotas/(goals/nr_goals|goal_tuner)",
     _SCH + r"/quotas/goals/[0-9]+/(target_metric|target_value|current_value|nid|path)",
     _SCH + r"/watermarks/(metric|interval_us|high|mid|low)",
     _SCH + r"/(core_|ops_)?filters/nr_filters",
     _SCH + r"/(core_|ops_)?filters/[0-9]+/(type|matching|allow|memcg_path|addr_start|addr_end|damon_target_idx|"
            r"min|max)",
     _SCH + r"/dests/nr_dests",
+    _SCH + r"/stats/max_nr_snapshots",
+    # the damon.disable_modules switch (mm/damon/reclaim.c, lru_sort.c, stat.c: module_param `enabled`)
+    r"/sys/module/damon_(reclaim|lru_sort|stat)/parameters/enabled",
 )
 
 #: Every path the agent may ever write (:data:`WRITE_ALLOW`, compiled by :func:`write_allow`). A profile cannot

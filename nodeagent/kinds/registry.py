@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .base import Kind, check_kind
 from .cxl_region import CxlRegionResource
-from .damon import DamonResource
+from .damon.kind import DamonResource
 from .dax import DaxResource
 from .interleave import InterleaveResource
 from .knob import LATE, KnobResource

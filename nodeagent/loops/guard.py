@@ -65,7 +65,7 @@ class Watched:
 def watched(engine: Engine, loaded: LoadedProfile) -> list[Watched]:
     """The guarded schemes of nodeagent's kdamonds on this node now (from a fresh plan's specs)."""
     from ..facts.damon import from_facts
-    from ..kinds.damon import build_specs
+    from ..kinds.damon.kind import build_specs
     from ..kinds.damon.plan import owned_kdamonds
 
     facts = engine.facts(loaded)

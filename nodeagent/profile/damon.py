@@ -20,6 +20,9 @@ Example (cold DRAM pages to CXL; the kernel side is DAMON's sysfs interface)::
               filters: [{type: young, matching: true}]   # skip pages accessed since the last check
               apply_interval: 1s
 
+``kernels: {since: "6.16"}`` keeps a kdamond to the kernels it is written for (``before`` for the ones it is not);
+``disable_modules: [damon_stat]`` switches a DAMON module off first (revert switches it back on).
+
 Node selectors are ``fast`` (nodes of the top memory tier), ``slow`` (nodes of the lower tiers) or a node id.
 Everything is validated here; what depends on the node (which kernel features exist, which nodes a class
 means, how ages convert to aggregation intervals) is decided by the plan (``nodeagent.kinds.damon``).
@@ -33,14 +36,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from ..util.kfmt import kernel_version
 from ..util.units import format_duration_us, parse_duration_us, parse_percent, parse_size
+from ..util.vocab import DAMON_ACTIONS, DAMON_FILTER_TYPES, DAMON_GOAL_METRICS, DAMON_GOAL_TUNERS
 from .checks import Percent
 
-ACTIONS = ("willneed", "cold", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio", "migrate_hot",
-           "migrate_cold", "stat")
-FILTER_TYPES = ("anon", "memcg", "addr", "target", "young", "hugepage_size", "unmapped", "active")
-GOAL_METRICS = ("user_input", "some_mem_psi_us", "node_mem_used_bp", "node_mem_free_bp", "node_memcg_used_bp",
-                "node_memcg_free_bp", "active_mem_bp", "inactive_mem_bp")
+ACTIONS = tuple(DAMON_ACTIONS)
+FILTER_TYPES = tuple(DAMON_FILTER_TYPES)
+GOAL_METRICS = tuple(DAMON_GOAL_METRICS)
 U32_MAX = 2**32 - 1
 
 
@@ -212,13 +215,16 @@ class Goal(Strict):
 
 class Quota(Strict):
     """Limits per ``reset_interval``: ``time`` spent applying the action and ``size`` of memory acted on
-    (0 or omitted: no limit). ``weights`` order candidates when a limit is hit; ``goals`` auto-tune it."""
+    (0 or omitted: no limit). ``weights`` order candidates when a limit is hit; ``goals`` auto-tune it, the way
+    ``goal_tuner`` says (7.1: ``consist``, the kernel's default, or ``temporal``: the whole quota while a goal is
+    unmet, nothing once it is met)."""
 
     time: Duration | None = None
     size: Size | None = None
     reset_interval: Duration = 1_000_000
     weights: Weights = Weights()
     goals: list[Goal] = []
+    goal_tuner: Annotated[str, BeforeValidator(_choice(tuple(DAMON_GOAL_TUNERS)))] | None = None
 
 
 class Watermarks(Strict):
@@ -308,6 +314,8 @@ class Scheme(Strict):
     filters: list[Filter] = []
     apply_interval: Duration | None = None
     dest_free: DestFree | None = None
+    #: 7.0: the scheme deactivates itself once it has worked on this many DAMON snapshots (omitted or 0: never).
+    max_snapshots: Annotated[int, BeforeValidator(_uint(2**64 - 1))] | None = None
 
     @model_validator(mode="after")
     def _destination(self) -> Scheme:
@@ -390,6 +398,31 @@ def _paddr_only(value: Any) -> str:
     raise PydanticCustomError("operations", "expected paddr, got {got}", {"got": _show(value)})
 
 
+def _release(value: Any) -> str:
+    """A kernel release such as ``"6.16"`` (a string: YAML reads 6.10 as the number 6.1)."""
+    if isinstance(value, str) and re.fullmatch(r"\d+\.\d+", value.strip()):
+        return value.strip()
+    raise PydanticCustomError("release", "expected a kernel release in quotes such as \"6.16\", got {got}",
+                              {"got": _show(value)})
+
+
+class Kernels(Strict):
+    """The kernel releases a kdamond is for: ``since`` (included) and ``before`` (excluded). On any other kernel
+    the kdamond is not part of the profile, as if it were not written — a recipe for newer kernels beside the one
+    it replaces on older ones."""
+
+    since: Annotated[str, BeforeValidator(_release)] | None = None
+    before: Annotated[str, BeforeValidator(_release)] | None = None
+
+    @model_validator(mode="after")
+    def _order(self) -> Kernels:
+        if self.since is None and self.before is None:
+            raise ValueError("give `since`, `before` or both")
+        if self.since and self.before and kernel_version(self.since) >= kernel_version(self.before):
+            raise ValueError(f"expected since < before, got since {self.since}, before {self.before}")
+        return self
+
+
 class Kdamond(Strict):
     """One kdamond (expanded per source node by ``pairing``). ``optional: true``: on a kernel that lacks something
     it needs (an action, a filter type, a file), the kdamond is left out with a warning naming what is missing,
@@ -397,6 +430,7 @@ class Kdamond(Strict):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=48)
     optional: Bool = False
+    kernels: Kernels | None = None
     operations: Annotated[str, BeforeValidator(_paddr_only)] = "paddr"
     monitoring: Monitoring = Monitoring()
     targets: list[Target] = Field(min_length=1)
@@ -417,6 +451,10 @@ class Damon(Strict):
 
     coexist: Literal["refuse", "take-over"] = "refuse"
     kdamonds: list[Kdamond] = []
+    #: DAMON's special-purpose modules to keep disabled (each runs an exclusive kdamond, and while one runs no sysfs
+    #: kdamond can start): disabled before nodeagent's kdamonds start, enabled again by revert. A module this kernel
+    #: does not have needs nothing.
+    disable_modules: list[Literal["damon_reclaim", "damon_lru_sort", "damon_stat"]] = []
 
     @model_validator(mode="after")
     def _unique(self) -> Damon:

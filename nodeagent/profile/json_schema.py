@@ -137,6 +137,8 @@ _DESCRIBE: dict[tuple[str, str], Describe] = {
     ("nodeagent.profile.damon", "_count"): _damon_count,
     ("nodeagent.profile.damon", "_uint.<locals>.check"): lambda cv: _int(0, cv["limit"]),
     ("nodeagent.profile.damon", "_choice.<locals>.check"): lambda cv: _enum(cv["choices"]),
+    ("nodeagent.profile.damon", "_release"): lambda _: {"type": "string", "pattern": r"^\s*\d+\.\d+\s*$",
+                                                        "description": "a kernel release such as \"6.16\""},
 }
 
 

@@ -31,3 +31,23 @@ DTYPE_BYTES: dict[str, float] = {
 }
 #: The check names, as the profile's ``checks:`` section, ``--skip-checks`` and reports spell them.
 CHECK_NAMES = ("cpu", "disk", "gpu_pcie", "memory_bandwidth", "latency", "capacity", "coexistence", "placement")
+
+#: DAMON's names that no sysfs file lists (the profile validates them; the facts judge them by release), each with
+#: the release that introduced it or the capability feature that proves it (nodeagent.facts.damon_caps).
+DAMON_ACTIONS: dict[str, str] = {
+    "willneed": "5.18", "cold": "5.18", "pageout": "5.18", "hugepage": "5.18", "nohugepage": "5.18",
+    "lru_prio": "6.0", "lru_deprio": "6.0", "migrate_hot": "migrate", "migrate_cold": "migrate", "stat": "5.18",
+}
+DAMON_FILTER_TYPES: dict[str, str] = {
+    "anon": "6.3", "memcg": "6.3", "addr": "6.6", "target": "6.6", "young": "6.10", "hugepage_size": "6.15",
+    "unmapped": "6.15", "active": "6.15",
+}
+DAMON_GOAL_METRICS: dict[str, str] = {
+    "user_input": "6.8", "some_mem_psi_us": "6.9", "node_mem_used_bp": "6.16", "node_mem_free_bp": "6.16",
+    "node_memcg_used_bp": "6.19", "node_memcg_free_bp": "6.19", "active_mem_bp": "7.0",
+    "inactive_mem_bp": "7.0",
+}
+#: ``quotas/goal_tuner`` (7.1): how quota goals tune the effective quota. ``consist`` (the kernel's default) keeps
+#: adjusting it in proportion to how far the goal is; ``temporal`` goes to the largest quota while the goal is
+#: unmet and to zero once it is met (damo: damos_qgtuner_consist/_temporal).
+DAMON_GOAL_TUNERS: dict[str, str] = {"consist": "goal_tuner", "temporal": "goal_tuner"}

@@ -151,6 +151,7 @@ damon_rule(A + r"/\d+/contexts/0/schemes/\d+/(filters|core_filters|ops_filters)/
 damon_rule(A + r"/\d+/contexts/0/schemes/\d+/quotas/goals/\d+/target_metric")(
     _word(lambda k: lay.names(k, lay.GOAL_METRICS)))  # type: ignore[arg-type]
 damon_rule(A + r"/\d+/contexts/0/schemes/\d+/watermarks/metric")(_word(["none", "free_mem_rate"]))
+damon_rule(A + r"/\d+/contexts/0/schemes/\d+/quotas/goal_tuner")(_word(lay.GOAL_TUNERS))
 
 
 @damon_rule(A + r"/\d+/contexts/0/schemes/\d+/(filters|core_filters|ops_filters)/\d+/(matching|allow)")

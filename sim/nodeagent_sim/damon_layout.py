@@ -25,7 +25,10 @@ ACTIONS = [("willneed", (5, 18)), ("cold", (5, 18)), ("pageout", (5, 18)), ("hug
 FILTER_TYPES = [("anon", (6, 3)), ("memcg", (6, 3)), ("addr", (6, 6)), ("target", (6, 6)), ("young", (6, 10)),
                 ("hugepage_size", (6, 15)), ("unmapped", (6, 15)), ("active", (6, 15))]
 GOAL_METRICS = [("user_input", (6, 9)), ("some_mem_psi_us", (6, 9)), ("node_mem_used_bp", (6, 16)),
-                ("node_mem_free_bp", (6, 16)), ("node_memcg_used_bp", (6, 19)), ("node_memcg_free_bp", (6, 19))]
+                ("node_mem_free_bp", (6, 16)), ("node_memcg_used_bp", (6, 19)), ("node_memcg_free_bp", (6, 19)),
+                ("active_mem_bp", (7, 0)), ("inactive_mem_bp", (7, 0))]
+#: quotas/goal_tuner's words (7.1; damo: sysfs/damos_quota_goal_tuner)
+GOAL_TUNERS = ["consist", "temporal"]
 COMMANDS = [("on", (5, 18)), ("off", (5, 18)), ("update_schemes_stats", (5, 18)), ("commit", (5, 19)),
             ("update_schemes_tried_regions", (6, 2)), ("clear_schemes_tried_regions", (6, 2)),
             ("update_schemes_tried_bytes", (6, 6)), ("commit_schemes_quota_goals", (6, 8)),
@@ -113,6 +116,10 @@ def scheme(k: SimKernel, base: str) -> None:
         files += [("core_filters/nr_filters", 0, W), ("ops_filters/nr_filters", 0, W)]
     if k.at_least(6, 17):
         files.append(("dests/nr_dests", 0, W))
+    if k.at_least(7, 0):  # damo: sysfs/damos_stat_nr_snapshots, sysfs/damos_max_nr_snapshots
+        files += [("stats/nr_snapshots", 0, R), ("stats/max_nr_snapshots", 0, W)]
+    if k.at_least(7, 1):  # damo: sysfs/damos_quota_goal_tuner
+        files.append(("quotas/goal_tuner", "consist", W))
     _files(k, base, files)
 
 

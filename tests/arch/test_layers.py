@@ -34,8 +34,11 @@ def _edges(src: str, allowed: callable) -> list[str]:  # type: ignore[valid-type
 @pytest.mark.parametrize("src, rule, allowed", [
     ("util", "util imports nothing of ours", lambda d: folder(d) == "util" or d == "nodeagent"),
     ("host", "host imports nothing of ours above util", lambda d: folder(d) in ("host", "util")),
-    ("facts", "facts never import checks, state or a kind's apply",
-     lambda d: folder(d) not in ("checks", "state", "engine", "cli") and not d.endswith(".apply")),
+    # The facts read DAMON's tree into the kind's one model (kinds/damon/model.py), which the plan builds and apply
+    # writes: of the kinds, a facts module may import such a pure model module and nothing else.
+    ("facts", "facts never import checks, state or a kind's apply; of the kinds, only a pure model module",
+     lambda d: folder(d) not in ("checks", "state", "engine", "cli") and not d.endswith(".apply")
+     and (folder(d) != "kinds" or d.endswith(".model"))),
     ("render", "render imports no collector", lambda d: not d.startswith("nodeagent.metrics.collector")),
     ("kinds", "kinds never import the engine, the CLI, the loops or the renderers",
      lambda d: folder(d) not in ("engine", "cli", "loops", "render")),
@@ -46,6 +49,17 @@ def _edges(src: str, allowed: callable) -> list[str]:  # type: ignore[valid-type
 def test_layers(src: str, rule: str, allowed: callable) -> None:  # type: ignore[valid-type]
     bad = _edges(src, allowed)
     assert not bad, f"{rule}:\n" + "\n".join(bad)
+
+
+def test_a_kinds_model_is_pure() -> None:
+    """A kind's model module (what the facts read into) imports nothing of ours but util, and its package's
+    ``__init__`` imports nothing at all: importing the model must not load the kind (whose plan imports the facts)."""
+    g = graph()
+    models = [m for m in g if folder(m) == "kinds" and m.endswith(".model")]
+    assert models, "no kind model found"
+    bad = [f"{m} → {d}" for m in models for d in g[m] if folder(d) != "util"]
+    bad += [f"{m.rsplit('.', 1)[0]} → {d}" for m in models for d in g[m.rsplit(".", 1)[0]]]
+    assert not bad, "\n".join(bad)
 
 
 def test_nothing_under_nodeagent_names_the_simulator() -> None:

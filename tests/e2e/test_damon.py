@@ -24,7 +24,7 @@ from nodeagent_sim.damon_presets import start_foreign
 
 from nodeagent.cli.main import main
 from nodeagent.facts.damon import retry_busy
-from nodeagent.kinds.damon.plan import COUNTS
+from nodeagent.kinds.damon.model import COUNTS
 from nodeagent.util.errors import BusyError
 
 K = "/sys/kernel/mm/damon/admin/kdamonds"

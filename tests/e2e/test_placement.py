@@ -227,21 +227,25 @@ def test_shipped_profile_on_6_12_runs_both_kdamonds_without_the_node_goal(make_n
     assert not any(p.endswith("/watermarks/metric") and v != "none" for p, v in writes.items())
 
 
-def test_shipped_profile_on_6_18_bounds_promotion_with_a_node_goal(make_node,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_shipped_profile_on_6_18_bounds_both_directions_with_node_goals(make_node,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """From 6.16 the shipped profile runs the mem_tier recipe: a goal on the fast node bounds each direction."""
     root = make_node("qemu-placement", kernel="6.18.0-nodeagent-sim")
     plan = plan_json(root, SHIPPED, capsys)
     assert not plan["problems"] and not any("left out" in w for w in plan["warnings"])
     assert main(["--root", str(root), "apply", "--yes", "--skip-checks", "all", SHIPPED]) == 0
     writes = _damon_writes(root)
-    hot = next(p.rsplit("/schemes/0/", 1)[0] for p, v in writes.items()
-               if p.endswith("/schemes/0/action") and v == "migrate_hot")
-    goal = f"{hot}/schemes/0/quotas/goals"
-    assert writes[f"{goal}/nr_goals"] == "1"
-    assert (writes[f"{goal}/0/target_metric"], writes[f"{goal}/0/target_value"], writes[f"{goal}/0/nid"]) == \
-        ("node_mem_used_bp", "9700", "0")
-    # 6.15+ filter layout: the young filters go to ops_filters with an explicit allow N
-    assert any(p.endswith("/ops_filters/0/type") and v == "young" for p, v in writes.items())
+    for action, metric, target, allow in (("migrate_hot", "node_mem_used_bp", "9970", "Y"),
+                                          ("migrate_cold", "node_mem_free_bp", "50", "N")):
+        kd = next(p.rsplit("/schemes/0/", 1)[0] for p, v in writes.items()
+                  if p.endswith("/schemes/0/action") and v == action)
+        goal = f"{kd}/schemes/0/quotas/goals"
+        assert writes[f"{goal}/nr_goals"] == "1"
+        assert (writes[f"{goal}/0/target_metric"], writes[f"{goal}/0/target_value"], writes[f"{goal}/0/nid"]) == \
+            (metric, target, "0")
+        # 6.15+ filter layout: the young filters go to ops_filters, with allow Y for promotion, N for demotion
+        assert (writes[f"{kd}/schemes/0/ops_filters/0/type"], writes[f"{kd}/schemes/0/ops_filters/0/allow"]) == \
+            ("young", allow)
 
 
 def test_placement_check_reports_what_plan_warns(make_node, tmp_path: Path,

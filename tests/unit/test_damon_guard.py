@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.kinds.damon import guard
+from nodeagent.kinds.damon import guard, model
 from nodeagent.kinds.damon.spec import Spec
 
 GiB = 2**30
@@ -17,8 +17,12 @@ PATH = "contexts/0/schemes/0/access_pattern/sz/min"
 def _spec(free: int | None, total: int = 100 * GiB, pause: float = 5, resume: float = 10) -> Spec:
     g = guard.guard_for(0, "migrate_cold", 2, None if free is None else (free, total), pause, resume, "4096")
     value = guard.PAUSED if g.state == "pause" else "4096"
-    return Spec("demote-cold", 0, "nearest", (0,), (2,), (("contexts/0/schemes/nr_schemes", "1"), (PATH, value)),
-                "s", (), (g,))
+    r = model.Range(0, 0)
+    scheme = model.Scheme("migrate_cold", model.Access(model.Range(int(value), 2**64 - 1), r, r), model.Quota(),
+                          model.Watermarks())
+    tree = model.Kdamond((model.Context("paddr", model.Attrs(5000, 100000, 1000000, model.Range(10, 1000)),
+                                        schemes=(scheme,)),))
+    return Spec("demote-cold", 0, "nearest", (0,), (2,), tree, "s", (), (g,))
 
 
 @pytest.mark.parametrize(("free_gib", "state"), [(0, "pause"), (4.9, "pause"), (5.1, "hold"), (9.9, "hold"),

@@ -16,9 +16,10 @@ from nodeagent.facts import gather
 from nodeagent.facts.damon import DamonFacts, Kdamond, from_facts
 from nodeagent.host import open_host
 from nodeagent.kinds.base import PlanContext
-from nodeagent.kinds.damon import DamonResource, build_specs
+from nodeagent.kinds.damon.kind import DamonResource, build_specs
+from nodeagent.kinds.damon.model import diff_writes
 from nodeagent.kinds.damon.nodes import NodeClasses, pair
-from nodeagent.kinds.damon.plan import diff_writes, owned_kdamonds
+from nodeagent.kinds.damon.plan import owned_kdamonds
 from nodeagent.kinds.damon.stats import read_stats, refresh_stats
 from nodeagent.profile import LoadedProfile, load_profile
 from nodeagent.state import StateStore
@@ -261,12 +262,14 @@ def test_from_facts_reads_a_saved_section(make_node) -> None:
 
 
 def test_taking_over_a_stopped_foreign_configuration_is_still_disruptive() -> None:
+    from nodeagent.kinds.damon import model
     from nodeagent.kinds.damon.plan import plan_kdamonds
     from nodeagent.kinds.damon.spec import Spec
 
     foreign = Kdamond(0, "off", -1, {"contexts/nr_contexts": "1", "contexts/0/operations": "paddr"}, {})
     damon = DamonFacts(True, 1, (foreign,), {}, {}, {}, (), None)
-    spec = Spec("a", 0, "nearest: node0 → node2", (0,), (2,), (("contexts/nr_contexts", "1"),), "paddr over node0")
+    tree = model.Kdamond((model.Context("paddr", model.Attrs(5000, 100000, 1000000, model.Range(10, 1000))),))
+    spec = Spec("a", 0, "nearest: node0 → node2", (0,), (2,), tree, "paddr over node0")
     refuse = plan_kdamonds([spec], damon, {}, "refuse", allow_disruptive=True)
     assert refuse.changes == [] and "kdamond 0 (stopped; paddr) is configured and not managed" in \
         refuse.problems[0].message and not refuse.problems[0].blocking

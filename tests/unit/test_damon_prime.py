@@ -62,7 +62,8 @@ def test_the_walk_covers_every_region_each_aggregation_bounded_per_pass() -> Non
 
 
 def test_the_final_writes_are_the_scheme_files_and_walk_bytes_the_regions() -> None:
-    config = {"contexts/0/operations": "paddr", "contexts/0/targets/0/regions/nr_regions": "2",
+    config = {"contexts/nr_contexts": "1", "contexts/0/operations": "paddr", "contexts/0/targets/nr_targets": "1",
+              "contexts/0/targets/0/regions/nr_regions": "2",
               "contexts/0/targets/0/regions/0/start": "0", "contexts/0/targets/0/regions/0/end": "4096",
               "contexts/0/targets/0/regions/1/start": "8192", "contexts/0/targets/0/regions/1/end": "16384",
               "contexts/0/schemes/nr_schemes": "1", "contexts/0/schemes/0/action": "migrate_hot"}

@@ -248,7 +248,22 @@ def _pause(host: Host, change: Change) -> str:
     return f"kdamond {d['index']} stopped (pid {d['pid']}) before {d['why']}; started again once it is back"
 
 
+def _switch_module(host: Host, change: Change) -> str:
+    """``damon.disable_modules``: a module's ``enabled`` parameter, checked after the write (the kernel refuses to
+    enable one while any kdamond runs, and stops the module's kdamond when it is disabled)."""
+    module, on = str(change.detail("module")), bool(change.detail("enable"))
+    path = f"/sys/module/{module}/parameters/enabled"
+    retry_busy(host.write, path, "Y" if on else "N")
+    now = (host.read_opt(path) or "").strip()
+    if now != ("Y" if on else "N"):
+        raise HostError(f"{path}: wrote {'Y' if on else 'N'}, the kernel shows {now or '(nothing)'}", path=path,
+                        hint="see dmesg; another tool may have switched the module back")
+    return f"{module} {'enabled' if on else 'disabled'}"
+
+
 def apply_change(host: Host, change: Change, actx: ApplyContext, profile: str) -> str:
+    if change.detail("module") is not None:
+        return _switch_module(host, change)
     if change.target == ALL:
         return _rebuild(host, change, actx, profile)
     if change.op == "delete":

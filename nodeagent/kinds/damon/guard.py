@@ -93,10 +93,8 @@ def paused(value: str | None) -> bool:
 def resolve(spec: Spec, observed: dict[str, str]) -> Spec:
     """``spec`` with each guarded scheme that is in its hysteresis band kept as the kernel has it now (paused or
     as written); a scheme the kernel holds some other way (drifted) is written as the profile says."""
-    held = {g.path for g in spec.guards if g.state == "hold" and paused(observed.get(g.path))}
-    if not held:
-        return spec
-    return replace(spec, writes=tuple((p, PAUSED if p in held else v) for p, v in spec.writes))
+    held = {g.scheme for g in spec.guards if g.state == "hold" and paused(observed.get(g.path))}
+    return replace(spec, tree=spec.tree.with_min_size(held, int(PAUSED))) if held else spec
 
 
 def is_paused(spec: Spec, g: Guard) -> bool:

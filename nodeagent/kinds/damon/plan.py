@@ -33,14 +33,11 @@ from ...state import Ownership
 from ...util.dataclass import dataclass
 from ..base import ResourcePlan
 from . import guard
+from .model import diff_writes
 from .spec import Spec
 
 KIND = "damon"
 ALL = "damon.kdamonds"
-#: The count files: writing one recreates the numbered directories beside it with defaults.
-COUNTS = {"nr_kdamonds", "nr_contexts", "nr_targets", "nr_regions", "nr_schemes", "nr_filters", "nr_goals",
-          "nr_dests"}
-
 
 @dataclass(frozen=True)
 class Owned:
@@ -72,21 +69,6 @@ def owned_kdamonds(damon: DamonFacts, ownership: Ownership | dict[str, Any] | No
         else:
             owned[kd.index] = Owned(kd.index, rec.name, kd.pid if kd.running else None, kd)
     return owned, notes
-
-
-def diff_writes(desired: tuple[tuple[str, str], ...], observed: dict[str, str]) -> list[tuple[str, str]]:
-    """The writes that turn ``observed`` into ``desired``, in order. A changed ``nr_*`` count resets every
-    file below it, so all of those are written again after it."""
-    out: list[tuple[str, str]] = []
-    reset: list[str] = []
-    for path, value in desired:
-        stale = any(path.startswith(p) for p in reset)
-        if stale or observed.get(path) != value:
-            out.append((path, value))
-            name = path.rsplit("/", 1)[-1]
-            if name in COUNTS:
-                reset.append(path.rsplit("/", 1)[0] + "/" if "/" in path else "")
-    return out
 
 
 def _changed(writes: list[tuple[str, str]], observed: dict[str, str], limit: int = 6) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...profile.resolved import Frozen
+from . import model
 
 if TYPE_CHECKING:  # the read-only commands import this module's PRIMING (the renderer) and never pydantic
     from ...profile.damon import Kdamond, Scheme
@@ -54,11 +55,11 @@ def marker(kd: Kdamond) -> Scheme:
         "action": "lru_deprio", "target_node": None, "dests": None,
         "access": {k: {"min": None, "max": None} for k in ("size", "nr_accesses", "age")},
         "quota": {"time": None, "size": WALK_PER_PASS, "reset_interval": max(-(-aggr // 1000), 1) * 1000,
-                  "weights": {"size": 0, "nr_accesses": 0, "age": 0}, "goals": []},
+                  "weights": {"size": 0, "nr_accesses": 0, "age": 0}, "goals": [], "goal_tuner": None},
         "watermarks": None,
         "filters": [{"type": "young", "matching": True, "allow": False, "memcg": None, "range": None,
                      "target": None, "size": None}],
-        "apply_interval": aggr, "dest_free": None})
+        "apply_interval": aggr, "dest_free": None, "max_snapshots": None})
 
 
 def wanted(kd: Kdamond, schemes: list[Scheme], caps: dict, has_apply_interval: bool) -> bool:
@@ -92,7 +93,5 @@ def walk_index(stage: tuple[tuple[str, str], ...] | list) -> int:
 
 
 def walk_bytes(config: dict[str, str]) -> int:
-    """The memory the kdamond monitors: the sum of its target's regions."""
-    base = "contexts/0/targets/0/regions"
-    n = int(config.get(f"{base}/nr_regions", "0"))
-    return sum(int(config[f"{base}/{i}/end"]) - int(config[f"{base}/{i}/start"]) for i in range(n))
+    """The memory the kdamond monitors: the sum of its targets' regions."""
+    return sum(end - start for start, end in model.parse(config).regions())

@@ -27,10 +27,11 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ...facts.damon import DamonFacts
-from ...facts.damon_caps import ACTION_OPS, CORE_FILTER_TYPES, since_of
+from ...facts.damon_caps import ACTION_OPS, since_of
 from ...util.dataclass import dataclass
 from ...util.units import approx_size, format_duration_us, format_size
-from . import guard, prime
+from . import guard, model, prime
+from .model import CORE_FILTER_TYPES
 from .nodes import NodeClasses, Pairing
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ KERNEL_TYPES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = tuple(
         (_S + r"watermarks/(interval_us|high|mid|low)", "unsigned long", ("schemes", "{s}", "watermarks")),
         (_S + r"\w+/\d+/(addr_start|addr_end|min|max)", "unsigned long", ("schemes", "{s}", "filters")),
         (_S + r"\w+/\d+/damon_target_idx", "int", ("schemes", "{s}", "filters")),
+        (_S + r"stats/max_nr_snapshots", "unsigned long", ("schemes", "{s}", "max_snapshots")),
     ))
 
 
@@ -131,7 +133,8 @@ class Spec:
     how: str
     sources: tuple[int, ...]
     dest_nodes: tuple[int, ...]
-    writes: tuple[tuple[str, str], ...]
+    #: The kdamond's tree as the profile wants it on this node (:mod:`.model`).
+    tree: model.Kdamond
     summary: str
     #: The scheme files of the priming configuration the kdamond starts with (:mod:`.prime`), or nothing.
     prime: tuple[tuple[str, str], ...] = ()
@@ -139,8 +142,13 @@ class Spec:
     guards: tuple[guard.Guard, ...] = ()
 
     @property
+    def writes(self) -> tuple[tuple[str, str], ...]:
+        """Every file of :attr:`tree` in write order."""
+        return tuple(self.tree.files())
+
+    @property
     def config(self) -> dict[str, str]:
-        return dict(self.writes)
+        return dict(self.tree.files())
 
 
 class Checker:
@@ -212,10 +220,6 @@ def _dotted(path: tuple) -> str:
     return out
 
 
-def _yn(value: bool) -> str:
-    return "Y" if value else "N"
-
-
 def _age(path: tuple, us: int | None, aggr: int, upper: bool, chk: Checker) -> int:
     if us is None:
         return U32_MAX if upper else 0
@@ -236,65 +240,53 @@ def _accesses(value: int | str | None, max_acc: int, upper: bool) -> int:
     return int(exact) if upper else -int(-exact // 1)
 
 
-def _filter(path: tuple, f: Filter, chk: Checker) -> Writes:
+def _filter(path: tuple, f: Filter, chk: Checker) -> model.Filter:
     chk.vocab(path + ("type",), "filter_types", f.type, "filter type")
     if f.allow:
         chk.need(path + ("allow",), "filter_allow", "allow: true (filters that restrict the action to pages)")
-    out = [("type", f.type), ("matching", _yn(f.matching))]
-    if chk.damon.has("filter_allow"):
-        out.append(("allow", _yn(f.allow)))
-    if f.type == "memcg":
-        out.append(("memcg_path", f.memcg or ""))
-    elif f.type == "addr" and f.range is not None:
-        out += [("addr_start", str(f.range.start)), ("addr_end", str(f.range.end))]
-    elif f.type == "target":
-        out.append(("damon_target_idx", str(f.target or 0)))
-    elif f.type == "hugepage_size" and f.size is not None:
+    size = None
+    if f.type == "hugepage_size" and f.size is not None:
         chk.need(path + ("size",), "filter_size", "hugepage_size bounds")
-        out += [("min", str(f.size.min or 0)), ("max", str(f.size.max if f.size.max is not None else U64_MAX))]
-    return out
+        size = model.Range(f.size.min or 0, f.size.max if f.size.max is not None else U64_MAX)
+    return model.Filter(
+        f.type, f.matching, f.allow if chk.damon.has("filter_allow") else None,
+        memcg_path=(f.memcg or "") if f.type == "memcg" else None,
+        addr=model.Region(f.range.start, f.range.end) if f.type == "addr" and f.range is not None else None,
+        target_idx=(f.target or 0) if f.type == "target" else None, size=size)
 
 
-def _filters(path: tuple, s: Scheme, chk: Checker) -> Writes:
+def _filters(path: tuple, s: Scheme, chk: Checker) -> dict[str, tuple[model.Filter, ...]]:
+    """The scheme's filters by directory: ``core_filters``/``ops_filters`` (6.15+) or ``filters`` (6.3+)."""
     if not s.filters:
         if not chk.damon.has("filters"):
-            return []
+            return {}
     elif not chk.need(path + ("filters",), "filters", "DAMOS filters"):
-        return []
+        return {}
     per = [(f, _filter(path + ("filters", i), f, chk)) for i, f in enumerate(s.filters)]
     if chk.damon.has("core_ops_filters"):
-        out: Writes = []
-        for layer, pick in (("core_filters", True), ("ops_filters", False)):
-            chosen = [w for f, w in per if (f.type in CORE_FILTER_TYPES) == pick]
-            out.append((f"{layer}/nr_filters", str(len(chosen))))
-            for i, w in enumerate(chosen):
-                out += [(f"{layer}/{i}/{k}", v) for k, v in w]
-        return out
-    out = [("filters/nr_filters", str(len(per)))]
-    for i, (_, w) in enumerate(per):
-        out += [(f"filters/{i}/{k}", v) for k, v in w]
-    return out
+        return {"core_filters": tuple(m for f, m in per if f.type in CORE_FILTER_TYPES),
+                "ops_filters": tuple(m for f, m in per if f.type not in CORE_FILTER_TYPES)}
+    return {"filters": tuple(m for _, m in per)}
 
 
-def _goal(path: tuple, g: Goal, node: int | None, chk: Checker) -> Writes:
-    out: Writes = []
+def _goal(path: tuple, g: Goal, node: int | None, chk: Checker) -> model.Goal:
+    metric = None
     if chk.damon.has("goal_metric"):
         if chk.vocab(path + ("metric",), "goal_metrics", g.metric, "quota goal metric"):
-            out.append(("target_metric", g.metric))
+            metric = g.metric
     elif g.metric != "user_input":
         chk.need(path + ("metric",), "goal_metric", f"quota goal metric {g.metric}")
-    out.append(("target_value", str(g.target)))
-    if g.current is not None:
-        out.append(("current_value", str(g.current)))
+    nid = path_ = None
     if g.metric.startswith("node_") and chk.need(path + ("node",), "goal_nid", "a per-node quota goal"):
-        out.append(("nid", str(node if node is not None else 0)))
+        nid = node if node is not None else 0
     if "memcg" in g.metric and chk.need(path + ("memcg",), "goal_path", "a memcg quota goal"):
-        out.append(("path", g.memcg or ""))
-    return out
+        path_ = g.memcg or ""
+    return model.Goal(g.target, metric, g.current, nid, path_)
 
 
-def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_nodes: list[int | None],
-                  chk: Checker) -> Writes:
+def scheme_model(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_nodes: list[int | None],
+                 chk: Checker) -> model.Scheme:
+    """The kernel's scheme for profile scheme ``s`` (destination node ``dest``), checked against this kernel."""
     chk.vocab(path + ("action",), "actions", s.action, "DAMOS action")
     if s.action in chk.caps["actions"] and kd.operations not in ACTION_OPS[s.action]:
         chk.fail(path + ("action",), f"{s.action} does nothing with {kd.operations} operations "
@@ -306,24 +298,15 @@ def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_no
     aggr = mon.aggregate
     max_acc = max(aggr // mon.sample, 1)
     a = s.access
-    out: Writes = [("action", s.action)]
-    if chk.damon.has("migrate"):
-        out.append(("target_nid", str(dest if dest is not None else -1)))
     if s.apply_interval is not None:
         chk.need(path + ("apply_interval",), "apply_interval", "apply_interval")
-    if chk.damon.has("apply_interval"):
-        out.append(("apply_interval_us", str(s.apply_interval or 0)))
-    out += [
-        ("access_pattern/sz/min", str(a.size.min or 0)),
-        ("access_pattern/sz/max", str(a.size.max if a.size.max is not None else U64_MAX)),
-        ("access_pattern/nr_accesses/min", str(_accesses(a.nr_accesses.min, max_acc, False))),
-        ("access_pattern/nr_accesses/max", str(_accesses(a.nr_accesses.max, max_acc, True))),
-        ("access_pattern/age/min", str(_age(path + ("access", "age", "min"), a.age.min, aggr, False, chk))),
-        ("access_pattern/age/max", str(_age(path + ("access", "age", "max"), a.age.max, aggr, True, chk))),
-    ]
+    access = model.Access(
+        model.Range(a.size.min or 0, a.size.max if a.size.max is not None else U64_MAX),
+        model.Range(_accesses(a.nr_accesses.min, max_acc, False), _accesses(a.nr_accesses.max, max_acc, True)),
+        model.Range(_age(path + ("access", "age", "min"), a.age.min, aggr, False, chk),
+                    _age(path + ("access", "age", "max"), a.age.max, aggr, True, chk)))
     q = s.quota
-    ms = 0
-    reset = 0
+    ms = reset = 0
     if q is not None:
         for key, us in (("time", q.time or 0), ("reset_interval", q.reset_interval)):
             if us % 1000:
@@ -331,11 +314,6 @@ def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_no
                          "(the kernel takes milliseconds)", "round it to milliseconds")
         ms, reset = (q.time or 0) // 1000, q.reset_interval // 1000
     w = q.weights if q is not None else None
-    out += [("quotas/ms", str(ms)), ("quotas/bytes", str(q.size or 0) if q else "0"),
-            ("quotas/reset_interval_ms", str(reset)),
-            ("quotas/weights/sz_permil", str(w.size if w else 0)),
-            ("quotas/weights/nr_accesses_permil", str(w.nr_accesses if w else 0)),
-            ("quotas/weights/age_permil", str(w.age if w else 0))]
     goals = []
     for i, g in enumerate(q.goals if q is not None else []):
         if g.optional and not chk.supports_goal(g):
@@ -347,22 +325,33 @@ def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_no
         goals.append((i, g))
     if goals:
         chk.need(path + ("quota", "goals"), "quota_goals", "quota goals")
-    if chk.damon.has("quota_goals"):
-        out.append(("quotas/goals/nr_goals", str(len(goals))))
-        for n, (i, g) in enumerate(goals):
-            out += [(f"quotas/goals/{n}/{k}", v)
-                    for k, v in _goal(path + ("quota", "goals", i), g, goal_nodes[i], chk)]
+    tuner = getattr(q, "goal_tuner", None)  # a record from before goal_tuner reads as without it
+    if tuner is not None:
+        chk.need(path + ("quota", "goal_tuner"), "goal_tuner", "quota.goal_tuner")
+    snapshots = getattr(s, "max_snapshots", None)
+    if snapshots:
+        chk.need(path + ("max_snapshots",), "nr_snapshots", "max_snapshots")
+    quota = model.Quota(
+        ms, (q.size or 0) if q else 0, reset, (w.size, w.nr_accesses, w.age) if w else (0, 0, 0),
+        goal_tuner=(tuner or "consist") if chk.damon.has("goal_tuner") else None,
+        goals=tuple(_goal(path + ("quota", "goals", i), g, goal_nodes[i], chk) for i, g in goals)
+        if chk.damon.has("quota_goals") else None)
     wm = s.watermarks
     if wm is not None:
         chk.vocab(path + ("watermarks", "metric"), "wmark_metrics", wm.metric, "watermark metric")
-    out += [("watermarks/metric", wm.metric if wm else "none"),
-            ("watermarks/interval_us", str(wm.interval if wm else 0)),
-            ("watermarks/high", str(wm.high if wm else 0)), ("watermarks/mid", str(wm.mid if wm else 0)),
-            ("watermarks/low", str(wm.low if wm else 0))]
-    out += _filters(path, s, chk)
-    if chk.damon.has("dests"):
-        out.append(("dests/nr_dests", "0"))
-    return out
+    marks = model.Watermarks(wm.metric, wm.interval, wm.high, wm.mid, wm.low) if wm else model.Watermarks()
+    return model.Scheme(
+        s.action, access, quota, marks,
+        target_nid=(dest if dest is not None else -1) if chk.damon.has("migrate") else None,
+        apply_interval_us=(s.apply_interval or 0) if chk.damon.has("apply_interval") else None,
+        nr_dests=0 if chk.damon.has("dests") else None,
+        max_nr_snapshots=(snapshots or 0) if chk.damon.has("nr_snapshots") else None, **_filters(path, s, chk))
+
+
+def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_nodes: list[int | None],
+                  chk: Checker) -> Writes:
+    """:func:`scheme_model` as the files of the scheme's directory, in write order."""
+    return list(scheme_model(path, s, kd, dest, goal_nodes, chk).files())
 
 
 def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Checker,
@@ -383,36 +372,14 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
         chk.warn(f"{p.name}: node{'s' if len(p.sources) > 1 else ''} {', '.join(map(str, p.sources))} "
                  "have no memory to monitor: kdamond not created")
         return None
-    out: Writes = []
     if kd.stats_refresh is not None:
         chk.need(base + ("stats_refresh",), "refresh_ms", "stats_refresh")
         if kd.stats_refresh % 1000:
             chk.fail(base + ("stats_refresh",), "expected whole milliseconds", "round it to milliseconds")
-    if chk.damon.has("refresh_ms"):
-        # Unset in the profile: 5 s, so that the exporter reads fresh statistics without writing (6.17+).
-        out.append(("refresh_ms", str((5_000_000 if kd.stats_refresh is None else kd.stats_refresh) // 1000)))
-    out += [("contexts/nr_contexts", "1"), ("contexts/0/operations", kd.operations)]
-    if chk.damon.has("addr_unit"):
-        out.append(("contexts/0/addr_unit", "1"))
-    iv = "contexts/0/monitoring_attrs/intervals"
-    out += [(f"{iv}/sample_us", str(mon.sample)), (f"{iv}/aggr_us", str(mon.aggregate)),
-            (f"{iv}/update_us", str(mon.update))]
     goal = mon.intervals_goal
     if goal is not None:
         chk.need(base + ("monitoring", "intervals_goal"), "intervals_goal", "intervals_goal (interval auto-tuning)")
-    if chk.damon.has("intervals_goal"):
-        out += [(f"{iv}/intervals_goal/access_bp", str(goal.access if goal else 0)),
-                (f"{iv}/intervals_goal/aggrs", str(goal.aggregations if goal else 0)),
-                (f"{iv}/intervals_goal/min_sample_us", str(goal.min_sample if goal else 0)),
-                (f"{iv}/intervals_goal/max_sample_us", str(goal.max_sample if goal else 0))]
-    out += [("contexts/0/monitoring_attrs/nr_regions/min", str(mon.regions.min)),
-            ("contexts/0/monitoring_attrs/nr_regions/max", str(mon.regions.max)),
-            ("contexts/0/targets/nr_targets", "1"), ("contexts/0/targets/0/pid_target", "0"),
-            ("contexts/0/targets/0/regions/nr_regions", str(len(ranges)))]
-    for i, (start, end) in enumerate(ranges):
-        out += [(f"contexts/0/targets/0/regions/{i}/start", str(start)),
-                (f"contexts/0/targets/0/regions/{i}/end", str(end))]
-    schemes: list[Writes] = []
+    schemes: list[model.Scheme] = []
     written: list[Scheme] = []  # the profile's scheme behind each scheme written
     scheme_of: list[int] = []  # the profile's scheme index of each scheme written (pairing repeats some)
     actions: list[str] = []
@@ -422,24 +389,30 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
                       for i, g in enumerate(s.quota.goals if s.quota else [])]
         free = getattr(s, "dest_free", None)  # a record from before dest_free reads as without it
         for d in dests or (None,):
-            w = scheme_writes(base + ("schemes", j), s, kd, d, goal_nodes, chk)
+            sm = scheme_model(base + ("schemes", j), s, kd, d, goal_nodes, chk)
             what = s.action + (f" → node{d}" if d is not None else "")
             if free is not None and d is not None:
                 g = guard.guard_for(len(schemes), s.action, d, (mem or {}).get(d), free.pause_below,
-                                    free.resume_above, dict(w).get(guard.SZ_MIN, "0"))
+                                    free.resume_above, str(sm.access.sz.min))
                 guards.append(g)
                 if g.state == "pause":
-                    w = [(k, guard.PAUSED if k == guard.SZ_MIN else v) for k, v in w]
+                    sm = sm.with_min_size(int(guard.PAUSED))
                     what += f" (paused: node{d} has {approx_size(g.free or 0)} free)"
-            schemes.append(w)
+            schemes.append(sm)
             written.append(s)
             scheme_of.append(j)
             actions.append(what)
-    out.append(("contexts/0/schemes/nr_schemes", str(len(schemes))))
-    for j, w in enumerate(schemes):
-        out += [(f"contexts/0/schemes/{j}/{k}", v) for k, v in w]
-    check_kernel_ranges(base, out, scheme_of, chk)
-    if goal is not None:
+    attrs = model.Attrs(
+        mon.sample, mon.aggregate, mon.update, model.Range(mon.regions.min, mon.regions.max),
+        (model.IntervalsGoal(goal.access, goal.aggregations, goal.min_sample, goal.max_sample) if goal
+         else model.IntervalsGoal()) if chk.damon.has("intervals_goal") else None)
+    ctx = model.Context(kd.operations, attrs, (model.Target(0, tuple(model.Region(a, b) for a, b in ranges)),),
+                        tuple(schemes), 1 if chk.damon.has("addr_unit") else None)
+    # Unset in the profile: 5 s, so that the exporter reads fresh statistics without writing (6.17+).
+    tree = model.Kdamond((ctx,), (5_000_000 if kd.stats_refresh is None else kd.stats_refresh) // 1000
+                         if chk.damon.has("refresh_ms") else None)
+    check_kernel_ranges(base, tree.files(), scheme_of, chk)
+    if goal is not None and any(s.access.age.min is not None or s.access.age.max is not None for s in kd.schemes):
         ratio = mon.aggregate / mon.sample
         chk.warn(
             f"{p.name}: intervals_goal lets the kernel retune the aggregation interval between "
@@ -453,9 +426,9 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
     stage: tuple[tuple[str, str], ...] = ()
     if prime.wanted(kd, written, chk.caps, chk.damon.has("apply_interval")):
         walk = scheme_writes(base + ("prime",), prime.marker(kd), kd, None, [], chk)
-        stage = prime.stage_writes(written, schemes, walk)
+        stage = prime.stage_writes(written, [list(sm.files()) for sm in schemes], walk)
         summary += "; primed (one young-filter walk over its memory before it first acts on young pages)"
-    return Spec(p.name, index, p.how, p.sources, dest_nodes, tuple(out), summary, stage, tuple(guards))
+    return Spec(p.name, index, p.how, p.sources, dest_nodes, tree, summary, stage, tuple(guards))
 
 
 def _goal_node(ref: int | str | None, p: Pairing, dests: tuple[int, ...], nc: NodeClasses, chk: Checker,

@@ -13,7 +13,6 @@ kdamonds nodeagent owns (recorded pid = running pid), never for anyone else's::
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,9 +22,8 @@ from ...facts.damon import gather as gather_damon
 from ...host import Host
 from ...state import Ownership
 from .guard import PAUSED
+from .model import STATS
 from .plan import owned_kdamonds
-
-STATS = ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds", "sz_ops_filter_passed")
 
 
 @dataclass
@@ -82,18 +80,9 @@ def scheme_rows(facts: Facts, ownership: Ownership | dict[str, Any]) -> OwnedSch
             continue
         kd = o.kdamond
         out.kdamonds[index] = {"name": o.name, "pid": o.pid, "state": kd.state}
-        per: dict[int, dict[str, Any]] = {}
-        for path, value in {**kd.config, **kd.status}.items():
-            m = re.fullmatch(r"contexts/0/schemes/(\d+)/(action|access_pattern/sz/min|stats/(\w+))", path)
-            if m is None:
-                continue
-            row = per.setdefault(int(m.group(1)), {})
-            if m.group(2) == "action":
-                row["action"] = value.strip()
-            elif m.group(2) == "access_pattern/sz/min":
-                row["paused"] = value.strip() == PAUSED  # dest_free (or a priming walk) holds it
-            elif m.group(3) in STATS and value.strip().isdigit():
-                row[m.group(3)] = int(value)
+        schemes = kd.tree.context.schemes if kd.tree.context is not None else ()
+        per = {i: {"action": sc.action, "paused": sc.access.sz.min == int(PAUSED),  # dest_free (or priming) holds it
+                   **{k: v for k, v in (sc.stats or {}).items() if k in STATS}} for i, sc in enumerate(schemes)}
         out.schemes += [{"kdamond": index, "name": o.name, "context": 0, "scheme": i, **per[i]} for i in sorted(per)]
     return out
 

@@ -1,0 +1,89 @@
+"""The shipped profile's DAMON part picks its recipe by kernel release: before 6.16 demote-cold and promote-hot, from
+6.16 the auto-tuned tiering of damo's scripts/mem_tier.sh (intervals goal, a node_mem_free_bp demotion goal and a
+node_mem_used_bp promotion goal on the fast node), with DAMON_STAT disabled first. On simulated h100-cxl nodes of
+each generation: it converges, the next plan is empty, and revert returns the node to how it booted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nodeagent_sim import SimKernel
+
+from nodeagent.cli.main import main
+from nodeagent.facts import gather
+from nodeagent.facts.damon import from_facts
+from nodeagent.host import open_host
+
+PROFILE = str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml")
+STAT = "/sys/module/damon_stat/parameters/enabled"
+
+
+def run(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str]:
+    code = main(["--root", str(root), *args])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def boot_state(root: Path) -> dict[str, Any]:
+    """What revert must give back: every managed knob, the DAX modes, the kdamond slots, DAMON_STAT's switch."""
+    facts = gather(open_host(root))
+    damon = from_facts(facts)
+    dax = facts.sections.get("dax") or {}
+    return {"knobs": facts.knobs, "nr_kdamonds": damon.nr_kdamonds, "modules": damon.modules,
+            "dax": json.dumps(dax.get("devices", dax), sort_keys=True, default=str)}
+
+
+def kdamonds(root: Path) -> dict[str, Any]:
+    return {kd.index: kd for kd in from_facts(gather(open_host(root))).kdamonds}
+
+
+@pytest.mark.parametrize("preset, kernel", [("h100-cxl", "6.16.0"), ("h100-cxl-damon-stat", None),
+                                            ("h100-cxl", "6.19.0"), ("h100-cxl", "7.0.0"), ("h100-cxl", "7.1.0")])
+def test_from_6_16_the_mem_tier_recipe_converges_and_reverts(make_node, capsys, preset, kernel) -> None:
+    root = make_node(preset, kernel=kernel)
+    k = SimKernel(root)
+    stat_at_boot = k.tree.read(STAT) if k.tree.exists(STAT) else None
+    assert (stat_at_boot == "Y") == (preset == "h100-cxl-damon-stat")
+    boot = boot_state(root)
+    code, out = run(capsys, root, "apply", "--yes", "--allow-disruptive", PROFILE)
+    assert code == 0, out
+    if stat_at_boot == "Y":
+        assert "damon.module.damon_stat: applied" in out and k.tree.read(STAT) == "N"
+    kds = list(kdamonds(root).values())
+    assert sorted(kd.tree.actions[0] for kd in kds) == ["migrate_cold", "migrate_cold", "migrate_hot", "migrate_hot"]
+    assert all(kd.running for kd in kds)
+    for kd in kds:
+        ctx = kd.tree.context
+        assert ctx is not None and ctx.attrs.intervals_goal is not None
+        assert (ctx.attrs.intervals_goal.access_bp, ctx.attrs.intervals_goal.aggrs) == (400, 3)
+        s = ctx.schemes[0]
+        assert s.quota.bytes == 200 * 2**20 and s.apply_interval_us == 1_000_000
+        (goal,) = s.quota.goals or ()
+        want = ("node_mem_free_bp", 50) if s.action == "migrate_cold" else ("node_mem_used_bp", 9970)
+        assert (goal.metric, goal.target) == want and goal.nid in (0, 1)  # a fast (DRAM) node
+        young = (s.core_filters or ()) + (s.ops_filters or ())
+        assert [(f.type, f.matching, f.allow) for f in young] == [
+            ("young", True, s.action == "migrate_hot")]
+    code, out = run(capsys, root, "plan", "--detailed-exitcode", PROFILE)
+    assert code == 0, out
+    code, out = run(capsys, root, "revert", "--yes", "--allow-disruptive")
+    assert code == 0, out
+    assert boot_state(root) == boot
+    if stat_at_boot is not None:
+        assert k.tree.read(STAT) == stat_at_boot
+
+
+@pytest.mark.parametrize("kernel", [None, "6.15.0"])
+def test_before_6_16_the_profile_keeps_demote_cold_and_promote_hot(make_node, capsys, kernel) -> None:
+    root = make_node("h100-cxl", kernel=kernel)
+    code, out = run(capsys, root, "--format", "json", "plan", PROFILE)
+    assert code == 0, out
+    plan = json.loads(out)
+    (change,) = [c for c in plan["changes"] if c["target"] == "damon.kdamonds"]
+    names = [kd["name"] for kd in dict(change["data"])["kdamonds"]] if isinstance(change["data"], list) else \
+        [kd["name"] for kd in change["data"]["kdamonds"]]
+    assert names and all(n.startswith(("demote-cold", "promote-hot")) for n in names), names
+    assert not [c for c in plan["changes"] if c["target"].startswith("damon.module.")]
