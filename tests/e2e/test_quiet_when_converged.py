@@ -13,7 +13,7 @@ from .cli_helpers import run
 
 PROFILE = str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml")
 GUARD = "no `nodeagent guard` keeps them"
-COUNTED = "(3 advisories, shown in full when there is something to change; see `nodeagent {}`)"
+COUNTED = "(2 advisories, shown in full when there is something to change; see `nodeagent {}`)"
 
 
 def test_warnings_in_full_while_something_changes_then_counted(make_node, capsys) -> None:
@@ -32,20 +32,20 @@ def test_warnings_in_full_while_something_changes_then_counted(make_node, capsys
 
     # asked for: in full
     code, out, _ = run(["--root", root, "plan", "-v", PROFILE], capsys)
-    assert GUARD in out and "needs 6.16" in out and "(3 advisories" not in out
+    assert GUARD in out and "min_ttl_ms" in out and "(2 advisories" not in out
     code, out, _ = run(["--root", root, "drift", "--verbose"], capsys)
-    assert GUARD in out and "(3 advisories" not in out
+    assert GUARD in out and "(2 advisories" not in out
     code, out, _ = run(["--root", root, "plan", "--advice", PROFILE], capsys)  # what the counting line names
     assert code == 0 and out.startswith("Advisories for profile cxl-inference on ") and GUARD in out
-    assert "needs 6.16" in out and "to change" not in out
-    assert len([line for line in out.splitlines() if line.startswith("  - ")]) == 3
+    assert "min_ttl_ms" in out and "to change" not in out
+    assert len([line for line in out.splitlines() if line.startswith("  - ")]) == 2
     code, out, _ = run(["--root", root, "--format", "json", "plan", "--advice", PROFILE], capsys)
-    assert len(json.loads(out)["advisories"]) == 3
+    assert len(json.loads(out)["advisories"]) == 2
     code, _, err = run(["--root", root, "plan", "--advice", "--detailed-exitcode", PROFILE], capsys)
     assert code == 64 and "--advice prints the advisories alone" in err
     # machines always get them
     code, out, _ = run(["--root", root, "--format", "json", "plan", PROFILE], capsys)
-    assert len(json.loads(out)["warnings"]) == 3
+    assert len(json.loads(out)["warnings"]) == 2
     code, out, _ = run(["--root", root, "--format", "json", "drift"], capsys)
     assert any(GUARD in a for a in json.loads(out)["advisories"])
 
@@ -55,4 +55,4 @@ def test_drift_shows_them_in_full_when_the_node_drifted(make_node, capsys) -> No
     assert run(["--root", str(root), "apply", "--yes", PROFILE], capsys)[0] == 0
     SimKernel(root).write("/proc/sys/kernel/numa_balancing", "1")  # a sysctl reload
     code, out, _ = run(["--root", str(root), "drift"], capsys)
-    assert code == 3 and GUARD in out and "(3 advisories" not in out
+    assert code == 3 and GUARD in out and "(2 advisories" not in out
