@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from typing import Any
 
 from ..host import Host
+from ..util.dataclass import dataclass
 from . import SECTIONS, Facts
 
 CXL_BUS = "/sys/bus/cxl"
