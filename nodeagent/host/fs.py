@@ -16,7 +16,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from functools import cache
 from pathlib import Path
@@ -556,6 +556,57 @@ class RootedFS:
     def is_dir(self, path: str) -> bool:
         st = self._stat(path)
         return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def read_attrs(self, path: str, names: Iterable[str]) -> dict[str, str | None]:
+        """The text of the attributes ``names`` of the directory ``path``, each as :meth:`read_opt` reads
+        ``path/name`` (``None`` when it does not exist; all ``None`` when ``path`` is no directory). The directory
+        is walked once and each attribute opened from its descriptor, one ``openat`` instead of a walk from the
+        root per file (a CXL decoder's dozen attributes sit behind a bus link into the device tree); an entry
+        that is not a regular file (a symlink) goes through :meth:`read_opt` on its full path."""
+        out: dict[str, str | None] = dict.fromkeys(names)
+        base = path.rstrip("/")
+        if any(not n or "/" in n or n in (".", "..") for n in out):
+            raise ValueError(f"attribute names are single path components: {sorted(out)!r}")
+        try:
+            with self._leaf(path) as w:
+                if w.fd is None or w.st is None or not stat.S_ISDIR(w.st.st_mode):
+                    return out
+                for name in out:
+                    out[name] = self._read_at(w.fd, name, f"{base}/{name}")
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except OSError as exc:
+            raise map_oserror(exc, path, "read") from None
+        return out
+
+    def _read_at(self, dfd: int, name: str, full: str) -> str | None:
+        """:meth:`read_opt` of ``full``, whose directory is open as ``dfd`` and whose last component is ``name``."""
+        try:
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise map_oserror(exc, full, "read") from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                return self.read_opt(full)
+            _sysfs_readable(full, mode)
+            rfd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC) if _PROC_FD else \
+                os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            try:
+                data = read_bounded(rfd, MAX_READ)
+            finally:
+                os.close(rfd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise map_oserror(exc, full, "read") from None
+        finally:
+            os.close(fd)
+        if data is None:
+            raise NotAllowedError(f"refusing to read {full}: longer than {MAX_READ} bytes", path=full)
+        return data.decode("utf-8", errors="replace").rstrip("\n")
 
     def read_tree(self, path: str, descend: Callable[[str], bool] | None = None
                   ) -> tuple[list[str], dict[str, str | None]]:
