@@ -27,6 +27,7 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from ..util.errors import UsageError
+from .files import InputFileError, read_regular
 
 #: The entry-point group machine plugins register under (name → object with the methods above).
 GROUP = "nodeagent.machines"
@@ -53,6 +54,10 @@ class EntryPoint(NamedTuple):
         return obj
 
 
+#: An entry_points.txt is a few lines; a larger one is not read.
+_MAX_ENTRY_POINTS = 1024 * 1024
+
+
 def _entry_points(group: str) -> dict[str, EntryPoint]:
     """The entry points of ``group`` that the distributions on ``sys.path`` declare (their ``*.dist-info`` or
     ``*.egg-info`` ``entry_points.txt``; of two distributions of one name, the first on the path): what
@@ -73,10 +78,10 @@ def _entry_points(group: str) -> dict[str, EntryPoint]:
             dist = stem.split("-")[0].lower().replace("_", "-").replace(".", "-")
             if dist in seen:
                 continue
-            try:
-                with open(os.path.join(entry or ".", meta, "entry_points.txt"), encoding="utf-8") as f:
-                    text = f.read()
-            except OSError:
+            try:  # (bounded, regular files only, as every file nodeagent does not own is read)
+                text = read_regular(os.path.join(entry or ".", meta, "entry_points.txt"), _MAX_ENTRY_POINTS).decode(
+                    "utf-8", errors="replace")
+            except InputFileError:
                 if os.path.isdir(os.path.join(entry or ".", meta)):
                     seen.add(dist)
                 continue
