@@ -366,9 +366,9 @@ def main() -> int:
     rows = [
         paired("h100-cxl converged: drift --record PROFILE", 1.5, damo,
                [na, *on, str(h100), "drift", "--record", profile], pairs, rusage_dir),
-        paired("h100-cxl converged: plan PROFILE", 2.0, damo, [na, *on, str(h100), "plan", profile], pairs,
+        paired("h100-cxl converged: plan PROFILE", 1.8, damo, [na, *on, str(h100), "plan", profile], pairs,
                rusage_dir),
-        paired("h100-cxl converged: apply --yes PROFILE", 2.5, damo,
+        paired("h100-cxl converged: apply --yes PROFILE", 2.2, damo,
                [na, *on, str(h100), "apply", "--yes", profile], pairs, rusage_dir),
         paired("stress (139,264 blocks): plan PROFILE", 2.5, damo, [na, *on, str(stress), "plan", profile], pairs,
                rusage_dir),

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from typing import Any
 
 from ..host import Host
+from ..util.dataclass import dataclass
 from . import SECTIONS, Facts
 
 CXL_BUS = "/sys/bus/cxl"
@@ -248,18 +249,26 @@ def read_memdev(host: Host, name: str) -> Memdev:
         else None
     link = None
     if pci:
-        dev = os.path.dirname(real)
-        speed, width = host.read_opt(f"{dev}/current_link_speed"), host.read_opt(f"{dev}/current_link_width")
+        d = host.fs.read_attrs(os.path.dirname(real), ("current_link_speed", "current_link_width", "max_link_speed",
+                                                        "max_link_width"))
+        speed, width = d["current_link_speed"], d["current_link_width"]
         if speed is not None or width is not None:
-            link = Link(_str(speed), _int(width, 10), _str(host.read_opt(f"{dev}/max_link_speed")),
-                        _int(host.read_opt(f"{dev}/max_link_width"), 10))
-    numa = _int(host.read_opt(f"{base}/numa_node"), 10)
+            link = Link(_str(speed), _int(width, 10), _str(d["max_link_speed"]), _int(d["max_link_width"], 10))
+    a = host.fs.read_attrs(base, ("numa_node", "serial", "firmware_version"))
+    numa = _int(a["numa_node"], 10)
     return Memdev(
-        name=name, serial=_int(host.read_opt(f"{base}/serial")),
+        name=name, serial=_int(a["serial"]),
         ram_size=_int(host.read_opt(f"{base}/ram/size")) or 0, pmem_size=_int(host.read_opt(f"{base}/pmem/size")) or 0,
-        firmware_version=_str(host.read_opt(f"{base}/firmware_version")), pci=pci, host_bridge=bridge,
+        firmware_version=_str(a["firmware_version"]), pci=pci, host_bridge=bridge,
         numa_node=numa if numa is not None and numa >= 0 else None, endpoint=None,
         driver=_link_name(host, f"{base}/driver"), link=link)
+
+
+#: What each kind of decoder's facts read (after ``devtype``).
+_DECODER_ATTRS = {kind: ("target_list", "start", "size", "interleave_ways", "interleave_granularity", "locked",
+                         "region", *extra)
+                  for kind, extra in (("root", ("cap_ram", "cap_pmem")), ("switch", ()),
+                                      ("endpoint", ("mode", "dpa_resource", "dpa_size")))}
 
 
 def read_decoder(host: Host, name: str) -> Decoder | None:
@@ -268,27 +277,31 @@ def read_decoder(host: Host, name: str) -> Decoder | None:
     kind = {"cxl_decoder_root": "root", "cxl_decoder_switch": "switch", "cxl_decoder_endpoint": "endpoint"}.get(devtype)
     if kind is None:
         return None
+    a = host.fs.read_attrs(base, _DECODER_ATTRS[kind])  # (one walk to the decoder, then an openat per attribute)
     port = os.path.basename(os.path.dirname(_real(host, base)))
-    targets = (host.read_opt(f"{base}/target_list") or "").strip()
-    mode = _str(host.read_opt(f"{base}/mode")) if kind == "endpoint" else None
-    dpa = _int(host.read_opt(f"{base}/dpa_resource")) if kind == "endpoint" else None
+    targets = (a["target_list"] or "").strip()
+    mode = _str(a["mode"]) if kind == "endpoint" else None
+    dpa = _int(a["dpa_resource"]) if kind == "endpoint" else None
     return Decoder(
-        name=name, kind=kind, port=port, start=_int(host.read_opt(f"{base}/start")),
-        size=_int(host.read_opt(f"{base}/size")), interleave_ways=_int(host.read_opt(f"{base}/interleave_ways"), 10),
-        interleave_granularity=_int(host.read_opt(f"{base}/interleave_granularity"), 10),
-        locked=bool(_flag(host.read_opt(f"{base}/locked"))),
+        name=name, kind=kind, port=port, start=_int(a["start"]),
+        size=_int(a["size"]), interleave_ways=_int(a["interleave_ways"], 10),
+        interleave_granularity=_int(a["interleave_granularity"], 10),
+        locked=bool(_flag(a["locked"])),
         targets=[t for t in targets.split(",") if t] if kind != "endpoint" else [],
-        region=_str(host.read_opt(f"{base}/region")),
-        cap_ram=_flag(host.read_opt(f"{base}/cap_ram")) if kind == "root" else None,
-        cap_pmem=_flag(host.read_opt(f"{base}/cap_pmem")) if kind == "root" else None,
+        region=_str(a["region"]),
+        cap_ram=_flag(a["cap_ram"]) if kind == "root" else None,
+        cap_pmem=_flag(a["cap_pmem"]) if kind == "root" else None,
         mode=mode, dpa_resource=None if dpa is None or dpa == 2**64 - 1 else dpa,
-        dpa_size=_int(host.read_opt(f"{base}/dpa_size")) if kind == "endpoint" else None)
+        dpa_size=_int(a["dpa_size"]) if kind == "endpoint" else None)
 
 
 def read_region(host: Host, name: str, endpoint_memdev: dict[str, str]) -> Region:
     base = f"{CXL}/{name}"
-    ways = _int(host.read_opt(f"{base}/interleave_ways"), 10) or 0
-    targets = [(host.read_opt(f"{base}/target{i}") or "").strip() for i in range(ways)]
+    a = host.fs.read_attrs(base, ("interleave_ways", "resource", "mode", "uuid", "size", "interleave_granularity",
+                                  "commit"))
+    ways = _int(a["interleave_ways"], 10) or 0
+    t = host.fs.read_attrs(base, [f"target{i}" for i in range(ways)])
+    targets = [(t[f"target{i}"] or "").strip() for i in range(ways)]
     memdevs = []
     for t in targets:
         port = os.path.basename(os.path.dirname(_real(host, f"{CXL}/{t}"))) if t else ""
@@ -296,13 +309,13 @@ def read_region(host: Host, name: str, endpoint_memdev: dict[str, str]) -> Regio
     real = _real(host, base)
     dax_region = f"{real}/dax_{name}"
     dax = sorted((n for n in host.fs.listdir(dax_region) if re.fullmatch(r"dax\d+\.\d+", n)), key=_sort_key)
-    res = _int(host.read_opt(f"{base}/resource"))
+    res = _int(a["resource"])
     return Region(
         name=name, root_decoder=os.path.basename(os.path.dirname(real)),
-        type=_str(host.read_opt(f"{base}/mode")) or "ram", uuid=_str(host.read_opt(f"{base}/uuid")),
-        start=None if res is None or res == 2**64 - 1 else res, size=_int(host.read_opt(f"{base}/size")) or 0,
-        interleave_ways=ways, interleave_granularity=_int(host.read_opt(f"{base}/interleave_granularity"), 10) or 0,
-        targets=targets, memdevs=memdevs, committed=bool(_flag(host.read_opt(f"{base}/commit"))),
+        type=_str(a["mode"]) or "ram", uuid=_str(a["uuid"]),
+        start=None if res is None or res == 2**64 - 1 else res, size=_int(a["size"]) or 0,
+        interleave_ways=ways, interleave_granularity=_int(a["interleave_granularity"], 10) or 0,
+        targets=targets, memdevs=memdevs, committed=bool(_flag(a["commit"])),
         driver=_link_name(host, f"{base}/driver"), dax_devices=dax)
 
 

@@ -7,7 +7,6 @@ that says what was expected; the profile model turns these into pydantic types.
 from __future__ import annotations
 
 import re
-from fractions import Fraction
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -37,10 +36,11 @@ def _quantity(value: object, units: dict[str, int], fold_case: bool, what: str, 
             if len(m.group(1)) > _MAX_DIGITS:  # Python refuses to read longer integers, with advice for programmers
                 raise ValueError(f"expected {what} such as {more}, got a number of {len(m.group(1))} characters")
             # Exact decimal arithmetic: a float makes 4.1MB 4099999.9999999995 bytes and rounds long byte counts.
-            n = Fraction(m.group(1)) * units[unit]
-            if n.denominator != 1:
+            whole_part, _, fraction = m.group(1).partition(".")
+            n, rest = divmod(int(whole_part + fraction) * units[unit], 10 ** len(fraction))
+            if rest:
                 raise ValueError(f"{value!r} is not a whole number of {whole}")
-            return int(n)
+            return n
     raise ValueError(f"expected {what} such as {more}, got {value!r}")
 
 

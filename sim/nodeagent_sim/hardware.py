@@ -22,20 +22,18 @@ A :data:`~nodeagent_sim.presets.LAYERS` step lays out, from the preset:
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import stat
 from pathlib import Path
 
-from nodeagent.util.kfmt import parse_meminfo
+# the answers themselves are the machine plugin's, which loads without this package
+from nodeagent_sim_machine import BANDWIDTH, STATVFS, copy_seconds, mbind_target, statvfs  # noqa: F401
 
 from .kernel import MARKER, SimKernel
 from .presets import LAYERS, MountDef, PciDef, Preset, aspeed_bmc, gpu_pci, nvme, qemu_vga, root_port
 from .tree import RO
 
-STATVFS = "statvfs.json"
-BANDWIDTH = "bandwidth.json"
 BLOCK = 4096
 
 #: (single-thread GB/s, all-CPU GB/s) of DRAM nodes and of CPU-less (CXL / pmem) nodes, per preset.
@@ -182,23 +180,6 @@ def _usage(size: int, used: int, inodes: int, inodes_used: int) -> dict[str, int
             "blocks_avail": blocks - used_blocks, "files": inodes, "files_free": inodes - inodes_used}
 
 
-def statvfs(root: Path, path: str) -> dict[str, int]:
-    """The simulated ``statvfs(path)``: usage of the mount that holds ``path``; ENOENT when it does not exist."""
-    local = Path(root) / path.lstrip("/")
-    if not os.path.lexists(local):
-        raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), path)
-    try:
-        table: dict[str, dict[str, int]] = json.loads((Path(root) / MARKER / STATVFS).read_text())
-    except FileNotFoundError:
-        raise OSError(errno.EIO, "this simulated node has no mount table (laid out by an older nodeagent: "
-                      "create it again)", path) from None
-    norm = os.path.normpath("/" + path.lstrip("/"))
-    best = max((m for m in table if norm == m or norm.startswith(m.rstrip("/") + "/")), key=len, default=None)
-    if best is None:
-        raise OSError(errno.ENOENT, "no simulated mount holds this path", path)
-    return table[best]
-
-
 def set_usage(root: Path, mount: str, *, used: int | None = None, size: int | None = None,
               inodes_used: int | None = None) -> None:
     """Change a simulated mount's usage (tests: "the disk filled up")."""
@@ -222,31 +203,6 @@ def set_usage(root: Path, mount: str, *, used: int | None = None, size: int | No
 def _bandwidth(k: SimKernel, p: Preset) -> None:
     dram, far = BANDWIDTH_MODEL.get(p.name, _DEFAULT_MODEL)
     (k.meta_dir / BANDWIDTH).write_text(json.dumps({"dram": dram, "cpuless": far}))
-
-
-def mbind_target(root: Path, node: int) -> Path:
-    """The directory of ``node``, which a buffer can be bound to; EINVAL, as ``mbind`` fails on the real kernel,
-    when the node is not online or has no memory."""
-    base = Path(root) / "sys/devices/system/node" / f"node{node}"
-    try:
-        info = parse_meminfo((base / "meminfo").read_text())
-    except OSError:
-        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL) + f" (node {node} is not online)") from None
-    if not info.get("MemTotal"):
-        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL) + f" (node {node} has no memory online)")
-    return base
-
-
-def copy_seconds(root: Path, node: int, threads: int, nbytes: int) -> float:
-    """How long the simulated node takes to move ``nbytes`` (read + write) on ``node`` with ``threads`` threads:
-    ``threads × single-thread`` figure, capped at the node's all-CPU figure. EINVAL for a node without memory,
-    as ``mbind`` fails on the real kernel."""
-    base = mbind_target(root, node)
-    model = json.loads((Path(root) / MARKER / BANDWIDTH).read_text())
-    cpuless = not (base / "cpulist").read_text().strip()
-    single, full = model["cpuless" if cpuless else "dram"]
-    gbps = min(single * max(threads, 1), full)
-    return nbytes / (gbps * 1e9)
 
 
 # -- fake executables -------------------------------------------------------------------------------------------

@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from nodeagent_sim_machine import MARKER
+
 from nodeagent.util.kfmt import format_bracket, kernel_version
 
 from . import ownfiles
 from .tree import Tree
-
-MARKER = ".nodeagent-machine"
 
 Handler = Callable[["SimKernel", str, str], None]
 _RULES: list[tuple[re.Pattern[str], Handler]] = []

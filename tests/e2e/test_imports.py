@@ -19,10 +19,10 @@ import json, sys
 from nodeagent.cli.main import main
 rc = main(sys.argv[1:])
 std = sys.stdlib_module_names
-third = sorted({m.split(".")[0] for m in sys.modules} - std - {"nodeagent", "nodeagent_sim", "__main__",
+sim = ("nodeagent_sim", "nodeagent_sim_machine")  # the simulator's distribution: its package and its plugin module
+third = sorted({m.split(".")[0] for m in sys.modules} - std - {"nodeagent", *sim, "__main__",
                                                               "sitecustomize", "_distutils_hack", "usercustomize"})
-ours = sorted(m for m in sys.modules if m in ("nodeagent", "nodeagent_sim") or m.startswith(("nodeagent.",
-                                                                                              "nodeagent_sim.")))
+ours = sorted(m for m in sys.modules if m in ("nodeagent", *sim) or m.startswith(("nodeagent.", "nodeagent_sim.")))
 print("\\nMODULES " + json.dumps({"rc": rc, "third_party": third, "ours": ours}))
 """
 
@@ -71,7 +71,8 @@ def test_read_only_commands_import_click_and_nothing_else(node: tuple[Path, Path
 NOT_ON_READ_PATHS = ("nodeagent.profile.loaded", "nodeagent.profile.model", "nodeagent.profile.load",
                      "nodeagent.profile.checks", "nodeagent.profile.damon", "nodeagent.profile.json_schema",
                      "nodeagent.checks",
-                     "nodeagent.facts.hardware", "nodeagent.facts.cxl", "nodeagent_sim", "nodeagent_sim.cli",
+                     "nodeagent.facts.hardware", "nodeagent.facts.cxl", "nodeagent_sim", "nodeagent_sim_machine",
+                     "nodeagent_sim.cli",
                      "nodeagent.cli.metrics", "nodeagent.cli.serving", "nodeagent.cli.k8s")
 
 
@@ -82,7 +83,8 @@ def test_read_only_commands_load_none_of_nodeagent_s_heavy_parts(node: tuple[Pat
     root, cache = node
     # status refreshes DAMON's scheme statistics (a write to the kdamond's state file): on a simulated root
     # that write goes through the simulator's kernel, on a real one it is a sysfs write
-    heavy = tuple(p for p in NOT_ON_READ_PATHS if not (args == ["status"] and p == "nodeagent_sim"))
+    heavy = tuple(p for p in NOT_ON_READ_PATHS
+                  if not (args == ["status"] and p in ("nodeagent_sim", "nodeagent_sim_machine")))
     if args == ["status"]:  # ... which loads the simulator's kernel rules, never its command line
         ours = probe(["--root", str(root), *args], cache)["ours"]
         assert "nodeagent_sim.kernel" in ours and "nodeagent_sim.cli" not in ours

@@ -120,6 +120,7 @@ READS: dict[str, Callable[[RootedFS, str], object]] = {
     "size": lambda fs, p: fs.size(p),
     "listdir": lambda fs, p: fs.listdir(os.path.dirname(p)) and fs.listdir(p),
     "read_tree": lambda fs, p: fs.read_tree(os.path.dirname(p)),
+    "read_attrs": lambda fs, p: fs.read_attrs(os.path.dirname(p), [os.path.basename(p)]),
 }
 
 
@@ -176,6 +177,33 @@ def test_a_tree_reads_as_file_by_file_reads_do(world) -> None:
     os.mkfifo(root / "sys/devices/dax0.0/fifo")
     with pytest.raises(NotAllowedError, match="a FIFO, not a regular file"):
         fs.read_tree("/sys/devices")
+
+
+def test_attributes_read_from_their_directory_read_as_file_by_file_reads_do(world) -> None:
+    """read_attrs (one walk to the directory, one openat per attribute) gives what read_opt gives for each
+    ``dir/name``: missing ones None, links inside the root followed, the same refusals."""
+    root, _ = world
+    fs = RootedFS(root)
+    (root / "sys/devices/dax0.0/link").symlink_to("size")
+    (root / "sys/devices/dax0.0/sub").mkdir()
+    (root / "sys/devices/dax0.0/store_only").write_text("")
+    (root / "sys/devices/dax0.0/store_only").chmod(0o200)
+    names = ["size", "link", "missing"]
+    for d in ("/sys/devices/dax0.0", "/sys/bus/dax/devices/dax0.0"):
+        assert fs.read_attrs(d, names) == {n: fs.read_opt(f"{d}/{n}") for n in names} == \
+            {"size": "4096", "link": "4096", "missing": None}
+    assert fs.read_attrs("/sys/devices/dax0.0/size", ["x"]) == {"x": None} == fs.read_attrs("/nowhere", ["x"])
+    for bad, err in [("sub", IsADirectoryError), ("store_only", PermissionError)]:
+        with pytest.raises(Exception) as direct:
+            fs.read_opt(f"/sys/devices/dax0.0/{bad}")
+        with pytest.raises(type(direct.value)) as batched:
+            fs.read_attrs("/sys/devices/dax0.0", ["size", bad])
+        assert batched.value.render() == direct.value.render(), err
+    os.mkfifo(root / "sys/devices/dax0.0/fifo")
+    with pytest.raises(NotAllowedError, match="a FIFO, not a regular file"):
+        fs.read_attrs("/sys/devices/dax0.0", ["fifo"])
+    with pytest.raises(ValueError, match="single path components"):
+        fs.read_attrs("/sys/devices", ["dax0.0/size"])
 
 
 def test_a_write_is_checked_where_it_leads_not_only_as_spelled(world) -> None:

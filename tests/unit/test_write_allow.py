@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodeagent.host import open_host
-from nodeagent.host.fs import WRITE_ALLOW, WRITE_ALLOW_MOUNTED
+from nodeagent.host.fs import _WRITE_ALLOW_RX, WRITE_ALLOW, WRITE_ALLOW_MOUNTED, literal_prefix, write_allowed
 from nodeagent.k8s.labels import FEATURES_FILE
 from nodeagent.kinds.registry import RESOURCES
 from nodeagent.render.systemd import RULES_DIR, UNIT_DIR
@@ -35,7 +35,29 @@ def sample(pattern: str) -> st.SearchStrategy[str]:
 
 
 def allowed(path: str) -> bool:
-    return any(p.fullmatch(path) for p in WRITE_ALLOW)
+    """The compiled table's answer, which the rooted fs's own check (it compiles only the patterns that start as
+    the path does) gives too."""
+    answer = any(p.fullmatch(path) for p in WRITE_ALLOW)
+    assert write_allowed(path) == answer, path
+    return answer
+
+
+def test_each_pattern_s_literal_start_is_what_the_regex_parser_reads() -> None:
+    """The write check skips a pattern whose literal start the path lacks: that start must be text every match
+    begins with, as Python's own regex parser reads the pattern (its leading literal characters)."""
+    from re import _parser  # type: ignore[attr-defined]
+
+    for rx in _WRITE_ALLOW_RX:
+        lead = ""
+        for op, arg in _parser.parse(rx):
+            if op is not _parser.LITERAL:
+                break
+            lead += chr(arg)
+        assert lead.startswith(literal_prefix(rx)), rx
+        assert literal_prefix(rx), f"{rx}: no literal start, every write would compile it"
+    for rx, start in [("a|b", ""), ("(a|b)c", ""), ("x(a|b)", "x"), ("ab?c", "a"), ("ab*", "a"), ("a{2}", ""),
+                      (r"a\.b", "a"), ("[(]a|b", ""), ("/x/y", "/x/y")]:
+        assert literal_prefix(rx) == start, rx
 
 
 @pytest.mark.parametrize("pattern", KIND_WRITES)

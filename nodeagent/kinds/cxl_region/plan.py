@@ -18,7 +18,7 @@ go ahead, a half interleave set is never built.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
 from ...facts import Facts
@@ -28,6 +28,7 @@ from ...facts.dax import DaxDevice, memmap_bytes
 from ...facts.dax import from_facts as dax_facts
 from ...plan import Change, Problem
 from ...state import OwnedRegion
+from ...util.dataclass import dataclass
 from ...util.units import format_size
 from .names import CXL, KIND, ident, key, rules_of, target
 
