@@ -234,9 +234,73 @@ def charge(k: SimKernel, node: int, kb: int) -> None:
     state = k.state()
     ns = _node_state(state, node)
     ns["used_kb"] = max(ns["used_kb"] + kb, 0)
+    ns["hot_kb"] = min(ns.get("hot_kb", 0), ns["used_kb"])
     k.save_state(state)
     if not k.defer("memory", node):
         derive(k, {node})
+
+
+PAGE_KB = 4  # the simulated machine's base page (x86-64)
+
+
+def usage(state: dict, bs_kb: int, node: int) -> tuple[int, int, int]:
+    """(total, used, hot) kB of ``node``: its online memory, what is allocated there, and the part of that the
+    workload touches (the pages DAMON sees accessed and NUMA balancing's hinting faults promote)."""
+    ns = state.get("nodes", {}).get(str(node))
+    if ns is None:
+        return 0, 0, 0
+    total = sum(c for c in ns["online"].values() if c > 0) * bs_kb
+    used = int(ns["used_kb"])
+    return total, used, min(int(ns.get("hot_kb", 0)), used)
+
+
+def move(k: SimKernel, src: int, dst: int, kb: int, *, take: str, land_hot: bool,
+         state: dict | None = None) -> int:
+    """Migrate up to ``kb`` of allocated memory from node ``src`` to node ``dst``; the kB moved (whole pages).
+
+    What the kernel's migration does to the memory (mm/migrate.c ``migrate_pages``): each page that moves is
+    freed on ``src`` and allocated on ``dst``, so the used memory of the system does not change. Only pages
+    that exist move: at most what ``src`` holds of the kind ``take`` names (``hot``, ``cold``, ``cold-first`` as
+    reclaim picks its victims from the inactive end of the LRU, ``hot-first``). The allocation on ``dst`` does
+    not wait for memory: DAMON's ``__damon_pa_migrate_folio_list`` (mm/damon/paddr.c) allocates "from 'node',
+    or fail quickly and quietly" (``GFP_NOWAIT``, no reclaim) and demotion's ``alloc_migrate_folio``
+    (mm/vmscan.c) tries ``__GFP_THISNODE`` first; so at most what ``dst`` has free moves and the rest stays
+    where it was (the kernel counts it in ``pgmigrate_fail``). ``land_hot``: the pages are accessed on arrival
+    (a promotion follows an access) rather than cold.
+
+    ``state`` is the caller's copy of the simulator state when it holds one (it is saved here); the derived
+    files (both nodes' meminfo, ``/proc/meminfo``, zoneinfo) follow."""
+    if src == dst or kb <= 0:
+        return 0
+    state = k.state() if state is None else state
+    bs_kb = block_size(k) // 1024
+    _, s_used, s_hot = usage(state, bs_kb, src)
+    d_total, d_used, d_hot = usage(state, bs_kb, dst)
+    avail = {"hot": s_hot, "cold": s_used - s_hot, "cold-first": s_used, "hot-first": s_used}[take]
+    moved = min(kb, avail, max(d_total - d_used, 0))
+    moved -= moved % PAGE_KB
+    if moved <= 0:
+        return 0
+    hot_out = {"hot": moved, "cold": 0, "cold-first": max(moved - (s_used - s_hot), 0),
+               "hot-first": min(moved, s_hot)}[take]
+    ns, nd = _node_state(state, src), _node_state(state, dst)
+    ns["used_kb"], ns["hot_kb"] = s_used - moved, s_hot - hot_out
+    nd["used_kb"], nd["hot_kb"] = d_used + moved, d_hot + (moved if land_hot else 0)
+    k.save_state(state)
+    for node in (src, dst):
+        if not k.defer("memory", node):
+            derive(k, {node})
+    return moved
+
+
+def touch(k: SimKernel, node: int, kb: int) -> int:
+    """The workload starts accessing ``kb`` more of what it holds on ``node`` (negative: stops); the hot kB now."""
+    state = k.state()
+    _, used, hot = usage(state, block_size(k) // 1024, node)
+    ns = _node_state(state, node)
+    ns["hot_kb"] = min(max(hot + kb, 0), used)
+    k.save_state(state)
+    return int(ns["hot_kb"])
 
 
 def set_free(k: SimKernel, node: int, free_kb: int) -> tuple[int, int]:
