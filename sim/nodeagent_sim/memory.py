@@ -35,6 +35,20 @@ MEMINFO_KEYS = [
 ]
 
 
+#: A device's ``power/`` directory (drivers/base/power/sysfs.c, runtime PM never enabled for it), as the 6.18
+#: captures show it under nodes, memory blocks and memory tiers (node0-tree, memory-block, memory-tiering).
+#: Left out: ``autosuspend_delay_ms``, which reads EIO on such a device (a plain file cannot), and the
+#: CONFIG_PM_ADVANCED_DEBUG files a Debian kernel adds (async, runtime_active_kids, runtime_enabled, runtime_usage).
+POWER: dict[str, tuple[str | int, int]] = {
+    "power/control": ("auto", RW), "power/runtime_active_time": (0, RO), "power/runtime_status": ("unsupported", RO),
+    "power/runtime_suspended_time": (0, RO)}
+
+
+def power(k: SimKernel, base: str) -> None:
+    for name, (value, mode) in POWER.items():
+        k.tree.file(f"{base}/{name}", value, mode)
+
+
 def node_meminfo(node: int, total_kb: int, used_kb: int) -> str:
     values = dict.fromkeys(MEMINFO_KEYS, 0)
     values.update(MemTotal=total_kb, MemFree=max(total_kb - used_kb, 0), MemUsed=min(used_kb, total_kb))
@@ -85,6 +99,7 @@ def add_node(k: SimKernel, node: int, cpus: list[int], distances: list[int], use
     t.file(f"{base}/compact", "", WO)
     t.file(f"{base}/uevent", "", RW)
     t.link(f"{base}/subsystem", "../../../../bus/node")
+    power(k, base)
     t.dir(f"{base}/hugepages")
     if k.at_least(6, 17):
         t.file(f"{base}/reclaim", "", WO)
@@ -128,9 +143,9 @@ def add_blocks(k: SimKernel, node: int, start: int, size: int, zone: str | None)
         t.new_dir(f"{MEM}/memory{n}", {
             "state": ("online" if zone else "offline", RW), "online": (1 if zone else 0, RW),
             "phys_index": (f"{n:08x}", RO), "phys_device": (0, RO), "removable": (1, RO),
-            "valid_zones": (zones, RO), "uevent": ("", RW),
+            "valid_zones": (zones, RO), "uevent": ("", RW), **POWER,
         }, {f"node{node}": f"../../node/node{node}", "subsystem": "../../../../bus/memory"},
-            shared=("state", "online", "phys_device", "removable", "valid_zones", "uevent"))
+            shared=("state", "online", "phys_device", "removable", "valid_zones", "uevent", *POWER))
         os.symlink(f"../../memory/memory{n}", node_dir / f"memory{n}")
     if zone is not None:
         _account(k, node, zone, len(ids), ids[0], ids[-1] + 1)
@@ -367,7 +382,7 @@ def make_tier(k: SimKernel, tier: int, nodes: list[int]) -> None:
     base = f"{TIERS}/memory_tier{tier}"
     k.tree.file(f"{base}/nodelist", format_list(nodes), RO)
     k.tree.file(f"{base}/uevent", "", RW)
-    k.tree.file(f"{base}/power/control", "auto", RW)
+    power(k, base)
     k.tree.link(f"{base}/subsystem", "../../../../bus/memory_tiering")
     # memory_tiering is a bus (subsys_virtual_register): its devices list the tiers
     k.tree.link(f"/sys/bus/memory_tiering/devices/memory_tier{tier}", f"../../../devices/virtual/memory_tiering/"
@@ -462,3 +477,12 @@ def hotplug_policy_zone(k: SimKernel) -> str | None:
     """The zone the kernel's auto-online policy puts new blocks in (None: they stay offline)."""
     policy = k.tree.read(f"{MEM}/auto_online_blocks")
     return {"offline": None, "online": "Normal", "online_kernel": "Normal", "online_movable": "Movable"}[policy]
+
+
+@rule(r"/sys/devices/(system/(node/node|memory/memory)\d+|virtual/memory_tiering(/memory_tier\d+)?)/power/control")
+def _power_control(k: SimKernel, path: str, value: str) -> None:
+    """``control_store`` (drivers/base/power/sysfs.c): ``on`` forbids runtime PM, ``auto`` allows it; else EINVAL."""
+    word = value.strip()
+    if word not in ("on", "auto"):
+        raise einval(f"{word!r}: power/control takes on or auto")
+    k.tree.set(path, word)
