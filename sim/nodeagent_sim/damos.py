@@ -12,15 +12,18 @@ without free memory leaves the rest where it was (applied < tried). ``damos_upda
 NUMA balancing and reclaim count (mm/migrate.c ``migrate_misplaced_folio``, mm/vmscan.c ``demote_folio_list``).
 
 The simulator's model of access: each node's used memory (memory.py) has a hot part, the pages the workload
-accesses (:func:`.memory.touch`); the rest and the free memory are never accessed. A hot-scored action
-(``migrate_hot``, ``lru_prio``: ``damon_hot_score``) matches the hot pages; a cold-scored one (``migrate_cold``,
-``pageout``, ``lru_deprio``: ``damon_cold_score``) matches the cold pages and the free memory, which a region
-over a node holds side by side; ``stat`` matches every region. Pages spread evenly over a node, so a
+accesses (:func:`.memory.touch`); the rest and the free memory are never accessed. ``migrate_hot``
+(``damon_hot_score``) matches the hot pages; ``migrate_cold`` (``damon_cold_score``) matches the cold pages and
+the free memory, which a region over a node holds side by side. Pages spread evenly over a node, so a
 region set over a part of a node sees that part of each. Pages ``migrate_cold`` moves land cold and
 ``migrate_hot``'s land hot, so the two do not trade the same pages back and forth. A scheme whose minimum
-region size no region reaches (``nodeagent guard``'s pause) matches nothing. ``vaddr`` targets are process
-address spaces the simulator does not place on nodes: their migrations move nothing, other actions count as
-before (a sixteenth of the regions up to the quota).
+region size no region reaches (``nodeagent guard``'s pause) matches nothing.
+
+Simplifications: only the migrate actions follow the memory and their quota interval. An action that moves no
+memory (``stat``, ``pageout``, ``lru_prio``/``lru_deprio``...) counts one pass over every region per refresh,
+a sixteenth of them applied up to the quota — so a priming walk over 2 TiB is done in one refresh, where the
+real kernel, charged 1 GiB per 200 ms, would take minutes. ``vaddr`` targets are process address spaces the
+simulator does not place on nodes: their migrations move nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from . import memory, vmstat
 from .kernel import SimKernel
 
 PAGE = memory.PAGE_KB * 1024
-HOT_SCORED = ("migrate_hot", "lru_prio", "willneed")
 MIGRATE = ("migrate_hot", "migrate_cold")
 STATS = ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds", "sz_ops_filter_passed")
 
@@ -70,13 +72,15 @@ def apply(k: SimKernel, state: dict[str, Any], snap: dict[str, Any], stats: dict
         region_sz = max(monitored // max(int(snap.get("min_regions", 1)), len(regions), 1), PAGE)
         if int(s.get("sz_min", 0)) > region_sz:
             continue  # no region is that large: the scheme matches nothing
-        if snap["operations"] != "paddr":
-            _virtual(s, st, monitored, monitored // region_sz)
+        if snap["operations"] != "paddr" or s["action"] not in MIGRATE:
+            _pass(s, st, monitored, monitored // region_sz)
             continue
         _physical(k, state, s, st, regions, region_sz)
 
 
-def _virtual(s: dict[str, Any], st: dict[str, int], monitored: int, nr_regions: int) -> None:
+def _pass(s: dict[str, Any], st: dict[str, int], monitored: int, nr_regions: int) -> None:
+    """An action that moves no memory: a refresh stands for one pass over every region (the young-filter walk
+    nodeagent primes a kdamond with counts on it), a sixteenth of them applied up to the quota."""
     want = monitored // 16
     done = min(want, s["bytes"]) if s["bytes"] else want
     st["nr_tried"] += nr_regions
@@ -102,11 +106,9 @@ def _physical(k: SimKernel, state: dict[str, Any], s: dict[str, Any], st: dict[s
             continue
         _, used_kb, hot_kb = memory.usage(state, bs // 1024, node)
         hot, used = hot_kb * 1024 * ov // extent, used_kb * 1024 * ov // extent
-        if action == "stat":
-            eligible, in_use = ov, used
-        elif action in HOT_SCORED:
+        if action == "migrate_hot":  # damon_hot_score: the pages the workload accesses
             eligible, in_use = hot, hot
-        else:
+        else:  # damon_cold_score: the cold pages and the free memory beside them
             eligible, in_use = ov - hot, used - hot
         matched += eligible
         tried = eligible if left is None else min(eligible, left)
@@ -120,18 +122,13 @@ def _physical(k: SimKernel, state: dict[str, Any], s: dict[str, Any], st: dict[s
         nr_tried = _ceil_div(tried, region_sz)
         st["nr_tried"] += nr_tried
         st["sz_tried"] += tried
-        if action == "stat":
-            continue
         st["sz_ops_filter_passed"] += candidates
-        if action in MIGRATE:
-            applied = 0
-            if candidates and dst >= 0 and dst != node:  # damon_pa_migrate_folio_list: NUMA_NO_NODE or the
-                applied = memory.move(k, node, dst, candidates // 1024,  # same node moves nothing
-                                      take="hot" if action == "migrate_hot" else "cold",
-                                      land_hot=action == "migrate_hot", state=state) * 1024
-                vmstat.record(k, node, dst, applied // PAGE, "damon", failed=(candidates - applied) // PAGE)
-        else:
-            applied = candidates
+        applied = 0
+        if candidates and dst >= 0 and dst != node:  # damon_pa_migrate_folio_list: NUMA_NO_NODE or the same
+            applied = memory.move(k, node, dst, candidates // 1024,  # node moves nothing
+                                  take="hot" if action == "migrate_hot" else "cold",
+                                  land_hot=action == "migrate_hot", state=state) * 1024
+            vmstat.record(k, node, dst, applied // PAGE, "damon", failed=(candidates - applied) // PAGE)
         if applied:
             st["nr_applied"] += min(nr_tried, _ceil_div(nr_tried * applied, candidates))
             st["sz_applied"] += applied
