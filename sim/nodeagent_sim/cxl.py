@@ -191,6 +191,16 @@ def root_decoder(k: SimKernel, path: str, start: int, size: int, ways: int, gran
     k.tree.set(f"{path}/size", _hex(size))
 
 
+def nvdimm_bridge(k: SimKernel) -> None:
+    """``nvdimm-bridge0`` under root0: cxl_acpi adds it when a root decoder is pmem-capable
+    (``add_root_nvdimm_bridge`` in drivers/cxl/acpi.c, ``devm_cxl_add_nvdimm_bridge``); the 6.12 QEMU guest
+    shows it beside root0 with ``devtype`` ``cxl_nvdimm_bridge`` (realkernel/cxl-bus-6.12-qemu10.txt)."""
+    path = f"{ROOT}/nvdimm-bridge0"
+    _files(k, path, {"devtype": ("cxl_nvdimm_bridge", RO), "modalias": ("cxl:t1", RO), "uevent": ("", RW)})
+    k.tree.link(f"{path}/subsystem", f"{_up(path)}bus/cxl")
+    _link_bus(k, "nvdimm-bridge0", path)
+
+
 def lay_out(k: SimKernel, spec: CxlDef) -> None:
     """The bus as cxl_acpi, cxl_pci, cxl_port and cxl_mem leave it at boot: windows, ports, memdevs, no region."""
     t = k.tree
@@ -201,6 +211,8 @@ def lay_out(k: SimKernel, spec: CxlDef) -> None:
     for i, w in enumerate(spec.windows):
         root_decoder(k, f"{ROOT}/decoder0.{i}", w.start, w.size, len(w.host_bridges), w.granularity,
                      ",".join(str(bridges[h].uid) for h in w.host_bridges), w.ram, w.pmem)
+    if any(w.pmem for w in spec.windows):
+        nvdimm_bridge(k)
     state = k.state()
     cx = state["cxl"]
     cx["ids"] = list(range(spec.nvdimm_regions))

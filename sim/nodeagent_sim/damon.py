@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from . import damon_layout as lay
-from . import damon_modules, kthreads
+from . import damon_modules, damos, kthreads
 from .kernel import SimKernel, ebusy, einval, kstrtobool, rule
 
 A = re.escape(lay.KDAMONDS)
@@ -212,8 +212,17 @@ def snapshot(k: SimKernel, base: str) -> tuple[dict[str, Any] | None, str | None
                 if _read(k, f"{fb}/type") == "memcg" and not _cgroup(k, _read(k, f"{fb}/memcg_path", "")):
                     return None, f"memcg {_read(k, f'{fb}/memcg_path', '')!r} not found"
         schemes.append({"action": _read(k, f"{sb}/action"), "bytes": int(_read(k, f"{sb}/quotas/bytes")),
-                        "goals": _count(k, f"{sb}/quotas/goals/nr_goals")})
-    return {"operations": ops, "regions": regions, "min_regions": lo, "schemes": schemes}, None
+                        "goals": _count(k, f"{sb}/quotas/goals/nr_goals"), "target_nid": _target_nid(k, sb),
+                        "sz_min": int(_read(k, f"{sb}/access_pattern/sz/min"))})
+    return {"operations": ops, "regions": regions, "min_regions": lo, "schemes": schemes,
+            "addr_unit": int(_read(k, f"{ctx}/addr_unit", "1"))}, None
+
+
+def _target_nid(k: SimKernel, sb: str) -> int:
+    """Where a migrate action sends pages: ``target_nid``, or (6.17+) the first of ``dests`` when any is set."""
+    if _count(k, f"{sb}/dests/nr_dests") > 0:
+        return int(_read(k, f"{sb}/dests/0/id", "-1"))
+    return int(_read(k, f"{sb}/target_nid", "-1"))
 
 
 def _processes(k: SimKernel) -> set[int]:
@@ -273,7 +282,7 @@ def _state(k: SimKernel, path: str, value: str) -> None:
         else:
             kd["snapshot"] = snap
     elif cmd == "update_schemes_stats":
-        _refresh_stats(k, base, kd)
+        _refresh_stats(k, state, base, kd)
     elif cmd == "update_schemes_effective_quotas":  # as of the last quota reset: a commit shows up later
         _refresh_effective(k, base, kd)
     elif cmd == "commit_schemes_quota_goals" and not any(s["goals"] for s in kd["snapshot"]["schemes"]):
@@ -288,27 +297,15 @@ def _refresh_effective(k: SimKernel, base: str, kd: dict[str, Any]) -> None:
             k.tree.set(p, eff)
 
 
-def _refresh_stats(k: SimKernel, base: str, kd: dict[str, Any]) -> None:
-    """A deterministic stand-in for what DAMOS did since the last refresh (a quota reset interval has passed,
-    so effective quotas follow the committed ones): nothing is tried or applied without regions."""
+def _refresh_stats(k: SimKernel, state: dict[str, Any], base: str, kd: dict[str, Any]) -> None:
+    """Time passes between two refreshes: one quota interval of DAMOS work on the simulated memory
+    (:mod:`.damos`), after which the effective quotas follow the committed ones; the stats files show it."""
     snap = kd["snapshot"]
     kd["effective"] = [sc["bytes"] for sc in snap["schemes"]]
     kthreads.burn(k, kd["pid"], 25)  # the kdamond's CPU time over the interval (a quarter of a second)
-    total = sum(e - s for s, e in snap["regions"])
-    for i, s in enumerate(snap["schemes"]):
-        st = kd["stats"].setdefault(str(i), dict.fromkeys(("nr_tried", "sz_tried", "nr_applied", "sz_applied",
-                                                            "qt_exceeds", "sz_ops_filter_passed"), 0))
-        if total:
-            want = total // 16
-            done = min(want, s["bytes"]) if s["bytes"] else want
-            st["nr_tried"] += snap["min_regions"]
-            st["sz_tried"] += total
-            if s["action"] != "stat":
-                st["nr_applied"] += 1
-                st["sz_applied"] += done
-                st["sz_ops_filter_passed"] += done
-                st["qt_exceeds"] += int(bool(s["bytes"]) and want > s["bytes"])
-        for name, v in st.items():
+    damos.apply(k, state, snap, kd["stats"])
+    for i in range(len(snap["schemes"])):
+        for name, v in kd["stats"][str(i)].items():
             p = f"{base}/contexts/0/schemes/{i}/stats/{name}"
             if k.tree.exists(p):
                 k.tree.set(p, v)
@@ -323,7 +320,7 @@ def tick(k: SimKernel) -> None:
             if kd["running"] and int(_read(k, f"{base}/refresh_ms")) > 0:
                 # damon_sysfs_refresh_ms_fn (6.17): the statistics and the effective quotas alike (the tuned
                 # intervals too, which the simulator does not tune: they stay the committed ones)
-                _refresh_stats(k, base, kd)
+                _refresh_stats(k, state, base, kd)
                 _refresh_effective(k, base, kd)
         k.save_state(state)
 

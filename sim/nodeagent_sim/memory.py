@@ -35,6 +35,20 @@ MEMINFO_KEYS = [
 ]
 
 
+#: A device's ``power/`` directory (drivers/base/power/sysfs.c, runtime PM never enabled for it), as the 6.18
+#: captures show it under nodes, memory blocks and memory tiers (node0-tree, memory-block, memory-tiering).
+#: Left out: ``autosuspend_delay_ms``, which reads EIO on such a device (a plain file cannot), and the
+#: CONFIG_PM_ADVANCED_DEBUG files a Debian kernel adds (async, runtime_active_kids, runtime_enabled, runtime_usage).
+POWER: dict[str, tuple[str | int, int]] = {
+    "power/control": ("auto", RW), "power/runtime_active_time": (0, RO), "power/runtime_status": ("unsupported", RO),
+    "power/runtime_suspended_time": (0, RO)}
+
+
+def power(k: SimKernel, base: str) -> None:
+    for name, (value, mode) in POWER.items():
+        k.tree.file(f"{base}/{name}", value, mode)
+
+
 def node_meminfo(node: int, total_kb: int, used_kb: int) -> str:
     values = dict.fromkeys(MEMINFO_KEYS, 0)
     values.update(MemTotal=total_kb, MemFree=max(total_kb - used_kb, 0), MemUsed=min(used_kb, total_kb))
@@ -85,6 +99,7 @@ def add_node(k: SimKernel, node: int, cpus: list[int], distances: list[int], use
     t.file(f"{base}/compact", "", WO)
     t.file(f"{base}/uevent", "", RW)
     t.link(f"{base}/subsystem", "../../../../bus/node")
+    power(k, base)
     t.dir(f"{base}/hugepages")
     if k.at_least(6, 17):
         t.file(f"{base}/reclaim", "", WO)
@@ -128,9 +143,9 @@ def add_blocks(k: SimKernel, node: int, start: int, size: int, zone: str | None)
         t.new_dir(f"{MEM}/memory{n}", {
             "state": ("online" if zone else "offline", RW), "online": (1 if zone else 0, RW),
             "phys_index": (f"{n:08x}", RO), "phys_device": (0, RO), "removable": (1, RO),
-            "valid_zones": (zones, RO), "uevent": ("", RW),
+            "valid_zones": (zones, RO), "uevent": ("", RW), **POWER,
         }, {f"node{node}": f"../../node/node{node}", "subsystem": "../../../../bus/memory"},
-            shared=("state", "online", "phys_device", "removable", "valid_zones", "uevent"))
+            shared=("state", "online", "phys_device", "removable", "valid_zones", "uevent", *POWER))
         os.symlink(f"../../memory/memory{n}", node_dir / f"memory{n}")
     if zone is not None:
         _account(k, node, zone, len(ids), ids[0], ids[-1] + 1)
@@ -234,9 +249,73 @@ def charge(k: SimKernel, node: int, kb: int) -> None:
     state = k.state()
     ns = _node_state(state, node)
     ns["used_kb"] = max(ns["used_kb"] + kb, 0)
+    ns["hot_kb"] = min(ns.get("hot_kb", 0), ns["used_kb"])
     k.save_state(state)
     if not k.defer("memory", node):
         derive(k, {node})
+
+
+PAGE_KB = 4  # the simulated machine's base page (x86-64)
+
+
+def usage(state: dict, bs_kb: int, node: int) -> tuple[int, int, int]:
+    """(total, used, hot) kB of ``node``: its online memory, what is allocated there, and the part of that the
+    workload touches (the pages DAMON sees accessed and NUMA balancing's hinting faults promote)."""
+    ns = state.get("nodes", {}).get(str(node))
+    if ns is None:
+        return 0, 0, 0
+    total = sum(c for c in ns["online"].values() if c > 0) * bs_kb
+    used = int(ns["used_kb"])
+    return total, used, min(int(ns.get("hot_kb", 0)), used)
+
+
+def move(k: SimKernel, src: int, dst: int, kb: int, *, take: str, land_hot: bool,
+         state: dict | None = None) -> int:
+    """Migrate up to ``kb`` of allocated memory from node ``src`` to node ``dst``; the kB moved (whole pages).
+
+    What the kernel's migration does to the memory (mm/migrate.c ``migrate_pages``): each page that moves is
+    freed on ``src`` and allocated on ``dst``, so the used memory of the system does not change. Only pages
+    that exist move: at most what ``src`` holds of the kind ``take`` names (``hot``, ``cold``, ``cold-first`` as
+    reclaim picks its victims from the inactive end of the LRU, ``hot-first``). The allocation on ``dst`` does
+    not wait for memory: DAMON's ``__damon_pa_migrate_folio_list`` (mm/damon/paddr.c) allocates "from 'node',
+    or fail quickly and quietly" (``GFP_NOWAIT``, no reclaim) and demotion's ``alloc_migrate_folio``
+    (mm/vmscan.c) tries ``__GFP_THISNODE`` first; so at most what ``dst`` has free moves and the rest stays
+    where it was (the kernel counts it in ``pgmigrate_fail``). ``land_hot``: the pages are accessed on arrival
+    (a promotion follows an access) rather than cold.
+
+    ``state`` is the caller's copy of the simulator state when it holds one (it is saved here); the derived
+    files (both nodes' meminfo, ``/proc/meminfo``, zoneinfo) follow."""
+    if src == dst or kb <= 0:
+        return 0
+    state = k.state() if state is None else state
+    bs_kb = block_size(k) // 1024
+    _, s_used, s_hot = usage(state, bs_kb, src)
+    d_total, d_used, d_hot = usage(state, bs_kb, dst)
+    avail = {"hot": s_hot, "cold": s_used - s_hot, "cold-first": s_used, "hot-first": s_used}[take]
+    moved = min(kb, avail, max(d_total - d_used, 0))
+    moved -= moved % PAGE_KB
+    if moved <= 0:
+        return 0
+    hot_out = {"hot": moved, "cold": 0, "cold-first": max(moved - (s_used - s_hot), 0),
+               "hot-first": min(moved, s_hot)}[take]
+    ns, nd = _node_state(state, src), _node_state(state, dst)
+    ns["used_kb"], ns["hot_kb"] = s_used - moved, s_hot - hot_out
+    nd["used_kb"], nd["hot_kb"] = d_used + moved, d_hot + (moved if land_hot else 0)
+    k.save_state(state)
+    for node in (src, dst):
+        if not k.defer("memory", node):
+            derive(k, {node})
+    return moved
+
+
+def touch(k: SimKernel, node: int, kb: int) -> int:
+    """The workload starts accessing ``kb`` more of what it holds on ``node`` (negative: stops); the hot kB now."""
+    state = k.state()
+    _, used, hot = usage(state, block_size(k) // 1024, node)
+    ns = _node_state(state, node)
+    ns["hot_kb"] = min(max(hot + kb, 0), used)
+    k.save_state(state)
+    return int(ns["hot_kb"])
 
 
 def set_free(k: SimKernel, node: int, free_kb: int) -> tuple[int, int]:
@@ -303,7 +382,7 @@ def make_tier(k: SimKernel, tier: int, nodes: list[int]) -> None:
     base = f"{TIERS}/memory_tier{tier}"
     k.tree.file(f"{base}/nodelist", format_list(nodes), RO)
     k.tree.file(f"{base}/uevent", "", RW)
-    k.tree.file(f"{base}/power/control", "auto", RW)
+    power(k, base)
     k.tree.link(f"{base}/subsystem", "../../../../bus/memory_tiering")
     # memory_tiering is a bus (subsys_virtual_register): its devices list the tiers
     k.tree.link(f"/sys/bus/memory_tiering/devices/memory_tier{tier}", f"../../../devices/virtual/memory_tiering/"
@@ -398,3 +477,12 @@ def hotplug_policy_zone(k: SimKernel) -> str | None:
     """The zone the kernel's auto-online policy puts new blocks in (None: they stay offline)."""
     policy = k.tree.read(f"{MEM}/auto_online_blocks")
     return {"offline": None, "online": "Normal", "online_kernel": "Normal", "online_movable": "Movable"}[policy]
+
+
+@rule(r"/sys/devices/(system/(node/node|memory/memory)\d+|virtual/memory_tiering(/memory_tier\d+)?)/power/control")
+def _power_control(k: SimKernel, path: str, value: str) -> None:
+    """``control_store`` (drivers/base/power/sysfs.c): ``on`` forbids runtime PM, ``auto`` allows it; else EINVAL."""
+    word = value.strip()
+    if word not in ("on", "auto"):
+        raise einval(f"{word!r}: power/control takes on or auto")
+    k.tree.set(path, word)

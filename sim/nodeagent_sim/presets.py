@@ -605,7 +605,7 @@ def _memory(k: SimKernel, p: Preset) -> None:
     for name in ("online", "has_cpu", "has_memory", "has_normal_memory", "has_generic_initiator"):
         t.file(f"{memory.NODE}/{name}", "", RO)
     t.file(f"{memory.TIERS}/uevent", "", RW)
-    t.file(f"{memory.TIERS}/power/control", "auto", RW)
+    memory.power(k, memory.TIERS)
     for bus in ("node", "memory", "memory_tiering"):  # where the nodes', blocks' and tiers' subsystem links lead
         t.dir(f"/sys/bus/{bus}/devices")
     for n in p.nodes:

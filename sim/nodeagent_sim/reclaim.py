@@ -9,8 +9,9 @@ written as ``<size>[ swappiness=<n>]``: on a node of the top memory tier with de
 the next tier; a successful reclaim resets the node's flag; a request the kernel cannot fully satisfy fails
 with EAGAIN after reclaiming what it could.
 
-The emulation moves "used" memory (memory.py's per-node ``used_kb``) from a fast node to its demotion target
-(the first node of the next lower tier with free memory). Root ``memory.reclaim`` takes from every fast node in
+The emulation moves "used" memory (memory.py's per-node ``used_kb``, coldest first) from a fast node to its
+demotion target (the node of a lower tier with the most free memory), counted in ``pgdemote_proactive`` (6.14+;
+``pgdemote_direct`` before) on the node the pages left. Root ``memory.reclaim`` takes from every fast node in
 proportion to what each uses above its boot-time baseline; the per-node file takes from that node only.
 
 Presets: ``qemu-placement`` is the placement benchmark's guest (node0: 1 GiB + both CPUs, node1: 1 GiB CPU-less
@@ -29,7 +30,7 @@ from dataclasses import replace
 from nodeagent.util.kfmt import parse_list
 
 from . import dax as simdax
-from . import memory, presets
+from . import memory, presets, vmstat
 from .kernel import SimKernel, einval, rule
 from .tree import RO, WO
 
@@ -145,10 +146,11 @@ def reclaim(k: SimKernel, nodes: list[int], size: int) -> None:
         if not kb or target is None:
             continue
         share = min(kb, -(-want_kb * kb // total), _node_kb(k, target)[1])
+        share = memory.move(k, node, target, share, take="cold-first", land_hot=False) if share > 0 else 0
         if share <= 0:
             continue
-        memory.charge(k, node, -share)
-        memory.charge(k, target, share)
+        # demote_folio_list (mm/vmscan.c): the pages moved count as the reclaimer's demotions on their node
+        vmstat.record(k, node, target, share // memory.PAGE_KB, "proactive")
         done_kb += share
         state = k.state()
         flags = state.setdefault("reclaim", {"unreclaimable": [], "baseline_kb": {}})

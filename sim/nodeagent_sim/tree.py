@@ -100,6 +100,8 @@ class Tree:
         d = str(self.local(path))
         self.guard(Path(d))
         os.makedirs(d)
+        for sub in sorted({os.path.dirname(name) for name in files if "/" in name}):
+            os.makedirs(f"{d}/{sub}", exist_ok=True)
         for name, (content, mode) in files.items():
             text = _text(content)
             if name in shared:

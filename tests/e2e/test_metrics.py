@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -61,10 +62,14 @@ def test_drift_metrics_carry_the_right_values(make_node, tmp_path: Path, capsys)
     # The CXL expanders are CPU-less nodes in memory_tier22, each 2 TiB.
     cxl = (("cpuless", "true"), ("cxl_region", "region0"), ("dax_device", "dax0.0"), ("node", "2"), ("tier", "22"))
     assert m[("nodeagent_node_memory_total_bytes", cxl)] == 2048 * GiB
-    assert m[("nodeagent_node_memory_used_bytes", cxl)] == 0
+    # drift's statistics refresh let one quota interval pass: the CXL node holds what demote-cold moved there
+    moved = m[("nodeagent_damon_scheme_applied_bytes_total", (("action", "migrate_cold"), ("context", "0"),
+                                                               ("kdamond", "0"), ("name", "demote-cold-node0"),
+                                                               ("scheme", "0")))]
+    assert moved > 0 and m[("nodeagent_node_memory_used_bytes", cxl)] == moved
     dram = (("cpuless", "false"), ("cxl_region", ""), ("dax_device", ""), ("node", "0"), ("tier", "4"))
-    # its workload, plus the struct pages of the 2 TiB of CXL memory it hosts (1.56 %)
-    assert m[("nodeagent_node_memory_used_bytes", dram)] == (24 + 32) * GiB
+    # its workload, plus the struct pages of the 2 TiB of CXL memory it hosts (1.56 %), less what moved to CXL
+    assert m[("nodeagent_node_memory_used_bytes", dram)] == (24 + 32) * GiB - moved
     assert not any(name.endswith("_created") for name, _ in m)
     promtool_check(prom)
     assert [p.name for p in prom.parent.iterdir()] == ["nodeagent.prom"]  # no temporary file left behind
@@ -136,10 +141,11 @@ def test_owned_kdamond_scheme_statistics_reach_status_and_metrics(make_node, tmp
     assert sorted(refreshes) == [f"/sys/kernel/mm/damon/admin/kdamonds/{i}/state" for i in range(4)]
     for i in range(4):
         assert f"kdamond {i}: name={names[str(i)]}, pid={owned[str(i)]['pid']}, state=on" in out
-        assert int(k.tree.read(stats.format(i, "nr_tried"))) > 0
-    # the simulator's stand-in: every region of the profile's minimum tried, a sixteenth of the node applied up to
-    # the quota (cxl-inference: at least 100 regions, 1 GiB per second)
-    assert "scheme 0/0/0 migrate_cold: tried 100 regions (512GiB), applied 1 (1GiB), quota exceeded 1" in out
+        # demote-cold tries DRAM's cold pages and free memory; promote-hot finds nothing on the empty CXL nodes
+        assert (int(k.tree.read(stats.format(i, "nr_tried"))) > 0) == (i < 2)
+    # One quota interval passed (cxl-inference: 1 GiB per second, charged by the bytes tried, free memory
+    # included): one region of 1 GiB tried, in it the share of node 0's 56 GiB used of 512 GiB moved to CXL.
+    assert "scheme 0/0/0 migrate_cold: tried 1 regions (1GiB), applied 1 (112MiB), quota exceeded 1" in out
     prom = tmp_path / "textfiles" / "n.prom"
     prom.parent.mkdir()
     assert main(["--root", str(root), "drift", "--metrics-textfile", str(prom)]) == 0
@@ -147,9 +153,14 @@ def test_owned_kdamond_scheme_statistics_reach_status_and_metrics(make_node, tmp
     for i in (0, 1):
         labels = (("action", "migrate_cold"), ("context", "0"), ("kdamond", str(i)),
                   ("name", f"demote-cold-node{i}"), ("scheme", "0"))
-        # drift --metrics refreshed again: the counters moved on since status.
-        assert m[("nodeagent_damon_scheme_tried_regions_total", labels)] == 200
-        assert m[("nodeagent_damon_scheme_applied_bytes_total", labels)] == 2 * 1024**3
+        # drift --metrics refreshed again: the counters moved on since status, and so did the memory: the CXL
+        # node paired with DRAM node i holds exactly what its demote-cold applied.
+        assert m[("nodeagent_damon_scheme_tried_regions_total", labels)] == 2
+        assert m[("nodeagent_damon_scheme_tried_bytes_total", labels)] == 2 * 1024**3
+        applied = m[("nodeagent_damon_scheme_applied_bytes_total", labels)]
+        assert 0 < applied < 2 * 112 * 1024**2
+        used = re.search(r"MemUsed:\s+(\d+) kB", k.tree.read(f"/sys/devices/system/node/node{i + 2}/meminfo"))
+        assert used and int(used.group(1)) * 1024 == applied
         assert m[("nodeagent_damon_scheme_quota_exceeds_total", labels)] == 2
     # 6.12 has no stats/sz_ops_filter_passed (6.14): no sample rather than a made-up 0.
     assert not any(n == "nodeagent_damon_scheme_ops_filter_passed_bytes_total" for n, _ in m)

@@ -4,14 +4,16 @@ write log shows nothing but the stated statistics refresh (none at all on a kern
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from nodeagent_sim import SimKernel
+from nodeagent_sim import SimKernel, memory
 from nodeagent_sim import nvidia as simgpu
 from nodeagent_sim.damon import tick
+from nodeagent_sim.memory import touch
 from nodeagent_sim.vmstat import migrate
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -69,9 +71,12 @@ def test_exporter_serves_every_series_over_loopback_and_writes_only_the_refresh(
     exp = Exporter(Collector(open_host(h100), refresh_interval=3600))
     where = exp.start("127.0.0.1", 0)  # an ephemeral port on loopback
     try:
-        # Time passes: NUMA balancing promotes 2 GiB to node 0, kswapd demotes 1 GiB of it again.
-        migrate(k, 2, 0, 512 * 1024, "promote")
-        migrate(k, 0, 2, 256 * 1024, "kswapd")
+        # Time passes: a workload holds 4 GiB on CXL node 2 and touches them; NUMA balancing promotes 2 GiB of
+        # them to node 0, kswapd demotes 1 GiB from node 0 again.
+        memory.charge(k, 2, 4 * 1024**2)
+        touch(k, 2, 4 * 1024**2)
+        assert migrate(k, 2, 0, 512 * 1024, "promote") == 512 * 1024
+        assert migrate(k, 0, 2, 256 * 1024, "kswapd") == 256 * 1024
         with exp.lock:
             exp.collector.sample(gpus=False, refresh=True, moves=True)
         text = scrape(where)
@@ -138,6 +143,27 @@ def test_the_exporter_serves_the_drift_series_of_the_textfile(h100: Path, tmp_pa
     capsys.readouterr()
 
 
+def test_no_pingpong_ratio_while_the_cxl_nodes_hold_nothing(h100: Path) -> None:
+    """Right after the apply the CXL nodes hold 0 bytes. Time passes (two statistics refreshes): demote-cold moves
+    DRAM's cold pages to CXL, promote-hot finds nothing hot there, so nothing was promoted and the estimator has
+    no ratio to give (it used to read 1.0: the simulator's schemes applied bytes that did not exist)."""
+    k = SimKernel(h100)
+    used = {n: re.search(r"MemUsed:\s+(\d+) kB", k.tree.read(f"/sys/devices/system/node/node{n}/meminfo"))
+            for n in (2, 3)}
+    assert all(m and m.group(1) == "0" for m in used.values())
+    c = Collector(open_host(h100), refresh_interval=0)
+    c.sample(gpus=False, refresh=True, moves=True)
+    c.sample(gpus=False, refresh=True, moves=True)
+    m = parse(__import__("nodeagent.metrics.textfile", fromlist=["render"]).render(c.collect()))
+    assert not any(n == "nodeagent_tiering_pingpong_ratio" for n, _ in m)
+    assert m[("nodeagent_tiering_window_promoted_bytes", (("node", "0"),))] == 0
+    assert m[("nodeagent_tiering_window_demoted_bytes", (("node", "0"),))] > 0
+    assert m[("nodeagent_tiering_promoted_bytes_total", (("cause", "damon"), ("node", "0")))] == 0
+    demoted = m[("nodeagent_tiering_demoted_bytes_total", (("cause", "damon"), ("node", "0")))]
+    cxl = re.search(r"MemUsed:\s+(\d+) kB", k.tree.read("/sys/devices/system/node/node2/meminfo"))
+    assert cxl and demoted == int(cxl.group(1)) * 1024 > 0  # what DAMON demoted is what the CXL node holds
+
+
 def test_on_a_kernel_with_refresh_ms_the_exporter_writes_nothing(make_node, capsys) -> None:
     root = make_node("h100-cxl", kernel="6.18.0-nodeagent-sim")
     assert main(["--root", str(root), "apply", "--yes", PROFILE]) == 0
@@ -155,9 +181,11 @@ def test_on_a_kernel_with_refresh_ms_the_exporter_writes_nothing(make_node, caps
     for i, rec in owned.items():
         assert m[("nodeagent_damon_stats_age_seconds", (("kdamond", i), ("name", rec["name"])))] == 5.0
         assert m[("nodeagent_damon_stats_refresh_interval_seconds", (("kdamond", i), ("name", rec["name"])))] == 5
-        assert m[("nodeagent_damon_scheme_tried_regions_total", (
+        # demote-cold tries DRAM's cold pages; promote-hot finds nothing hot on the CXL nodes, which hold nothing
+        tried = m[("nodeagent_damon_scheme_tried_regions_total", (
             ("action", "migrate_cold" if int(i) < 2 else "migrate_hot"), ("context", "0"), ("kdamond", i),
-            ("name", rec["name"]), ("scheme", "0")))] > 0
+            ("name", rec["name"]), ("scheme", "0")))]
+        assert tried > 0 if int(i) < 2 else tried == 0
 
 
 def test_gpu_sources_fall_back_and_a_driver_mismatch_is_an_error_series(h100: Path, capsys) -> None:

@@ -137,3 +137,37 @@ def test_proc_vmstat_has_the_tiering_counters_of_its_release(make_node, kernel: 
     keys = [line.split()[0] for line in (make_node("workstation", kernel=kernel) / "proc/vmstat").read_text()
             .splitlines()]
     assert keys[:len(VMSTAT_6_18) - len(absent)] == [key for key in VMSTAT_6_18 if key not in absent]
+
+
+def test_nodes_memory_blocks_and_tiers_have_power_and_subsystem(make_node) -> None:
+    """node0-tree-6.18, memory-block-6.18 and memory-tiering-6.18 show a ``power/`` directory (runtime PM
+    attributes) and a ``subsystem`` link in each device directory; ``power/control`` takes ``on`` or ``auto``."""
+    root = make_node("qemu-3node")
+    k = SimKernel(root)
+    want = {"control", "runtime_active_time", "runtime_status", "runtime_suspended_time"}
+    devices = {"/sys/devices/system/node/node0": "node", "/sys/devices/system/memory/memory0": "memory",
+               "/sys/devices/virtual/memory_tiering/memory_tier4": "memory_tiering"}
+    for path, bus in devices.items():
+        assert set(os.listdir(root / path.lstrip("/") / "power")) == want, path
+        assert k.tree.read(f"{path}/power/runtime_status") == "unsupported"
+        assert os.path.realpath(root / path.lstrip("/") / "subsystem") == os.path.realpath(root / "sys/bus" / bus)
+        assert stat.S_IMODE(os.stat(root / path.lstrip("/") / "power/runtime_status").st_mode) == 0o444
+    k.write("/sys/devices/system/memory/memory0/power/control", "on\n")
+    assert k.tree.read("/sys/devices/system/memory/memory0/power/control") == "on"
+    assert k.tree.read("/sys/devices/system/memory/memory1/power/control") == "auto"  # pooled, not shared state
+    with pytest.raises(OSError) as exc:
+        k.write("/sys/devices/system/node/node0/power/control", "off")
+    assert exc.value.errno == errno.EINVAL
+
+
+def test_a_pmem_capable_cxl_window_brings_nvdimm_bridge0(make_node) -> None:
+    """cxl_acpi adds nvdimm-bridge0 under root0 when a root decoder is pmem-capable, as the 6.12 QEMU guest shows
+    (realkernel/cxl-bus-6.12-qemu10.txt); a node without a CXL bus has none."""
+    root = make_node("qemu-cxl")
+    k = SimKernel(root)
+    assert k.tree.read("/sys/bus/cxl/devices/decoder0.0/cap_pmem") == "1"
+    bridge = "/sys/devices/platform/ACPI0017:00/root0/nvdimm-bridge0"
+    assert k.tree.read(f"{bridge}/devtype") == "cxl_nvdimm_bridge"
+    assert os.path.realpath(root / "sys/bus/cxl/devices/nvdimm-bridge0") == str(root / bridge.lstrip("/"))
+    assert os.path.realpath(root / bridge.lstrip("/") / "subsystem") == os.path.realpath(root / "sys/bus/cxl")
+    assert not (make_node("qemu-3node") / "sys/bus/cxl/devices/nvdimm-bridge0").exists()
