@@ -51,7 +51,8 @@ def in_scope(change: Change, names: Collection[str]) -> bool:
 
 
 def restrict(plan: Plan, names: Collection[str]) -> Plan:
-    """The part of ``plan`` in scope: its changes and problems that name one of ``names``, and the changes
+    """The part of ``plan`` in scope: its changes and problems that concern one of ``names`` (among their
+    ``devices``, or named in their target), and the changes
     those require (in plan order). Pure."""
     names = set(names)
     chosen = {i for i, c in enumerate(plan.changes) if in_scope(c, names)}
@@ -68,7 +69,8 @@ def restrict(plan: Plan, names: Collection[str]) -> Plan:
             break
         chosen -= drop
     changes = tuple(c for i, c in enumerate(plan.changes) if i in chosen)
-    problems = tuple(p for p in plan.problems if any(_pattern(n).search(p.target) for n in names))
+    problems = tuple(p for p in plan.problems
+                     if set(p.devices) & names or any(_pattern(n).search(p.target) for n in names))
     unchanged = tuple(u for u in plan.unchanged if any(_pattern(n).search(u) for n in names))
     left = [c.target for i, c in enumerate(plan.changes) if i not in chosen]
     warnings = plan.warnings

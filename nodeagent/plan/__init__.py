@@ -48,16 +48,21 @@ class Change:
 
 @dataclass(frozen=True)
 class Problem:
-    """Something the plan cannot do on this node. ``blocking``: apply refuses to start at all."""
+    """Something the plan cannot do on this node. ``blocking``: apply refuses to start at all. ``devices``: the
+    devices it concerns (a memdev whose region cannot be built), so that a scoped apply of one of them
+    (``apply --device mem4``) keeps the problem, as it keeps a change (:attr:`Change.devices`)."""
 
     kind: str
     target: str
     message: str
     hint: str | None = None
     blocking: bool = True
+    devices: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["devices"] = list(d["devices"])
+        return d
 
 
 @dataclass(frozen=True)

@@ -348,6 +348,9 @@ def bus_shapes(draw: st.DrawFn) -> BusShape:
                         hot_size=2, snc=2))
 # and the refusal: a fifth memdev behind a host bridge whose 4 HDM decoders each route a region already
 @example(shape=BusShape(1, (4,), (1, 1, 3, 1), 0, False, 128 * MiB, "cxl-inference", slots=1, hot_add="full"))
+# and the same refusal when the event's scoped apply (`apply --device mem4`) takes the memdev in: it fails with the
+# plan's reason rather than reporting a converged node
+@example(shape=BusShape(1, (4,), (1, 1, 1, 1), 0, False, 128 * MiB, "cxl-inference", slots=1, hot_add="scoped"))
 def test_one_apply_converges_on_every_bus_shape(kernel: str, shape: BusShape) -> None:
     """One apply (disruptive changes allowed: committed regions boot online in ZONE_NORMAL) exits 0, each region
     lands on the node its plan named, the next plan is empty, and a revert returns the bus to its boot state."""

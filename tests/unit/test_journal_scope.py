@@ -107,6 +107,18 @@ def test_restrict_brings_required_changes_and_drops_those_needing_what_is_left_o
         "memory.auto_online_blocks", "dax1.0", "dax2.0", "damon.demote-cold-node0", "damon.kdamonds"]
 
 
+def test_restrict_keeps_a_problem_of_a_device_in_scope() -> None:
+    """A hot-plugged memdev whose region cannot be built: the problem's target names the region by serial, not
+    the memdev, so the scope finds it by its devices; a scoped apply of that memdev then fails with the reason
+    instead of reporting a converged node (found by the bus-shape sweep: a fifth memdev behind a full port)."""
+    unroutable = Problem("cxl_region", "region@0x1d7e0000a004", "mem4: no region can be routed", blocking=False,
+                         devices=("mem4",))
+    plan = Plan("p", "d", (), problems=(unroutable,))
+    assert restrict(plan, {"mem4", "region4"}).problems == (unroutable,)
+    assert restrict(plan, {"mem3", "region0"}).problems == ()
+    assert unroutable.to_dict()["devices"] == ["mem4"]
+
+
 def test_expand_resolves_blocks_regions_and_memory_to_dax_devices(make_node) -> None:
     root = make_node("qemu-3node")
     host = open_host(root)

@@ -18,6 +18,7 @@ go ahead, a half interleave set is never built.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -182,9 +183,11 @@ def _inventory(cxl: CxlFacts) -> str:
     return "it has " + ", ".join(f"{_label(m)} on {m.host_bridge or '?'}" for m in cxl.memdevs)
 
 
-def _problem(c: Ctx, i: int, rule: Any, tgt: str, msg: str, hint: str, *sub: str | int) -> None:
+def _problem(c: Ctx, i: int, rule: Any, tgt: str, msg: str, hint: str, *sub: str | int,
+             memdevs: Iterable[Memdev] = ()) -> None:
+    """A rule's problem; ``memdevs``: the memdevs it concerns, so that ``apply --device memN`` keeps it."""
     c.problems.append(Problem(KIND, tgt, f"memory.cxl.regions rule {rule.name!r} ({_where(c, i, *sub)}): {msg}",
-                              hint=hint, blocking=False))
+                              hint=hint, blocking=False, devices=tuple(m.name for m in memdevs)))
 
 
 def region_of(cxl: CxlFacts, m: Memdev) -> Region | None:
@@ -238,7 +241,7 @@ def select(c: Ctx, i: int, rule: Any, claimed: set[str]) -> list[list[Memdev]]:
         _problem(c, i, rule, target([c.ident(m) for m in left]),
                  f"{', '.join(_label(m) for m in left)} left over: ways {rule.ways} needs {rule.ways} memdevs per "
                  "region, and a half interleave set is not built", "add the missing memdevs, or give them a rule of "
-                 "their own (ways: 1)", "ways")
+                 "their own (ways: 1)", "ways", memdevs=left)
     return sets
 
 
@@ -266,7 +269,8 @@ def plan_set(c: Ctx, i: int, rule: Any, members: list[Memdev]) -> None:
                               "memdev")
         if m.endpoint is None:
             _problem(c, i, rule, tgt, f"{_label(m)} has no CXL endpoint (cxl_mem did not attach it)",
-                     "load cxl_mem (`modprobe cxl_mem`); `dmesg | grep cxl` says why a probe failed", "memdevs")
+                     "load cxl_mem (`modprobe cxl_mem`); `dmesg | grep cxl` says why a probe failed", "memdevs",
+                     memdevs=members)
             return
     regions = {r.name: r for m in members if (r := region_of(cxl, m)) is not None}
     if len(regions) == 1:
@@ -433,23 +437,24 @@ def plan_create(c: Ctx, i: int, rule: Any, members: list[Memdev], tgt: str) -> N
             _problem(c, i, rule, tgt, f"{_label(m)} has {format_size(used)} of its RAM capacity (DPA) allocated to "
                      "an endpoint decoder outside any region (a region torn down half-way?)",
                      "free it with `cxl disable-region`/`cxl destroy-region` or `echo 0 > .../dpa_size` of that "
-                     "decoder (the highest-numbered first), then apply again", "memdevs")
+                     "decoder (the highest-numbered first), then apply again", "memdevs", memdevs=members)
             return
         if dec is None:
             _problem(c, i, rule, tgt, f"{_label(m)} has no free endpoint decoder", "tear down a region it is in "
-                     "first", "memdevs")
+                     "first", "memdevs", memdevs=members)
             return
         picks.append((m, dec))
     short = _switch_shortage(c, members)
     if short is not None:
         _problem(c, i, rule, tgt, f"{', '.join(_label(m) for m in members)}: no region can be routed: {short[1]}",
                  "interleave the memdevs behind that port into fewer regions (a larger `ways` shares one decoder), "
-                 "or tear down a region that passes it", "memdevs")
+                 "or tear down a region that passes it", "memdevs", memdevs=members)
         return
     dpa = min(m.ram_size for m in members) // MiB256 * MiB256
     if dpa == 0:
         _problem(c, i, rule, tgt, f"{', '.join(_label(m) for m in members)}: no volatile (RAM) capacity of 256 MiB "
-                 "or more", "remove it from the rule (a pmem-only device is not managed)", "memdevs")
+                 "or more", "remove it from the rule (a pmem-only device is not managed)", "memdevs",
+                 memdevs=members)
         return
     size = dpa * len(members)
     reasons = []
@@ -465,7 +470,7 @@ def plan_create(c: Ctx, i: int, rule: Any, members: list[Memdev], tgt: str) -> N
         _problem(c, i, rule, tgt, f"no CXL window can hold a ram region x{len(members)} of "
                  f"{format_size(size)} over {', '.join(_label(m) for m in members)}: {what}",
                  "change ways or granularity to what a window can do (`nodeagent facts` lists the windows), "
-                 "or free room in it", "ways" if rule.ways > 1 else "memdevs")
+                 "or free room in it", "ways" if rule.ways > 1 else "memdevs", memdevs=members)
         return
     w.taken.append((start, size))
     for port in dict.fromkeys(p for m in members for p in _route(c, m)):
