@@ -308,7 +308,8 @@ def facts(ctx: Ctx, save: str | None, measure_bandwidth: bool, profile: str | No
 
 
 verbose_opt = click.option("--verbose", "-v", is_flag=True,
-                           help="Print the profile's warnings in full even when there is nothing to change.")
+                           help="Print every advisory of the profile in full, also those already shown for this "
+                                "profile and kernel.")
 
 
 @cli.command()
@@ -325,7 +326,8 @@ verbose_opt = click.option("--verbose", "-v", is_flag=True,
               help="Also save the plan to FILE: `apply --plan FILE` carries out exactly it, or refuses if the node "
                    "or the profile changed.")
 @click.option("--advice", is_flag=True,
-              help="Print only the profile's advisories on this node, in full (what a converged plan counts).")
+              help="Print only the profile's advisories on this node, all in full (those already shown are only "
+                   "counted by plan, apply and drift).")
 @click.pass_obj
 def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, allow_disruptive: bool,
          facts_path: str | None, baseline: str | None, out: str | None, advice: bool) -> None:
@@ -362,7 +364,9 @@ def plan(ctx: Ctx, profile: str | None, verbose: bool, detailed_exitcode: bool, 
     if advice:
         ctx.emit(advice_text(p), {"profile": p.profile, "node": p.node, "advisories": list(p.warnings)})
         return
-    ctx.emit(plan_text(p, verbose=verbose), p.to_dict())
+    shown = frozenset() if verbose or ctx.fmt == "json" else eng.advisories_shown(p.profile, p.profile_digest,
+                                                                                    p.warnings)
+    ctx.emit(plan_text(p, verbose=verbose, shown=shown), p.to_dict())  # plan only reads what was shown (never writes)
     if out is not None:
         from .saved_plan import write
 
@@ -526,7 +530,8 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
         if text:
             if report.results:
                 click.echo(escape_controls(report_text(report, applying=not dry_run)))
-            click.echo(escape_controls(plan_text(p, verbose=verbose)))
+            shown = frozenset() if verbose else eng.advisories_shown(p.profile, p.profile_digest, p.warnings)
+            click.echo(escape_controls(plan_text(p, verbose=verbose, shown=shown)))
 
     def confirm(p: Any) -> bool:
         def on_stderr() -> None:  # --format json: stdout carries the document, the person reads the plan here
@@ -546,6 +551,8 @@ def apply(ctx: Ctx, profile: str | None, yes: bool, dry_run: bool, allow_disrupt
 
     with signals.deferred():  # the result is printed and the records after it written, whatever signal comes now
         textfile_error = _after_apply(ctx, eng, loaded, result, text, dry_run, metrics_textfile)
+        if text and result.went_ahead:  # the advisories above were read: said once per profile and kernel
+            eng.remember_advisories(result.plan.profile, result.plan.profile_digest, result.plan.warnings)
     if not result.interrupted and signals.pending() and not result.dry_run:
         from dataclasses import replace
 

@@ -34,7 +34,8 @@ metrics_opt = click.option("--metrics-textfile", metavar="PATH",
 @click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
 @click.option("--record", is_flag=True, help="Keep drift in the history journal (and when it was first seen).")
 @click.option("--verbose", "-v", is_flag=True,
-              help="Print the profile's warnings in full even when nothing drifted.")
+              help="Print every advisory of the profile in full, also those already shown for this profile and "
+                   "kernel.")
 @metrics_opt
 @click.pass_obj
 def drift(ctx: Ctx, profile: str | None, record: bool, verbose: bool, metrics_textfile: str | None) -> None:
@@ -69,7 +70,12 @@ def drift(ctx: Ctx, profile: str | None, record: bool, verbose: bool, metrics_te
         from ..metrics.node_textfile import write_metrics
 
         write_metrics(eng, metrics_textfile, loaded=loaded, drift=report)
-    ctx.emit(drift_text(report, verbose=verbose), report.to_dict())
+    person = ctx.fmt != "json"
+    shown = eng.advisories_shown(report.profile, report.profile_digest, report.advisories) \
+        if person and not verbose else frozenset()
+    ctx.emit(drift_text(report, verbose=verbose, shown=shown), report.to_dict())
+    if record and person:  # the timer's writing run keeps which advisories it said; plain drift only reads
+        eng.remember_advisories(report.profile, report.profile_digest, report.advisories)
     if report.cannot_be_done:  # apply would be partial: 5 wins over 3
         raise click.exceptions.Exit(ExitCode.PARTIAL)
     if not report.converged:

@@ -46,9 +46,10 @@ from ..state import (
     StateStore,
     resolved_record,
 )
+from ..state.advisories import advisory_id
 from ..state.journal import Journal
 from ..util.dataclass import dataclass
-from ..util.errors import ChangeSkipped, HostError, NeedsRootError, NotRecorded
+from ..util.errors import ChangeSkipped, HostError, LockTimeoutError, NeedsRootError, NotRecorded
 from ..util.timestamps import rfc3339
 from . import signals
 from .scope import expand, restrict
@@ -160,6 +161,7 @@ class Engine:
 
     def context(self, allow_disruptive: bool = False) -> PlanContext:
         self.state.drift()  # read (validated) before planning too: a bad drift.json is said with the plan
+        self.state.advisories_shown()  # (and a bad advisories.json)
         return PlanContext(allow_disruptive=allow_disruptive, state=self.state.plan_state())
 
     def plan(self, loaded: LoadedProfile, *, allow_disruptive: bool = False, facts: Facts | None = None,
@@ -502,6 +504,31 @@ class Engine:
         The caller holds the lock; a run that skipped every check leaves the last results as they are."""
         if report.results:
             self.state.write_record(LastChecks([CheckResult(c.name, c.severity, c.status) for c in report.results]))
+
+    # -- advisories said once per profile and kernel (nodeagent.state.advisories) ---------------------------------
+    def kernel_release(self) -> str:
+        return self.host.read_opt("/proc/sys/kernel/osrelease") or ""
+
+    def advisories_shown(self, profile: str, digest: str, texts: Collection[str]) -> frozenset[str]:
+        """Of ``texts`` (a plan's warnings), those already shown in full for this profile on this kernel. Read-only:
+        ``plan`` on a read-only state directory reads it too (none recorded: every one is new)."""
+        ids = self.state.advisories_shown().ids(profile, digest, self.kernel_release())
+        return frozenset(t for t in texts if advisory_id(t) in ids)
+
+    def remember_advisories(self, profile: str, digest: str, texts: Collection[str], timeout: float = 5.0) -> bool:
+        """Record ``texts`` as shown in full (under the state lock; nothing when every one already was). What the
+        state itself warned about (a corrupt file, an unfinished run) is said every time, never recorded. A courtesy
+        record: when it cannot be written (the lock held long by another run, a read-only state directory) the
+        advisories are simply shown again next time — False."""
+        texts = [t for t in texts if t not in self.state.warnings]
+        if not texts or self.advisories_shown(profile, digest, texts) == frozenset(texts):
+            return False
+        kernel = self.kernel_release()
+        try:
+            with self.state.locked(min(timeout, self.lock_timeout)):
+                return self.state.remember_advisories(profile, digest, kernel, texts)
+        except (HostError, LockTimeoutError):
+            return False
 
     # -- revert -----------------------------------------------------------------------------------------
     def revert_plan(self, targets: Collection[str] | None = None, facts: Facts | None = None) -> Plan:

@@ -133,6 +133,12 @@ class Result:
         return any(o.status == "applied" for o in self.outcomes)
 
     @property
+    def went_ahead(self) -> bool:
+        """Not a dry run, not refused (failed checks, a plan it cannot carry out, a "no" to the question): the apply
+        ran, and wrote its records."""
+        return not self.dry_run and not self.checks_failed and not (self.plan.blocked and not self.outcomes)
+
+    @property
     def status(self) -> str:
         if self.checks_failed and not self.outcomes:
             return "checks-failed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from ..plan import Result
@@ -14,8 +15,9 @@ def _when(ts: float | None) -> str:
     return iso(ts) if ts else "now"
 
 
-def drift_text(report: Any, *, verbose: bool = True) -> str:  # nodeagent.drift.DriftReport
-    """``verbose``: the profile's warnings in full even when nothing drifted (see render.text.advisory_lines)."""
+def drift_text(report: Any, *, verbose: bool = True, shown: Collection[str] = ()) -> str:  # drift.DriftReport
+    """``verbose``: every advisory of the profile in full; else those in ``shown`` (already shown in full for this
+    profile and kernel) are counted in one line (see render.text.advisory_lines)."""
     last = report.last_apply
     head = f"Drift on {report.node} from profile {report.profile}"
     if report.source != "last-applied":
@@ -45,7 +47,7 @@ def drift_text(report: Any, *, verbose: bool = True) -> str:  # nodeagent.drift.
         return "\n".join(out)
     for n in report.notes:
         out.append(f"  note: {n}")
-    out += advisory_lines(report.advisories, full=verbose or not report.converged, command="drift -v",
+    out += advisory_lines(report.advisories, full=verbose, shown=shown, command="drift -v",
                           label="note")
     if report.converged:
         if report.reverted:

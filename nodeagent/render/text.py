@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from ..facts import Facts
 from ..plan import Change, Plan, Result
 from ..util.escape import escape_controls
@@ -30,17 +32,22 @@ def _unchanged_count(plan: Plan) -> int:
     return len(plan.unchanged) - len(damon) + collapsed
 
 
-def advisory_lines(warnings: tuple[str, ...] | list[str], *, full: bool, command: str = "plan --advice",
-                   label: str = "warning") -> list[str]:
-    """A plan's advisories (what the profile cannot do on this kernel, what no guard keeps...): in full when
-    ``full``, else one line that counts them and names ``command``, which prints them. The CLI shows them in full
-    when there is something to change (the moment to act on them) or with ``-v``; a converged node's timer,
-    Ansible run or drift check does not repeat the same paragraph every time."""
-    if full or not warnings:
+def advisory_lines(warnings: tuple[str, ...] | list[str], *, full: bool, shown: Collection[str] = (),
+                   command: str = "plan --advice", label: str = "warning") -> list[str]:
+    """A plan's advisories (what the profile cannot do on this kernel, what no guard keeps...): each in full the
+    first time, then counted. ``shown``: those already shown in full for this profile on this kernel
+    (:mod:`nodeagent.state.advisories`), counted in one line that names ``command`` (which prints them all);
+    ``full`` (``-v``): every one in full. The boot unit's apply, the drift timer and a converged Ansible run do not
+    repeat the same paragraphs every time; a new kernel or a changed profile shows them again."""
+    if full or not shown:
         return [f"  {label}: {w}" for w in warnings]
-    n = len(warnings)
-    return [f"  ({n} advisor{'ies' if n != 1 else 'y'}, shown in full when there is something to change; "
-            f"see `nodeagent {command}`)"]
+    fresh = [w for w in warnings if w not in shown]
+    out = [f"  {label}: {w}" for w in fresh]
+    n = len(warnings) - len(fresh)
+    if n:
+        out.append(f"  ({n} advisor{'ies' if n != 1 else 'y'} already shown for this profile and kernel; "
+                   f"see `nodeagent {command}`)")
+    return out
 
 
 def advice_text(plan: Plan) -> str:
@@ -51,14 +58,15 @@ def advice_text(plan: Plan) -> str:
     return "\n".join([head + ":", *(f"  - {w}" for w in plan.warnings)])
 
 
-def plan_text(plan: Plan, *, verbose: bool = True) -> str:
-    """``verbose``: the warnings in full even when there is nothing to change (see :func:`advisory_lines`)."""
+def plan_text(plan: Plan, *, verbose: bool = True, shown: Collection[str] = ()) -> str:
+    """``verbose``: every warning in full; else those in ``shown`` (already shown in full for this profile and
+    kernel) are counted in one line (see :func:`advisory_lines`)."""
     out = [f"Plan for profile {plan.profile}" + (f" on {plan.node}" if plan.node else "") + ":"]
     if plan.changes:
         out += [change_line(c) for c in plan.changes]
     for p in plan.problems:
         out.append(f"  ! {p.message}" + (f"\n      hint: {p.hint}" if p.hint else ""))
-    out += advisory_lines(plan.warnings, full=verbose or bool(plan.changes or plan.problems))
+    out += advisory_lines(plan.warnings, full=verbose, shown=shown)
     n = len(plan.changes)
     unchanged = _unchanged_count(plan)
     summary = f"{n} to change, {unchanged} unchanged"

@@ -12,6 +12,8 @@ writes those files. Every other module asks it for a typed record and hands it a
 - ``drift.json`` (:class:`DriftRecord`): the open drift items and, apart, what cannot be done (``drift
   --record``);
 - ``last-checks.json`` (:class:`LastChecks`): the last preflight check results (for the metrics and labels);
+- ``advisories.json`` (:class:`~nodeagent.state.advisories.AdvisoriesShown`): which advisories were shown in
+  full, per profile and kernel release (so that they are said once, then counted);
 - ``probes.json`` (:class:`Probes`): answers of commands only a reboot changes, for this boot
   (:mod:`nodeagent.state.boot_cache`);
 - ``journal.jsonl``: the history journal (:mod:`nodeagent.state.journal`, at :data:`JOURNAL`);
@@ -633,7 +635,10 @@ class PlanState(NamedTuple):
         return cls(**parts)
 
 
-RECORDS: tuple[type[Record], ...] = (LastApplied, Originals, Ownership, DriftRecord, LastChecks, Probes, Progress)
+from .advisories import AdvisoriesShown  # noqa: E402  (it builds on the helpers above)
+
+RECORDS: tuple[type[Record], ...] = (LastApplied, Originals, Ownership, DriftRecord, LastChecks, Probes, Progress,
+                                     AdvisoriesShown)
 #: Where a run holds room for its records (:meth:`StateStore.reserve`).
 RESERVE = ".reserve"
 #: The state directory's files besides the records: the lock, the journal and its rotations, the reserve.
@@ -808,6 +813,15 @@ class StateStore:
     def last_checks(self) -> LastChecks:
         return self.read(LastChecks)
 
+    def advisories_shown(self) -> AdvisoriesShown:
+        return self.read(AdvisoriesShown)
+
+    def remember_advisories(self, profile: str, digest: str, kernel: str, texts: list[str]) -> bool:
+        """Record ``texts`` as shown in full for this profile on this kernel (the caller holds the lock); False when
+        every one already was (nothing written)."""
+        with self.edit(AdvisoriesShown) as shown:
+            return shown.add(profile, digest, kernel, texts)
+
     def remember_originals(self, items: dict[str, Original]) -> None:
         """Record ``{target: Original}`` for targets not yet recorded (the first record of a target wins)."""
         with self.edit(Originals) as originals:
@@ -834,7 +848,7 @@ class StateStore:
 #: Where a file keeps its records by key (each checked on its own by :func:`_salvage`); ``()``: the top level.
 _RECORD_MAPS: dict[str, tuple[tuple[str, ...], ...]] = {
     "originals.json": (("originals",),), "ownership.json": (("damon", "kdamonds"), ("dax",)),
-    "drift.json": (("items",), ("cannot_be_done",)),
+    "drift.json": (("items",), ("cannot_be_done",)), "advisories.json": (("shown",),),
 }
 
 
@@ -894,7 +908,8 @@ def _put(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 _HOLDS = {"originals.json": "the original value of", "ownership.json": "nodeagent's record of",
           "drift.json": "the open drift item", "last-applied.json": "the record of the last apply",
           "last-checks.json": "the last checks' results", "probes.json": "this boot's probe answers",
-          "progress.json": "the record of an unfinished run"}
+          "progress.json": "the record of an unfinished run",
+          "advisories.json": "the record of the advisories already shown"}
 
 
 def _held(name: str, raw: str) -> str:

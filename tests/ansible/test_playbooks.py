@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -153,8 +154,9 @@ def test_example_inventory_and_playbook_as_shipped(make_node, tmp_path: Path) ->
     again = playbook(inv, site, env=env)
     assert again.rc == 0, again.out
     assert {h: r["changed"] for h, r in again.recap().items()} == dict.fromkeys(hosts, 0)
-    # a run that changes nothing does not repeat the same warnings on every host (they are in node_warnings)
+    # the third run changes nothing: the warnings the first two showed are not repeated (they are in node_warnings)
     assert "check coexistence warned" not in again.out and "dest_free schemes" not in again.out, again.out
+    assert "[WARNING]" not in again.out, again.out
 
 
 def test_failed_checks_fail_the_task_with_what_they_found_and_the_exit_code(make_node, tmp_path: Path) -> None:
@@ -196,3 +198,45 @@ def test_a_review_run_of_the_example_installs_nothing() -> None:
     assert build["delegate_to"] == "localhost"
     (reconcile,) = [t for t in tasks if "nodeagent.tiering.reconcile" in t]
     assert "installed.stat" in reconcile["when"]
+
+
+def test_warnings_once_per_profile_and_kernel_even_when_nothing_changes(make_node, tmp_path: Path) -> None:
+    """A node another run converged (``--format json``: nobody read its advisories): the first task says them
+    although it changes nothing, the next keeps them in node_warnings only, and after a kernel upgrade the next
+    says them again. Check mode reads the record and writes nothing."""
+    root = make_node("h100-cxl")
+    converge = subprocess.run([sys.executable, "-m", "nodeagent", "--root", str(root), "--format", "json", "apply",
+                               "--yes", f"{PROFILES}/cxl-inference.yaml"], capture_output=True, text=True)
+    assert converge.returncode == 0, converge.stderr
+    book = tmp_path / "book.yml"
+    book.write_text(f"""
+- hosts: nodes
+  gather_facts: false
+  tasks:
+    - nodeagent.tiering.reconcile: {{profile: {PROFILES}/cxl-inference.yaml, root: "{{{{ nodeagent_root }}}}"}}
+      register: r
+    - ansible.builtin.debug: {{msg: "said: {{{{ r.msg }}}}; kept: {{{{ r.node_warnings | length }}}}"}}
+""")
+    inv = write_inventory(tmp_path / "inventory.yml", {"node": root})
+    env = ansible_env(tmp_path)
+    record = root / "var/lib/nodeagent/advisories.json"
+
+    def reconcile(*args: str) -> str:
+        run = playbook(inv, book, *args, env=env)
+        assert run.rc == 0 and run.recap()["node"]["changed"] == 0, run.out
+        return run.out
+
+    out = reconcile("--check")  # check mode: said (first time), recorded nothing
+    assert "dest_free schemes" in out and "[WARNING]: h100-cxl" in out and not record.exists()
+    out = reconcile()
+    assert "dest_free schemes" in out and "advisory demotion-without-oom-guard" in out
+    assert "said: the node matches the profile;" in out and record.exists()
+    out = reconcile()
+    assert "[WARNING]" not in out, out
+    assert re.search(r"said: the node matches the profile \(\d+ warnings already shown for this profile and "
+                     r"kernel: in node_warnings\); kept: \d+", out), out
+    release = root / "proc/sys/kernel/osrelease"  # rebooted into another kernel: said again, once
+    release.unlink()
+    release.write_text("6.12.9-upgraded\n")
+    assert "dest_free schemes" in reconcile()
+    assert "[WARNING]" not in reconcile()

@@ -220,16 +220,20 @@ def test_plan_warns_while_no_guard_keeps_the_dest_free_schemes(applied, capsys) 
     code, out, err = run(capsys, root, "plan", "-v", profile)
     assert "warning: damon: demote-cold-node0, demote-cold-node1 have dest_free schemes, and no `nodeagent guard` " \
            "keeps them (none has run here)" in out
-    # converged: counted in one line, not repeated on every run
+    # said in full by the apply: counted in one line, not repeated on every run
     code, out, err = run(capsys, root, "plan", profile)
     assert "no `nodeagent guard`" not in out and re.search(
-        r"\(\d+ advisories, shown in full when there is something to change; see `nodeagent plan --advice`\)", out)
+        r"\(\d+ advisories already shown for this profile and kernel; see `nodeagent plan --advice`\)", out)
     beat = root / "var/lib/nodeagent/guard.json"
     beat.write_text(json.dumps({"pid": 4242, "profile": "cxl-inference", "time": time.time()}))
     assert "no `nodeagent guard`" not in run(capsys, root, "plan", "-v", profile)[1]
     beat.write_text(json.dumps({"pid": 4242, "profile": "cxl-inference", "time": time.time() - 600}))
     code, out, err = run(capsys, root, "plan", "-v", profile)
     assert "no `nodeagent guard` keeps them (its last heartbeat is 600s old (pid 4242))" in out
+    # a guard that stopped is news: said in full without -v, although the "none has run" advisory was said before
+    code, out, err = run(capsys, root, "plan", profile)
+    assert "warning: damon: demote-cold-node0, demote-cold-node1 have dest_free schemes, and no `nodeagent guard` " \
+           "keeps them (its last heartbeat is 600s old (pid 4242))" in out
 
 
 def test_the_guard_says_it_runs_while_it_runs_and_takes_it_back_when_it_stops(applied) -> None:

@@ -1,58 +1,160 @@
-"""A converged node's plan, apply and drift do not repeat the profile's warnings every time: they are shown in full
-when there is something to change (the moment to act on them) or with -v, and counted in one line otherwise. JSON
-always carries them."""
+"""Advisories once: each of a profile's advisories is shown in full the first time for that profile (name and
+digest) on that kernel release, then counted in one line naming `nodeagent plan --advice` (`drift -v` for drift).
+Only the commands that write the state anyway record what was shown (apply, drift --record): plan and drift read
+it. A new kernel or a changed profile shows them again; -v and `plan --advice` show them all; JSON always carries
+them all."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from nodeagent_sim import SimKernel
 
 from .cli_helpers import run
 
 PROFILE = str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml")
 GUARD = "no `nodeagent guard` keeps them"
-COUNTED = "(2 advisories, shown in full when there is something to change; see `nodeagent {}`)"
+OOM = "advisory demotion-without-oom-guard"
+COUNTED = "(2 advisories already shown for this profile and kernel; see `nodeagent {}`)"
+RECORD = "var/lib/nodeagent/advisories.json"
 
 
-def test_warnings_in_full_while_something_changes_then_counted(make_node, capsys) -> None:
-    root = str(make_node("h100-cxl"))
-    code, out, _ = run(["--root", root, "plan", PROFILE], capsys)
-    assert "to change" in out and "  warning: damon: demote-cold-node0, demote-cold-node1" in out and GUARD in out
-    code, out, _ = run(["--root", root, "apply", "--yes", PROFILE], capsys)
-    assert code == 0 and GUARD in out  # the apply that changes the node says them
+def in_full(out: str) -> bool:
+    return GUARD in out and OOM in out and "already shown" not in out
 
-    code, out, _ = run(["--root", root, "plan", PROFILE], capsys)
+
+def test_each_advisory_in_full_once_then_counted(make_node, capsys) -> None:
+    root = make_node("h100-cxl")
+    r = str(root)
+    for _ in range(2):  # plan writes nothing: before the first apply it says them in full every time
+        code, out, _ = run(["--root", r, "plan", PROFILE], capsys)
+        assert "to change" in out and in_full(out)
+    assert not (root / RECORD).exists()
+    code, out, _ = run(["--root", r, "apply", "--dry-run", PROFILE], capsys)  # a dry run records nothing either
+    assert in_full(out) and not (root / RECORD).exists()
+    code, out, _ = run(["--root", r, "apply", "--yes", PROFILE], capsys)
+    assert code == 0 and in_full(out)  # the first apply for this profile and kernel says them
+    shown = json.loads((root / RECORD).read_text())
+    (entry,) = shown["shown"].values()
+    assert entry["profile"] == "cxl-inference" and entry["kernel"] == "6.12.0-nodeagent-sim"
+    assert len(entry["advisories"]) == 2 and shown["format"] == 2
+
+    code, out, _ = run(["--root", r, "plan", PROFILE], capsys)
     assert GUARD not in out and "warning:" not in out and COUNTED.format("plan --advice") in out
-    code, out, _ = run(["--root", root, "apply", "--yes", PROFILE], capsys)  # the boot unit's converged apply
+    code, out, _ = run(["--root", r, "apply", "--yes", PROFILE], capsys)  # the boot unit's converged apply
     assert code == 0 and GUARD not in out and COUNTED.format("plan --advice") in out
-    code, out, _ = run(["--root", root, "drift"], capsys)
+    code, out, _ = run(["--root", r, "drift"], capsys)
     assert code == 0 and GUARD not in out and COUNTED.format("drift -v") in out and "No drift" in out
 
     # asked for: in full
-    code, out, _ = run(["--root", root, "plan", "-v", PROFILE], capsys)
-    assert GUARD in out and "min_ttl_ms" in out and "(2 advisories" not in out
-    code, out, _ = run(["--root", root, "drift", "--verbose"], capsys)
-    assert GUARD in out and "(2 advisories" not in out
-    code, out, _ = run(["--root", root, "plan", "--advice", PROFILE], capsys)  # what the counting line names
+    code, out, _ = run(["--root", r, "plan", "-v", PROFILE], capsys)
+    assert in_full(out) and "min_ttl_ms" in out
+    code, out, _ = run(["--root", r, "drift", "--verbose"], capsys)
+    assert in_full(out)
+    code, out, _ = run(["--root", r, "plan", "--advice", PROFILE], capsys)  # what the counting line names
     assert code == 0 and out.startswith("Advisories for profile cxl-inference on ") and GUARD in out
     assert "min_ttl_ms" in out and "to change" not in out
     assert len([line for line in out.splitlines() if line.startswith("  - ")]) == 2
-    code, out, _ = run(["--root", root, "--format", "json", "plan", "--advice", PROFILE], capsys)
+    code, out, _ = run(["--root", r, "--format", "json", "plan", "--advice", PROFILE], capsys)
     assert len(json.loads(out)["advisories"]) == 2
-    code, _, err = run(["--root", root, "plan", "--advice", "--detailed-exitcode", PROFILE], capsys)
+    code, _, err = run(["--root", r, "plan", "--advice", "--detailed-exitcode", PROFILE], capsys)
     assert code == 64 and "--advice prints the advisories alone" in err
     # machines always get them
-    code, out, _ = run(["--root", root, "--format", "json", "plan", PROFILE], capsys)
+    code, out, _ = run(["--root", r, "--format", "json", "plan", PROFILE], capsys)
     assert len(json.loads(out)["warnings"]) == 2
-    code, out, _ = run(["--root", root, "--format", "json", "drift"], capsys)
+    code, out, _ = run(["--root", r, "--format", "json", "drift"], capsys)
     assert any(GUARD in a for a in json.loads(out)["advisories"])
 
 
-def test_drift_shows_them_in_full_when_the_node_drifted(make_node, capsys) -> None:
+def test_a_drifted_node_says_its_drift_and_counts_what_was_said(make_node, capsys) -> None:
     root = make_node("h100-cxl")
     assert run(["--root", str(root), "apply", "--yes", PROFILE], capsys)[0] == 0
     SimKernel(root).write("/proc/sys/kernel/numa_balancing", "1")  # a sysctl reload
     code, out, _ = run(["--root", str(root), "drift"], capsys)
-    assert code == 3 and GUARD in out and "(2 advisories" not in out
+    assert code == 3 and "kernel.numa_balancing" in out and GUARD not in out and COUNTED.format("drift -v") in out
+    code, out, _ = run(["--root", str(root), "plan", PROFILE], capsys)
+    assert "1 to change" in out and GUARD not in out and COUNTED.format("plan --advice") in out
+
+
+def test_a_json_apply_records_nothing_a_person_did_not_read(make_node, capsys) -> None:
+    root = make_node("h100-cxl")
+    assert run(["--root", str(root), "--format", "json", "apply", "--yes", PROFILE], capsys)[0] == 0
+    assert not (root / RECORD).exists()
+    code, out, _ = run(["--root", str(root), "plan", PROFILE], capsys)
+    assert "No changes" in out and in_full(out)
+
+
+def test_a_new_kernel_release_says_them_again(make_node, capsys) -> None:
+    root = make_node("h100-cxl")
+    assert run(["--root", str(root), "apply", "--yes", PROFILE], capsys)[0] == 0
+    assert COUNTED.format("drift -v") in run(["--root", str(root), "drift"], capsys)[1]
+    release = root / "proc/sys/kernel/osrelease"  # the node reboots into another kernel: its state stays
+    release.unlink()
+    release.write_text("6.12.9-upgraded\n")
+    code, out, _ = run(["--root", str(root), "plan", PROFILE], capsys)
+    assert "No changes" in out and in_full(out)
+    code, out, _ = run(["--root", str(root), "drift"], capsys)  # plain drift reads; it records nothing
+    assert code == 0 and in_full(out)
+    code, out, _ = run(["--root", str(root), "drift", "--record"], capsys)  # the timer's run: says them, records
+    assert code == 0 and in_full(out)
+    code, out, _ = run(["--root", str(root), "drift"], capsys)
+    assert COUNTED.format("drift -v") in out and GUARD not in out
+    kernels = {e["kernel"] for e in json.loads((root / RECORD).read_text())["shown"].values()}
+    assert kernels == {"6.12.0-nodeagent-sim", "6.12.9-upgraded"}
+
+
+def test_a_changed_profile_says_them_again(make_node, tmp_path: Path, capsys) -> None:
+    root = make_node("h100-cxl")
+    assert run(["--root", str(root), "apply", "--yes", PROFILE], capsys)[0] == 0
+    edited = tmp_path / "cxl-inference.yaml"
+    edited.write_text(Path(PROFILE).read_text().replace("watermark_scale_factor: 400", "watermark_scale_factor: 300")
+                      .replace("extends: [base.yaml]", f"extends: [{Path(PROFILE).parent / 'base.yaml'}]"))
+    code, out, _ = run(["--root", str(root), "plan", str(edited)], capsys)
+    assert "kernel.watermark_scale_factor  400 → 300" in out and in_full(out)
+    code, out, _ = run(["--root", str(root), "apply", "--yes", str(edited)], capsys)
+    assert code == 0 and in_full(out)
+    code, out, _ = run(["--root", str(root), "plan", str(edited)], capsys)
+    assert "No changes" in out and COUNTED.format("plan --advice") in out
+
+
+def test_a_state_directory_of_an_older_nodeagent_or_a_bad_record_reads_as_nothing_shown(make_node, capsys) -> None:
+    root = make_node("h100-cxl")
+    assert run(["--root", str(root), "apply", "--yes", PROFILE], capsys)[0] == 0
+    (root / RECORD).unlink()  # what an older nodeagent left: every other state file, not this one
+    code, out, _ = run(["--root", str(root), "plan", PROFILE], capsys)
+    assert code == 0 and "No changes" in out and in_full(out)
+    (root / RECORD).write_text('{"format": 2, "shown": []}')
+    code, out, _ = run(["--root", str(root), "plan", PROFILE], capsys)
+    assert code == 0 and in_full(out)
+    code, out, _ = run(["--root", str(root), "apply", "--yes", PROFILE], capsys)  # sets it aside, records anew
+    assert code == 0 and "advisories.json was corrupt" in out and GUARD in out
+    assert COUNTED.format("plan --advice") in run(["--root", str(root), "plan", PROFILE], capsys)[1]
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare(1)")
+def test_plan_and_drift_on_a_read_only_state_directory(make_node, capsys) -> None:
+    """The whole simulated node mounted read-only (a rehearsal on a node whose state nodeagent may not write):
+    plan and drift read what was shown, write nothing, and still work."""
+    root = make_node("h100-cxl")
+    assert run(["--root", str(root), "apply", "--yes", PROFILE], capsys)[0] == 0
+    fresh = make_node("h100-cxl")
+    ro = f"mount --bind {root} {root} && mount -o remount,bind,ro {root} && " \
+         f"mount --bind {fresh} {fresh} && mount -o remount,bind,ro {fresh}"
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", ro], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("private read-only bind mounts are not allowed here")
+    na = f"{sys.executable} -m nodeagent"
+    script = (f"{ro} && {na} --root {root} plan {PROFILE} && echo ---- && {na} --root {root} drift && echo ---- && "
+              f"{na} --root {fresh} plan {PROFILE}")
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan, drift, first = proc.stdout.split("----\n")
+    assert "No changes" in plan and COUNTED.format("plan --advice") in plan
+    assert "No drift" in drift and COUNTED.format("drift -v") in drift
+    assert "to change" in first and in_full(first)  # nothing recorded there: said in full

@@ -223,3 +223,40 @@ def test_region_ownership_of_the_first_cxl_regions_version_reads_as_typed_record
     assert not Ownership(own.dax, own.kdamonds).to_json().get("cxl_region")  # none: the key is left out
     put(store, "ownership.json", {"cxl_region": {"x": {"serials": ["0x1"]}}})
     assert not store.ownership() and "cxl_region.x.serials[0]: expected an integer" in store.warnings[-1]
+
+
+# -- advisories.json: which advisories were shown, per profile and kernel -------------------------------------------
+def test_advisories_shown_are_kept_per_profile_digest_and_kernel(store: StateStore) -> None:
+    from nodeagent.state.advisories import KEEP_KEYS, AdvisoriesShown, advisory_id
+
+    assert not store.advisories_shown() and not store.warnings  # an older state directory: nothing shown yet
+    said = ["damon: demote-cold-node0 has a dest_free scheme (its last heartbeat is 600s old (pid 4242))",
+            "advisory x: dax1.0 on node3 needs kernel 6.16"]
+    assert store.remember_advisories("p", "d1", "6.12.0", said)
+    assert not store.remember_advisories("p", "d1", "6.12.0", said[:1])  # nothing new: nothing written
+    got = store.advisories_shown()
+    assert got.ids("p", "d1", "6.12.0") == {advisory_id(t) for t in said}
+    assert not got.ids("p", "d2", "6.12.0") and not got.ids("p", "d1", "6.13.0") and not got.ids("q", "d1", "6.12.0")
+    # the numbers that stand alone move (a heartbeat's age, a pid): the same advisory; names with digits do not
+    assert advisory_id(said[0].replace("600s", "1200s").replace("4242", "17")) == advisory_id(said[0])
+    assert advisory_id(said[1].replace("dax1.0", "dax0.0")) != advisory_id(said[1])
+    assert advisory_id(said[1].replace("node3", "node2")) != advisory_id(said[1])
+    written = json.loads((Path(str(store.host.root)) / STATE_DIR.lstrip("/") / "advisories.json").read_text())
+    assert written["format"] == FORMAT and written["shown"]["p@d1 on 6.12.0"]["kernel"] == "6.12.0"
+    # a bounded file: the keys recorded last are kept
+    shown = AdvisoriesShown()
+    for i in range(KEEP_KEYS + 3):
+        shown.add("p", f"d{i}", "6.12.0", said)
+    assert len(shown.shown) == KEEP_KEYS and shown.ids("p", f"d{KEEP_KEYS + 2}", "6.12.0")
+    assert AdvisoriesShown.from_json(shown.to_json()) == shown
+
+
+def test_a_bad_advisories_record_is_named_and_the_good_keys_kept(store: StateStore) -> None:
+    put(store, "advisories.json", {"format": 2, "shown": {
+        "p@d on 6.12.0": {"profile": "p", "profile_digest": "d", "kernel": "6.12.0", "time": "2026-01-02T03:04:05Z",
+                          "advisories": {"abc": "said"}},
+        "q@d on 6.12.0": {"profile": "q", "profile_digest": "d", "kernel": 612, "advisories": {}}}})
+    got = store.advisories_shown()
+    assert got.ids("p", "d", "6.12.0") == {"abc"} and not got.ids("q", "d", "6.12.0")
+    assert "advisories.json is corrupt (shown.q@d on 6.12.0.kernel: expected a string" in store.warnings[0]
+    assert "lost with it" not in store.warnings[0] and "shown.q@d on 6.12.0 (the rest is kept)" in store.warnings[0]

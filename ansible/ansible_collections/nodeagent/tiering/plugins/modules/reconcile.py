@@ -18,8 +18,12 @@ description:
     reviewer what would change on each host.
   - The node's warnings (from the plan and from checks that warned) and the checks that were skipped reach the
     play as warnings, each starting with the node's name, when the task changes something (in check mode, would),
-    fails, or runs with C(-v); a run that changes nothing returns them in RV(node_warnings) without repeating them
-    as warnings every time. A failed check fails the task with what it found, its fix and the exit code.
+    fails, or runs with C(-v); a run that changes nothing shows only those not yet shown for this profile on this
+    kernel release (all of them on the first run, after a kernel upgrade or a profile edit; a check by its name
+    and status, what it found may move with the node) and returns every one in
+    RV(node_warnings), so the same warnings are not repeated on every converged run. Outside check mode the
+    module records which it showed, in the state record C(nodeagent apply) keeps (C(advisories.json)); check mode
+    only reads it. A failed check fails the task with what it found, its fix and the exit code.
   - The module runs under the target's Python and imports nodeagent there. Install nodeagent into a virtualenv on
     the target and set C(ansible_python_interpreter) to that virtualenv's python (Debian 12 refuses system-wide
     pip installs).
@@ -202,7 +206,8 @@ skipped_checks:
   elements: str
 node_warnings:
   description: The node's warnings (the plan's, the checks that warned or were skipped), each starting with the
-    node's name; also shown as the play's warnings when the task changed something, failed, or ran with C(-v).
+    node's name; also shown as the play's warnings when the task changed something, failed, or ran with C(-v), and
+    otherwise those not yet shown for this profile on this kernel release.
   returned: when the profile was loaded and planned
   type: list
   elements: str
@@ -328,18 +333,37 @@ def _said(result):
     return "; ".join(said) or getattr(result, "reason", None) or getattr(result, "summary", "")
 
 
-def node_warnings(result):
-    """What an operator must read from this run, for ``module.warn``: the plan's warnings, the checks that
-    warned (with what they found) and the checks that were skipped (with why)."""
-    node = result.plan.node or "node"
-    out = [f"{node}: {w}" for w in result.plan.warnings]
+def warnings_of(result):
+    """What an operator must read from this run, as ``(key, text)``: the plan's warnings, the checks that warned
+    (with what they found) and the checks that were skipped (with why). ``key`` is what the record of the
+    warnings shown keeps: the text of a plan's warning; a check's name and status (what a check found moves with
+    the node: a capacity check's numbers before and after the expanders are onlined)."""
+    out = [(w, w) for w in result.plan.warnings]
     report = getattr(result, "checks", None)
     for r in getattr(report, "results", ()):
         if r.status == "warn":
-            out.append(f"{node}: check {r.name} warned: {_said(r)}")
+            out.append((f"check {r.name} warned", f"check {r.name} warned: {_said(r)}"))
         elif r.status == "skipped":
-            out.append(f"{node}: check {r.name} skipped: {r.reason or r.summary}")
+            out.append((f"check {r.name} skipped", f"check {r.name} skipped: {r.reason or r.summary}"))
     return out
+
+
+def node_warnings(result):
+    """:func:`warnings_of`, each starting with the node's name (a play's warnings come from many hosts)."""
+    node = result.plan.node or "node"
+    return [f"{node}: {w}" for _, w in warnings_of(result)]
+
+
+def to_say(engine, result, loud):
+    """Which of :func:`warnings_of` the play shows as warnings: every one when ``loud`` (the task changed something,
+    failed, or runs with -v), else those not yet shown for this profile on this kernel (all of them on the first
+    run), as the CLI says each advisory once (nodeagent.state.advisories). A nodeagent without that record: all."""
+    found = warnings_of(result)
+    shown = getattr(engine, "advisories_shown", None)
+    if loud or shown is None:
+        return found
+    seen = shown(result.plan.profile, result.plan.profile_digest, [k for k, _ in found])
+    return [(k, w) for k, w in found if k not in seen]
 
 
 def failure(result, check_mode, allow_disruptive, checks):
@@ -435,10 +459,19 @@ def run(module):
         raise done.failed
     ret, failed = report(result, module.check_mode, p["allow_disruptive"], module._diff)
     ret["node_warnings"] = node_warnings(result)
-    # Said when they matter (something changes or fails) or when asked (-v); a converged run keeps them in the result
-    if failed is not None or ret.get("changed") or module._verbosity >= 1:
-        for w in ret["node_warnings"]:
-            module.warn(w)
+    # Said when they matter (something changes or fails), when asked (-v), or the first time for this profile and
+    # kernel; a converged run after that keeps them in the result and counts them in its message
+    node = result.plan.node or "node"
+    said = to_say(engine, result, failed is not None or ret.get("changed") or module._verbosity >= 1)
+    for _, w in said:
+        module.warn(f"{node}: {w}")
+    quiet = len(ret["node_warnings"]) - len(said)
+    if quiet:
+        ret["msg"] += (f" ({quiet} warning{'s' if quiet != 1 else ''} already shown for this profile and kernel: "
+                       "in node_warnings)")
+    remember = getattr(engine, "remember_advisories", None)
+    if said and remember is not None and getattr(result, "went_ahead", False):  # never in check mode
+        remember(result.plan.profile, result.plan.profile_digest, [k for k, _ in warnings_of(result)])
     if failed is not None:
         ret["msg"], ret["exit_code"] = failed
         module.fail_json(**ret)
