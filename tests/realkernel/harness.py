@@ -235,6 +235,30 @@ LAYOUTS["cxl-2hb"] = Layout(
     qemu_plugins=("x86_block_access",),
 )
 
+# Layout ``cxl-1md``: issue 51's literal shape: ONE bare 256 MiB volatile memdev (serial ...01) behind one root port of
+# one ``pxb-cxl`` host bridge (bus 0c), one 4 GiB window over it, and the SRAT nodes of ``cxl-2hb``: node0 = [0, 2G)
+# with both CPUs, node1 = [4G, 6G) CPU-less DRAM, node2 = [6G, 7G) covered by ``memmap=1G!6G`` (legacy pmem, fsdax,
+# offline). The window gets the node past SRAT's (3), so the region lands on node 3 while node 2 is the lowest id
+# with no memory online: a plan that guessed the next free id would pair DAMON with node 2.
+CXL_1MD_SERIAL = 0x4C454F0001
+LAYOUTS["cxl-1md"] = Layout(
+    name="cxl-1md",
+    memory="5G",
+    qemu_args=_numa_node(0, "2G", "0-1")
+    + _numa_node(1, "2G", None)
+    + _numa_node(2, "1G", None)
+    + ("-object", f"memory-backend-ram,id=cxl-vmem0,share=on,size={CXL_MEMDEV_SIZE}",
+       "-device", "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1",
+       "-device", "cxl-rp,port=0,bus=cxl.1,id=cxl-rp0,chassis=0,slot=2",
+       "-device", f"cxl-type3,bus=cxl-rp0,volatile-memdev=cxl-vmem0,id=cxl-mem0,sn={CXL_1MD_SERIAL:#x}",
+       "-M", f"cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size={CXL_WINDOW}"),
+    kernel_args=("memmap=1G!6G",),
+    machine="q35,cxl=on",
+    cpu="max,hypervisor=off",
+    qemu_min=(8, 0),
+    qemu_plugins=("x86_block_access",),
+)
+
 
 @dataclass
 class GuestResult:
