@@ -95,6 +95,13 @@ bench-placement-kv: $(STAMP)
 	$(BIN)/python bench/placement/run.py --workload kv --points $(POINTS) --configs $(CONFIGS) \
 		$(if $(CANDIDATE),--candidate $(CANDIDATE))
 
+# Real-kernel boots kept out of `make test` (each ~2-3 min): issue 51's one-bare-memdev CXL guest (layout cxl-1md),
+# whose captures `make test` replays on the simulator. NODEAGENT_RK_CAPTURE=1 rewrites tests/realkernel/captured.
+.PHONY: realkernel-extra
+realkernel-extra: $(STAMP)
+	NODEAGENT_RK_EXTRA=1 scripts/readonly-kernel-ns.sh $(BIN)/python -m pytest -q -p no:cacheprovider -m realkernel \
+		tests/realkernel/test_cxl_one_memdev.py $(PYTEST_ARGS)
+
 # The exhaustive fault sweep (tests/e2e/test_faults_*.py; `make test` runs one signal before every write of a
 # small-block node, 50 sampled h100-cxl points, an errno at every kind of write): every signal (KILL, TERM, INT)
 # before every write of the small node, a signal before every write of an h100-cxl apply, every errno at every

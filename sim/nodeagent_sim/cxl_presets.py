@@ -16,6 +16,10 @@
                          14 (node 4), decoder0.2 interleaving both (node 5); no region. mem0 = serial 0x4c454f0002
                          (under 14), as the guest probed them; ``-rp0first``: the other memdev first, ``-ep-swapped``:
                          the endpoints the other way.
+``qemu-cxl-1md``         the real-kernel tier's one-memdev CXL guest (layout ``cxl-1md``, issue 51's shape): nodes 0-2
+                         as ``qemu-cxl-2hb``'s (node 2 SRAT's legacy pmem, offline), one host bridge ``pci0000:0c``
+                         with one root port and one 256 MiB memdev (serial 0x4c454f0001), one 4 GiB window
+                         (decoder0.0, node 3: past SRAT's); no region.
 ``h100-cxl-memdevs``     h100-cxl with its two 2 TiB expanders as bare memdevs, one per socket's host bridge and
                          window (nodes 2, 3): the firmware left the HDM decoders to the OS, no region, no DAX device.
 ``h100-cxl-committed``   the same node as 6.3+ kernels boot it when the firmware committed the regions: region0 and
@@ -73,6 +77,15 @@ QEMU_CXL_2HB = simcxl.CxlDef(
     nvdimm_regions=1,
 )
 
+#: The one-memdev guest (tests/realkernel layout ``cxl-1md``): one window past SRAT's nodes 0-2 (node 3), one host
+#: bridge with one root port (cxl_port's passthrough decoder) and one memdev; the legacy pmem took region id 0.
+QEMU_CXL_1MD = simcxl.CxlDef(
+    windows=(simcxl.WindowDef(0x1D0000000, 4 * GiB, ("pci0000:0c",), node=3),),
+    host_bridges=(simcxl.HostBridgeDef("pci0000:0c", 12, ("0000:0c:00.0",)),),
+    memdevs=(simcxl.MemdevDef(0x4C454F0001, "0000:0c:00.0", "0000:0d:00.0", 256 * MiB),),
+    nvdimm_regions=1,
+)
+
 #: h100-cxl's expanders (Astera Leo class, PCIe 5 x16): one host bridge and one window per socket.
 H100_CXL = simcxl.CxlDef(
     windows=(simcxl.WindowDef(1 * TiB, 2 * TiB, ("pci0000:30",), node=2),
@@ -102,6 +115,13 @@ def _qemu_cxl_2hb(name: str = "qemu-cxl-2hb", how: str = "") -> Preset:
     return replace(base, name=name, hostname="qemu-cxl-2hb", possible_nodes=6, cmdline="console=ttyS0 memmap=1G!6G",
                    description="the real-kernel CXL guest with two host bridges, one 256 MiB memdev each" + how,
                    distances={n: tuple(10 if m == n else 20 for m in range(6)) for n in range(6)}, node_tier={})
+
+
+def _qemu_cxl_1md() -> Preset:
+    base = _qemu_cxl_2hb()
+    return replace(base, name="qemu-cxl-1md", hostname="qemu-cxl-1md", possible_nodes=4,
+                   description="the real-kernel CXL guest with one 256 MiB memdev, its window past SRAT's node 2",
+                   distances={n: tuple(10 if m == n else 20 for m in range(4)) for n in range(4)})
 
 
 def _h100_memdevs(name: str, description: str) -> Preset:
@@ -172,6 +192,7 @@ PRESETS: dict[str, Callable[[], Preset]] = {
     "qemu-cxl-2hb-ep-swapped": lambda: _qemu_cxl_2hb("qemu-cxl-2hb-ep-swapped", ", its endpoints the other way"),
     "qemu-cxl-2hb-rp0first-ep-swapped": lambda: _qemu_cxl_2hb(
         "qemu-cxl-2hb-rp0first-ep-swapped", ", the other memdev first and the endpoints the other way"),
+    "qemu-cxl-1md": _qemu_cxl_1md,
     "h100-cxl-memdevs": lambda: _h100_memdevs(
         "h100-cxl-memdevs", "2-socket H100 server whose two 2 TiB CXL expanders are bare memdevs (no region)"),
     "h100-cxl-committed": lambda: _h100_memdevs(
@@ -189,6 +210,7 @@ BUSES.update({"qemu-cxl": (QEMU_CXL, None), "qemu-cxl-rp0first": (QEMU_CXL_RP0_F
               "qemu-cxl-2hb-ep-swapped": (replace(QEMU_CXL_2HB, endpoint_order=(1, 0)), None),
               "qemu-cxl-2hb-rp0first-ep-swapped": (
                   replace(QEMU_CXL_2HB, memdevs=QEMU_CXL_2HB.memdevs[::-1], endpoint_order=(1, 0)), None),
+              "qemu-cxl-1md": (QEMU_CXL_1MD, None),
               "h100-cxl-memdevs": (H100_CXL, None),
               "h100-cxl-committed": (H100_CXL, _committed), "h100-cxl-hmem": (H100_HMEM, _hmem),
               "h100-cxl-slots": (H100_SLOTS, None)})

@@ -56,6 +56,9 @@ RECIPE_VERSION = 2  # bump to invalidate every warm cache
 BASE_SUITE = "bookworm"
 BACKPORTS_SUITE = "bookworm-backports"
 KERNEL_META_PACKAGE = "linux-image-amd64"
+#: Where the guest's kernel comes from: this suite's ``linux-image-amd64``. ``NODEAGENT_RK_KERNEL_SUITE`` picks
+#: another one of the same mirror (``trixie-backports`` for a 6.16+ kernel); its assets get a cache of their own.
+KERNEL_SUITE_ENV = "NODEAGENT_RK_KERNEL_SUITE"
 TOOL_PACKAGES = ("ndctl", "daxctl", "kmod")  # kmod: depmod here, modprobe in the guest
 KMOD_LINKS = ("depmod", "insmod", "lsmod", "modinfo", "modprobe", "rmmod")
 # same source package as the tools: always shipped so versions match, even if the host has them
@@ -235,6 +238,30 @@ LAYOUTS["cxl-2hb"] = Layout(
     qemu_plugins=("x86_block_access",),
 )
 
+# Layout ``cxl-1md``: issue 51's literal shape: ONE bare 256 MiB volatile memdev (serial ...01) behind one root port of
+# one ``pxb-cxl`` host bridge (bus 0c), one 4 GiB window over it, and the SRAT nodes of ``cxl-2hb``: node0 = [0, 2G)
+# with both CPUs, node1 = [4G, 6G) CPU-less DRAM, node2 = [6G, 7G) covered by ``memmap=1G!6G`` (legacy pmem, fsdax,
+# offline). The window gets the node past SRAT's (3), so the region lands on node 3 while node 2 is the lowest id
+# with no memory online: a plan that guessed the next free id would pair DAMON with node 2.
+CXL_1MD_SERIAL = 0x4C454F0001
+LAYOUTS["cxl-1md"] = Layout(
+    name="cxl-1md",
+    memory="5G",
+    qemu_args=_numa_node(0, "2G", "0-1")
+    + _numa_node(1, "2G", None)
+    + _numa_node(2, "1G", None)
+    + ("-object", f"memory-backend-ram,id=cxl-vmem0,share=on,size={CXL_MEMDEV_SIZE}",
+       "-device", "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1",
+       "-device", "cxl-rp,port=0,bus=cxl.1,id=cxl-rp0,chassis=0,slot=2",
+       "-device", f"cxl-type3,bus=cxl-rp0,volatile-memdev=cxl-vmem0,id=cxl-mem0,sn={CXL_1MD_SERIAL:#x}",
+       "-M", f"cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size={CXL_WINDOW}"),
+    kernel_args=("memmap=1G!6G",),
+    machine="q35,cxl=on",
+    cpu="max,hypervisor=off",
+    qemu_min=(8, 0),
+    qemu_plugins=("x86_block_access",),
+)
+
 
 @dataclass
 class GuestResult:
@@ -282,11 +309,17 @@ class StepsResult:
 # --------------------------------------------------------------------------- small helpers
 
 
+def kernel_suite() -> str:
+    """The suite whose ``linux-image-amd64`` the guest boots: ``$NODEAGENT_RK_KERNEL_SUITE``, else the backports'."""
+    return os.environ.get(KERNEL_SUITE_ENV) or BACKPORTS_SUITE
+
+
 def _cache_dir_from_env() -> Path:
     if os.environ.get("NODEAGENT_RK_CACHE"):
         return Path(os.environ["NODEAGENT_RK_CACHE"])
     base = os.environ.get("NODEAGENT_CACHE") or str(Path.home() / ".cache" / "nodeagent")
-    return Path(base) / "realkernel"
+    suite = kernel_suite()
+    return Path(base) / ("realkernel" if suite == BACKPORTS_SUITE else f"realkernel-{suite}")
 
 
 # Resolved at import: the test suite points NODEAGENT_CACHE at a per-run tmp dir later on, which
@@ -444,13 +477,14 @@ def find_debian_mirror(sources: Sequence[AptSource], suite: str = BASE_SUITE) ->
     raise HarnessUnavailable(f"no apt source for suite {suite!r} in the host's apt configuration")
 
 
-def private_sources_list(mirror: AptSource) -> str:
+def private_sources_list(mirror: AptSource, kernel_suite: str = BACKPORTS_SUITE) -> str:
     signed = mirror.signed_by or (DEFAULT_KEYRING if Path(DEFAULT_KEYRING).is_file() else None)
     options = [f"signed-by={signed}"] if signed else []
     options += [] if mirror.check_valid_until else ["check-valid-until=no"]
     opts = f"[{' '.join(options)}] " if options else ""
     comps = " ".join(mirror.components) if "main" in mirror.components else "main"
-    return "".join(f"deb {opts}{mirror.uri} {suite} {comps}\n" for suite in (BASE_SUITE, BACKPORTS_SUITE))
+    suites = tuple(dict.fromkeys((BASE_SUITE, BACKPORTS_SUITE, kernel_suite)))
+    return "".join(f"deb {opts}{mirror.uri} {suite} {comps}\n" for suite in suites)
 
 
 # --------------------------------------------------------------------------- private apt
@@ -459,11 +493,11 @@ def private_sources_list(mirror: AptSource) -> str:
 class PrivateApt:
     """apt-get/apt-cache confined to ``<cache>/apt`` (own sources, lists, cache, archives)."""
 
-    def __init__(self, root: Path, mirror: AptSource) -> None:
+    def __init__(self, root: Path, mirror: AptSource, kernel_suite: str = BACKPORTS_SUITE) -> None:
         self.root = root
         for sub in ("sources.list.d", "preferences.d", "lists/partial", "state", "cache", "archives/partial"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        (root / "sources.list").write_text(private_sources_list(mirror))
+        (root / "sources.list").write_text(private_sources_list(mirror, kernel_suite))
 
     def options(self) -> list[str]:
         r = self.root
@@ -610,32 +644,61 @@ def _install_tools(extract_dir: Path, tools_root: Path) -> None:
 
 
 def _fetch_assets(cache_dir: Path) -> Assets:
-    apt = PrivateApt(cache_dir / "apt", find_debian_mirror(host_apt_sources()))
+    suite = kernel_suite()
+    apt = PrivateApt(cache_dir / "apt", find_debian_mirror(host_apt_sources()), suite)
     apt.update()
-    kernel_pkg = os.environ.get("NODEAGENT_RK_KERNEL_PACKAGE") or _kernel_package(apt)
+    kernel_pkg = os.environ.get("NODEAGENT_RK_KERNEL_PACKAGE") or _kernel_package(apt, suite)
     debs_dir = cache_dir / "debs"
     shutil.rmtree(debs_dir, ignore_errors=True)
     tools = tool_package_closure(apt)
-    kernel_debs = apt.download([kernel_pkg], debs_dir / "kernel")
+    parts = _kernel_parts(apt, kernel_pkg)
+    kernel_debs = apt.download([kernel_pkg, *parts], debs_dir / "kernel")
     tool_debs = apt.download(tools, debs_dir / "tools")
     busybox_debs = apt.download(["busybox-static"], debs_dir / "busybox")
-    if len(kernel_debs) != 1 or len(busybox_debs) != 1 or len(tool_debs) != len(tools):
+    if len(kernel_debs) != 1 + len(parts) or len(busybox_debs) != 1 or len(tool_debs) != len(tools):
         raise HarnessUnavailable(f"unexpected downloads: {kernel_debs} {tool_debs} {busybox_debs}")
-    return _unpack(cache_dir, kernel_debs[0], tool_debs, busybox_debs[0])
+    image = next(d for d in kernel_debs if d.name.startswith(kernel_pkg.split("=")[0] + "_"))
+    return _unpack(cache_dir, image, tool_debs, busybox_debs[0], [d for d in kernel_debs if d != image])
 
 
-def _kernel_package(apt: PrivateApt) -> str:
-    depends = apt.show_field(f"{KERNEL_META_PACKAGE}/{BACKPORTS_SUITE}", "Depends")
+def _kernel_parts(apt: PrivateApt, kernel_pkg: str) -> list[str]:
+    """What a split kernel package pins at its own version (Debian since 6.17/7.x: ``linux-image-V`` holds no files;
+    ``linux-binary-V`` has the vmlinuz, ``linux-modules-V`` the modules, ``linux-base-V`` modules.builtin and the
+    config): every ``linux-*`` dependency with ``(= version)``. None for the 6.12 packages, which hold it all."""
+    depends = apt.show_field(kernel_pkg, "Depends")
+    return [f"{m.group(1)}={m.group(2)}"
+            for m in re.finditer(r"(?:^|,)\s*(linux-[^\s,(|]+)\s*\(=\s*([^)\s]+)\)", depends)]
+
+
+def _kernel_package(apt: PrivateApt, suite: str = BACKPORTS_SUITE) -> str:
+    depends = apt.show_field(f"{KERNEL_META_PACKAGE}/{suite}", "Depends")
     m = re.search(r"(linux-image-[^\s,(]+)\s*(?:\(=\s*([^)\s]+)\))?", depends)
     if not m:
         raise HarnessUnavailable(f"cannot resolve {KERNEL_META_PACKAGE}: Depends={depends!r}")
     return f"{m.group(1)}={m.group(2)}" if m.group(2) else m.group(1)
 
 
-def _unpack(cache_dir: Path, kernel_deb: Path, tool_debs: Sequence[Path], busybox_deb: Path) -> Assets:
+def _merged_usr_kernel(root: Path) -> None:
+    """A kernel package of a merged-/usr release (trixie on) installs ``usr/lib/modules/V`` with ``vmlinuz`` in it:
+    laid out as the 6.12 packages are (``lib/modules/V``, ``boot/vmlinuz-V``) for depmod and the initramfs."""
+    usr = root / "usr/lib/modules"
+    if usr.is_dir() and not (root / "lib/modules").exists():
+        (root / "lib").mkdir(parents=True, exist_ok=True)
+        usr.rename(root / "lib/modules")
+    for image in (root / "lib/modules").glob("*/vmlinuz"):
+        (root / "boot").mkdir(exist_ok=True)
+        dest = root / "boot" / f"vmlinuz-{image.parent.name}"
+        if not dest.exists():
+            image.rename(dest)
+
+
+def _unpack(cache_dir: Path, kernel_deb: Path, tool_debs: Sequence[Path], busybox_deb: Path,
+            kernel_parts: Sequence[Path] = ()) -> Assets:
     stage = Path(tempfile.mkdtemp(prefix="unpack.", dir=cache_dir))
     try:
-        _extract(kernel_deb, stage / "kernel")
+        for deb in (kernel_deb, *kernel_parts):
+            _extract(deb, stage / "kernel")
+        _merged_usr_kernel(stage / "kernel")
         _extract(busybox_deb, stage / "busybox")
         for deb in tool_debs:
             _extract(deb, stage / "tools-extract")
@@ -651,7 +714,7 @@ def _unpack(cache_dir: Path, kernel_deb: Path, tool_debs: Sequence[Path], busybo
             (stage / name).rename(cache_dir / name)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    ids = [_deb_id(d) for d in (kernel_deb, busybox_deb, *tool_debs)]
+    ids = [_deb_id(d) for d in (kernel_deb, busybox_deb, *tool_debs, *kernel_parts)]
     shutil.rmtree(cache_dir / "debs", ignore_errors=True)  # ~110 MB, not needed once unpacked
     return _assets_from(cache_dir, kver, ids[0], tuple(ids))
 

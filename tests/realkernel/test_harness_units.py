@@ -59,6 +59,44 @@ def test_host_sources_files_and_private_list(tmp_path: Path) -> None:
         harness.find_debian_mirror([], "bookworm")
 
 
+def test_a_kernel_suite_of_the_same_mirror_joins_the_private_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror = harness.AptSource(MIRROR, ("bookworm",), ("main",), "/k.gpg")
+    assert harness.private_sources_list(mirror, "trixie-backports").splitlines()[2:] == [
+        f"deb [signed-by=/k.gpg] {MIRROR} trixie-backports main"]
+    assert harness.private_sources_list(mirror, "bookworm-backports") == harness.private_sources_list(mirror)
+    monkeypatch.delenv("NODEAGENT_RK_CACHE", raising=False)
+    monkeypatch.setenv("NODEAGENT_CACHE", "/c")
+    monkeypatch.setenv(harness.KERNEL_SUITE_ENV, "trixie-backports")
+    assert harness._cache_dir_from_env() == Path("/c/realkernel-trixie-backports")  # its own assets
+    monkeypatch.delenv(harness.KERNEL_SUITE_ENV)
+    assert harness._cache_dir_from_env() == Path("/c/realkernel")
+
+
+def test_a_split_kernel_package_brings_its_pinned_parts() -> None:
+    """Debian's 7.x linux-image-V holds no file: the vmlinuz, modules and modules.builtin are packages it pins."""
+
+    class Apt:
+        def show_field(self, spec: str, name: str) -> str:
+            assert (spec, name) == ("linux-image-7.3.4+deb13-amd64=7.3.4-1~bpo13+1", "Depends")
+            return ("dracut | initramfs-tools (>= 0.120+deb8u2) | linux-initramfs-tool, linux-base-7.3.4+deb13-amd64 "
+                    "(= 7.3.4-1~bpo13+1), linux-binary-7.3.4+deb13-amd64 (= 7.3.4-1~bpo13+1), "
+                    "linux-modules-7.3.4+deb13-amd64 (= 7.3.4-1~bpo13+1)")
+
+    assert harness._kernel_parts(Apt(), "linux-image-7.3.4+deb13-amd64=7.3.4-1~bpo13+1") == [  # type: ignore[arg-type]
+        "linux-base-7.3.4+deb13-amd64=7.3.4-1~bpo13+1", "linux-binary-7.3.4+deb13-amd64=7.3.4-1~bpo13+1",
+        "linux-modules-7.3.4+deb13-amd64=7.3.4-1~bpo13+1"]
+
+
+def test_a_merged_usr_kernel_is_laid_out_as_the_6_12_packages_are(tmp_path: Path) -> None:
+    mods = tmp_path / "usr/lib/modules/7.3.4+deb13-amd64"
+    (mods / "kernel").mkdir(parents=True)
+    (mods / "vmlinuz").write_bytes(b"bzImage")
+    harness._merged_usr_kernel(tmp_path)
+    assert (tmp_path / "boot/vmlinuz-7.3.4+deb13-amd64").read_bytes() == b"bzImage"
+    assert (tmp_path / "lib/modules/7.3.4+deb13-amd64/kernel").is_dir()
+    assert not (tmp_path / "lib/modules/7.3.4+deb13-amd64/vmlinuz").exists()
+
+
 def test_snapshot_mirror_keeps_check_valid_until_off() -> None:
     [src] = harness.parse_deb822_sources(
         f"Types: deb\nURIs: {MIRROR}\nSuites: bookworm\nComponents: main\nCheck-Valid-Until: no\n"
