@@ -6,6 +6,7 @@ imports only what it needs (``facts`` never loads pydantic; nothing loads ``sh``
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -191,6 +192,7 @@ class _Commands(dict[str, click.Command]):
         if name in _ELSEWHERE:
             module, attr = _ELSEWHERE[name]
             command = getattr(__import__(f"nodeagent.{module}", fromlist=[attr]), attr)
+            gc.freeze()  # (as in main: the modules just imported live to the end)
         else:
             from ..host.machine import commands
 
@@ -646,6 +648,8 @@ def main(argv: list[str] | None = None) -> int:
     from .args import global_value
 
     args = sys.argv[1:] if argv is None else argv
+    if argv is None:  # the process's own command: what start-up made (modules, classes) lives to its end, so
+        gc.freeze()  # no collection walks it again (a caller passing argv keeps its collections as they were)
     ctx = Ctx()
     try:  # the --format asked for, for errors click raises before it has processed any option
         ctx.fmt = global_value(cli, args, "--format", "text")

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any
 
 from ..host import Host
 from ..util import jsonin
-from ..util.dataclass import dataclass
+from ..util.dataclass import asdict, dataclass
 from ..util.errors import PermissionDeniedError
 from ..util.kfmt import kernel_version, parse_hex, parse_list
 from .knobs import KNOBS, Knob

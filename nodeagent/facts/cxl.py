@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from ..host import Host
-from ..util.dataclass import dataclass
+from ..util.dataclass import asdict, dataclass
 from . import SECTIONS, Facts
 
 CXL_BUS = "/sys/bus/cxl"
@@ -45,7 +45,6 @@ MODULE_ROLE = {
     "dax_cxl": "a DAX device for each RAM region",
     "kmem": "onlining DAX devices as system RAM",
 }
-_DEC = re.compile(r"decoder(\d+)\.(\d+)")
 
 
 @dataclass(frozen=True)
@@ -204,8 +203,20 @@ def _link_name(host: Host, path: str) -> str | None:
 def _real(host: Host, path: str) -> str:
     """The kernel path a sysfs link resolves to (``/sys/devices/...``), root-relative."""
     real = os.path.realpath(host.fs.local(path))
-    root = os.path.realpath(host.root)
+    root = host.fs.real_root
     return "/" + os.path.relpath(real, root) if root != "/" else real
+
+
+def _numbered(name: str, *prefixes: str) -> bool:
+    """``name`` is one of ``prefixes`` and a decimal number (``re.fullmatch(r"(root|port)\\d+", name)``, without
+    compiling a pattern for each kind of name)."""
+    return any(name.startswith(p) and name[len(p):].isdecimal() for p in prefixes)
+
+
+def _numbered_pair(name: str, prefix: str) -> bool:
+    """``name`` is ``prefix`` and two decimal numbers joined by a dot (``decoder0.1``, ``dax0.0``)."""
+    first, dot, second = name[len(prefix):].partition(".") if name.startswith(prefix) else ("", "", "")
+    return bool(dot) and first.isdecimal() and second.isdecimal()
 
 
 def _sort_key(name: str) -> tuple[Any, ...]:
@@ -308,7 +319,7 @@ def read_region(host: Host, name: str, endpoint_memdev: dict[str, str]) -> Regio
         memdevs.append(endpoint_memdev.get(port, ""))
     real = _real(host, base)
     dax_region = f"{real}/dax_{name}"
-    dax = sorted((n for n in host.fs.listdir(dax_region) if re.fullmatch(r"dax\d+\.\d+", n)), key=_sort_key)
+    dax = sorted((n for n in host.fs.listdir(dax_region) if _numbered_pair(n, "dax")), key=_sort_key)
     res = _int(a["resource"])
     return Region(
         name=name, root_decoder=os.path.basename(os.path.dirname(real)),
@@ -323,7 +334,7 @@ def read_ports(host: Host, names: list[str]) -> dict[str, dict[str, Any]]:
     out = {}
     for name in names:
         base = f"{CXL}/{name}"
-        dports = sorted((n for n in host.fs.listdir(base) if re.fullmatch(r"dport\d+", n)), key=_sort_key)
+        dports = sorted((n for n in host.fs.listdir(base) if _numbered(n, "dport")), key=_sort_key)
         out[name] = {
             "host": _link_name(host, f"{base}/uport"),
             "parent": os.path.basename(os.path.dirname(_real(host, base))),
@@ -336,10 +347,10 @@ def read_ports(host: Host, names: list[str]) -> dict[str, dict[str, Any]]:
 def read_dax_owners(host: Host) -> list[DaxOwner]:
     """Which driver's range each DAX device is: a CXL region's, dax_hmem's (soft-reserved), pmem's."""
     out = []
-    names = sorted((n for n in host.fs.listdir(DAX) if re.fullmatch(r"dax\d+\.\d+", n)), key=_sort_key)
+    names = sorted((n for n in host.fs.listdir(DAX) if _numbered_pair(n, "dax")), key=_sort_key)
     for n in names:
         real = _real(host, f"{DAX}/{n}")
-        region = next((c for c in real.split("/") if re.fullmatch(r"region\d+", c)
+        region = next((c for c in real.split("/") if _numbered(c, "region")
                        and host.fs.exists(f"{CXL}/{c}")), None)
         if region:
             owner = "cxl-region"
@@ -367,17 +378,17 @@ def read(host: Host, release: str = "") -> CxlFacts:
     modules = read_modules(host, release)
     present = host.fs.is_dir(CXL)
     names = host.fs.listdir(CXL)
-    memdevs = [read_memdev(host, n) for n in sorted((n for n in names if re.fullmatch(r"mem\d+", n)), key=_sort_key)]
-    port_names = sorted((n for n in names if re.fullmatch(r"(root|port|endpoint)\d+", n)), key=_sort_key)
+    memdevs = [read_memdev(host, n) for n in sorted((n for n in names if _numbered(n, "mem")), key=_sort_key)]
+    port_names = sorted((n for n in names if _numbered(n, "root", "port", "endpoint")), key=_sort_key)
     ports = read_ports(host, port_names)
     endpoint_memdev = {p: info["host"] for p, info in ports.items() if p.startswith("endpoint") and info["host"]}
     memdevs = [Memdev(**{**asdict(m), "link": m.link,
                          "endpoint": next((p for p, md in endpoint_memdev.items() if md == m.name), None)})
                for m in memdevs]
-    decoders = [d for n in sorted((n for n in names if _DEC.fullmatch(n)), key=_sort_key)
+    decoders = [d for n in sorted((n for n in names if _numbered_pair(n, "decoder")), key=_sort_key)
                 if (d := read_decoder(host, n)) is not None]
     regions = [read_region(host, n, endpoint_memdev)
-               for n in sorted((n for n in names if re.fullmatch(r"region\d+", n)), key=_sort_key)]
+               for n in sorted((n for n in names if _numbered(n, "region")), key=_sort_key)]
     committed = {r.name for r in regions if r.committed}
     decoders = [replace(d, state="enabled" if d.kind == "root" or d.region in committed else "disabled")
                 for d in decoders]

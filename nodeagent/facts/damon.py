@@ -36,14 +36,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Collection
-from dataclasses import asdict
 from functools import cached_property
 from typing import Any, TypeVar
 
 from ..host import Host
 from ..kinds.damon.model import Kdamond as Tree
 from ..kinds.damon.model import parse as parse_tree  # the one DAMON model: pure, imports only util (tests/arch)
-from ..util.dataclass import dataclass
+from ..util.dataclass import asdict, dataclass
 from ..util.errors import BusyError
 from ..util.kfmt import kernel_version, parse_hex, parse_list
 from . import SECTIONS, Facts

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any
 
 from ..host import Host
-from ..util.dataclass import dataclass
+from ..util.dataclass import asdict, dataclass
 from ..util.kfmt import cmdline_params, parse_list, parse_meminfo
 from . import SECTIONS, Facts
 from .numa import node_blocks, read_zones

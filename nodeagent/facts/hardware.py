@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any
 
 from ..host import Host
 from ..host.mountinfo import unescape
-from ..util.dataclass import dataclass
+from ..util.dataclass import asdict, dataclass
 from ..util.errors import CommandError, HostError
 from ..util.kfmt import cmdline_params  # noqa: F401  (re-exported: checks and drift causes use it from here)
 

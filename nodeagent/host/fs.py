@@ -336,6 +336,11 @@ class RootedFS:
                 os.close(self._root_fd)
 
     # -- paths ---------------------------------------------------------------------------------------
+    @property
+    def real_root(self) -> str:
+        """The root's own path with its symlinks resolved (``os.path.realpath``), as when the root was opened."""
+        return self._real_root
+
     def local(self, path: str) -> Path:
         """The on-disk path of kernel path ``path``, lexically — for messages and the simulator, never for
         opening (that is :meth:`_resolve`'s)."""

@@ -9,10 +9,9 @@ a :class:`Plan` is the ordered list of them plus what cannot be done (``problems
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
-from ..util.dataclass import dataclass
+from ..util.dataclass import asdict, dataclass
 
 
 @dataclass(frozen=True)

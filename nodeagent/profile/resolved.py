@@ -82,6 +82,11 @@ class Loc:
     line: int
     column: int
 
+    def __init__(self, file: str, line: int, column: int) -> None:  # (a cached profile makes one per value)
+        object.__setattr__(self, "file", file)
+        object.__setattr__(self, "line", line)
+        object.__setattr__(self, "column", column)
+
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}"
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import pytest
 
-from nodeagent.util.dataclass import dataclass, field
+from nodeagent.util.dataclass import asdict, dataclass, field
 
 
 def _pair(**params: Any) -> tuple[type, type]:
@@ -107,3 +107,37 @@ def test_what_the_shared_methods_do_not_cover_is_left_to_the_standard_library() 
     assert Child(1, 2, (), 3).z == 3 and dataclasses.replace(Child(1), z=4).z == 4
     with pytest.raises(TypeError):
         Late(1, [2])
+
+
+class _Point(NamedTuple):
+    x: int
+    y: float
+
+
+@dataclasses.dataclass
+class _Leaf:
+    name: str
+    size: int | None
+    tags: set[str]  # not an immutable builtin: deep-copied, as the standard library does
+
+
+@dataclass(frozen=True)
+class _Tree:
+    leaves: list[_Leaf]
+    by_name: dict[str, _Leaf]
+    point: _Point
+    pair: tuple[int, str]
+    flag: bool = False
+
+
+def test_asdict_matches_the_standard_library() -> None:
+    leaf = _Leaf("a", None, {"x"})
+    tree = _Tree([leaf, _Leaf("b", 3, set())], {"a": leaf}, _Point(1, 2.5), (4, "z"), True)
+    mine, theirs = asdict(tree), dataclasses.asdict(tree)
+    assert mine == theirs
+    assert type(mine["point"]) is _Point and type(mine["pair"]) is tuple
+    assert mine["leaves"][0]["tags"] is not leaf.tags  # copied, like the standard library
+    assert asdict(tree, dict_factory=list) == dataclasses.asdict(tree, dict_factory=list)
+    for bad in (_Tree, 3):
+        with pytest.raises(TypeError):
+            asdict(bad)

@@ -24,6 +24,7 @@ file by file with what nodeagent wants; type-specific filter files of other type
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from ...facts.damon import DamonFacts
@@ -47,10 +48,12 @@ Writes = list[tuple[str, str]]
 #: fields of ``struct damos_access_pattern``: 32 bits is what they hold, and a larger value is silently cut.
 #: A value outside its file's range is a plan problem, so apply never starts a kdamond it cannot finish.
 KERNEL_RANGES = {"unsigned long": (0, U64_MAX), "unsigned int": (0, U32_MAX), "int": (-(2**31), 2**31 - 1)}
+#: A value in this range fits every type of :data:`KERNEL_RANGES`: its file's type need not be looked up.
+_FITS_ALL = (max(lo for lo, _ in KERNEL_RANGES.values()), min(hi for _, hi in KERNEL_RANGES.values()))
 _S = r"contexts/0/schemes/(\d+)/"
-KERNEL_TYPES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = tuple(
-    (re.compile(rx), ctype, field) for rx, ctype, field in (
-        # (file, relative to the kdamond; its C type; the profile field it comes from, below the kdamond)
+#: (file, relative to the kdamond, as a regular expression; its C type; the profile field it comes from, below
+#: the kdamond). Compiled on first use (:func:`kernel_types`): a plan whose values all fit every type needs none.
+KERNEL_TYPE_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         (r"refresh_ms", "unsigned int", ("stats_refresh",)),
         (r"(contexts/nr_contexts|.*/nr_(targets|regions|schemes|filters|goals|dests))", "int", ()),
         (r"contexts/0/addr_unit", "unsigned long", ()),
@@ -81,12 +84,24 @@ KERNEL_TYPES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = tuple(
         (_S + r"\w+/\d+/(addr_start|addr_end|min|max)", "unsigned long", ("schemes", "{s}", "filters")),
         (_S + r"\w+/\d+/damon_target_idx", "int", ("schemes", "{s}", "filters")),
         (_S + r"stats/max_nr_snapshots", "unsigned long", ("schemes", "{s}", "max_snapshots")),
-    ))
+)
+
+
+@cache
+def kernel_types() -> tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...]:
+    """:data:`KERNEL_TYPE_RULES` with each file pattern compiled."""
+    return tuple((re.compile(rx), ctype, field) for rx, ctype, field in KERNEL_TYPE_RULES)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KERNEL_TYPES":  # the compiled table, compiled when first asked for
+        return kernel_types()
+    raise AttributeError(name)
 
 
 def kernel_type(file: str) -> tuple[str, tuple[str, ...], re.Match[str]] | None:
     """The C type of the kdamond file ``file`` (relative to the kdamond) and the profile field behind it."""
-    for rx, ctype, field in KERNEL_TYPES:
+    for rx, ctype, field in kernel_types():
         m = rx.fullmatch(file)
         if m:
             return ctype, field, m
@@ -94,11 +109,14 @@ def kernel_type(file: str) -> tuple[str, tuple[str, ...], re.Match[str]] | None:
 
 
 def check_kernel_ranges(base: tuple, writes: Writes, scheme_of: list[int], chk: Checker) -> None:
-    """Every numeric value fits the type of the kernel file it goes to (see :data:`KERNEL_TYPES`); one that
+    """Every numeric value fits the type of the kernel file it goes to (see :data:`KERNEL_TYPE_RULES`); one that
     does not is a problem at the profile field it came from, with the converted value and the file's type."""
     for file, value in writes:
-        if not re.fullmatch(r"-?\d+", value):
+        digits = value[1:] if value.startswith("-") else value
+        if not digits.isdecimal():  # (what ``-?\d+`` matches: only integers are checked)
             continue
+        if _FITS_ALL[0] <= int(value) <= _FITS_ALL[1]:
+            continue  # whatever the file's type, it holds this
         found = kernel_type(file)
         if found is None:
             continue
