@@ -16,8 +16,8 @@ sim=$1 out=$2 token=$3 damo_home=$4
 case "$(readlink /proc/self/ns/mnt)" in
     "$NODEAGENT_PEER_HOST_MNTNS") echo "nsrun: still in the host's mount namespace; refusing" >&2; exit 97 ;;
 esac
-# simfs is mounted aside first, while /dev/fuse is still the host's (the private /dev below has only the simulated
-# nodes); nothing reaches it until it is bound over /sys for damo.
+# simfs starts first (its python takes a second to load, while the other tools run) and mounts aside: nothing
+# reaches it until it is bound over /sys for damo. The private /dev below gets a /dev/fuse node for it.
 simfs=$(mktemp -d /tmp/nodeagent-peer-simfs.XXXXXX)
 simfs_log=$(mktemp /tmp/nodeagent-peer-simfs.XXXXXX.log)
 PYTHONPATH="$NODEAGENT_PEER_FUSE_PY" FUSE_LIBRARY_PATH="$NODEAGENT_PEER_FUSE_LIB" \
@@ -31,15 +31,6 @@ stop_simfs() {
     rm -f "$simfs_log"
 }
 trap stop_simfs EXIT
-i=0
-until mountpoint -q "$simfs"; do
-    i=$((i + 1))
-    if [ $i -gt 100 ] || ! kill -0 "$simfs_pid" 2>/dev/null; then
-        echo "nsrun: simfs did not come up: $(tail -n 3 "$simfs_log")" >&2
-        exit 96
-    fi
-    sleep 0.1
-done
 mount --bind "$sim/sys" /sys
 mount -o remount,bind,ro /sys
 # The private /dev is made aside (a tmpfs in a directory of our own under /tmp), then moved over /dev; /dev/shm
@@ -50,6 +41,7 @@ if [ -d "$sim/dev" ]; then
     cp -a "$sim/dev/." "$newdev/"
 fi
 [ -e "$newdev/null" ] || mknod -m 0666 "$newdev/null" c 1 3
+[ -e "$newdev/fuse" ] || mknod -m 0600 "$newdev/fuse" c 10 229
 mkdir -p "$newdev/shm"
 mount --bind /dev/shm "$newdev/shm"
 mount --move "$newdev" /dev
@@ -80,6 +72,15 @@ run lsmem-summary lsmem --summary=only --bytes
 run lsmem lsmem --json --bytes -o RANGE,SIZE,STATE,REMOVABLE,BLOCK,NODE,ZONES
 run damo env HOME="$damo_home" "$NODEAGENT_PEER_DAMO" report damon --damon_params --format json --raw
 # damo's statistics: its update_schemes_stats reaches the simulator's kernel through simfs.
+i=0
+until mountpoint -q "$simfs"; do
+    i=$((i + 1))
+    if [ $i -gt 100 ] || ! kill -0 "$simfs_pid" 2>/dev/null; then
+        echo "nsrun: simfs did not come up: $(tail -n 3 "$simfs_log")" >&2
+        exit 96
+    fi
+    sleep 0.1
+done
 mount --bind "$simfs" /sys
 simfs_bound=1
 if [ "$(cat /sys/.nodeagent-peer-marker 2>/dev/null)" != "$token" ] || [ -w /sys/.nodeagent-peer-marker ]; then
