@@ -206,14 +206,20 @@ def snapshot(k: SimKernel, base: str) -> tuple[dict[str, Any] | None, str | None
     schemes = []
     for s in range(_count(k, f"{ctx}/schemes/nr_schemes")):
         sb = f"{ctx}/schemes/{s}"
+        filters = []
         for layer in ("filters", "core_filters", "ops_filters"):
             for f in range(_count(k, f"{sb}/{layer}/nr_filters")):
                 fb = f"{sb}/{layer}/{f}"
                 if _read(k, f"{fb}/type") == "memcg" and not _cgroup(k, _read(k, f"{fb}/memcg_path", "")):
                     return None, f"memcg {_read(k, f'{fb}/memcg_path', '')!r} not found"
+                filters.append([_read(k, f"{fb}/type"), _read(k, f"{fb}/matching", "N") == "Y",
+                                _read(k, f"{fb}/allow", "N") == "Y"])
+        ap = f"{sb}/access_pattern"
         schemes.append({"action": _read(k, f"{sb}/action"), "bytes": int(_read(k, f"{sb}/quotas/bytes")),
                         "goals": _count(k, f"{sb}/quotas/goals/nr_goals"), "target_nid": _target_nid(k, sb),
-                        "sz_min": int(_read(k, f"{sb}/access_pattern/sz/min"))})
+                        "sz_min": int(_read(k, f"{ap}/sz/min")),
+                        "nr_accesses": [int(_read(k, f"{ap}/nr_accesses/{n}")) for n in ("min", "max")],
+                        "filters": filters})
     return {"operations": ops, "regions": regions, "min_regions": lo, "schemes": schemes,
             "addr_unit": int(_read(k, f"{ctx}/addr_unit", "1"))}, None
 

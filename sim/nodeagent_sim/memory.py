@@ -308,6 +308,48 @@ def move(k: SimKernel, src: int, dst: int, kb: int, *, take: str, land_hot: bool
     return moved
 
 
+def swap_out(k: SimKernel, node: int, kb: int, *, take: str, state: dict | None = None) -> int:
+    """Reclaim up to ``kb`` of ``node``'s allocated memory to swap; the kB reclaimed (whole pages).
+
+    The simulated workload's memory is anonymous (see :mod:`.reclaim`): reclaim frees a page only by writing it
+    to swap (``shrink_folio_list`` in mm/vmscan.c; ``pswpout`` counts each page written), so at most what swap
+    has free goes — nothing on a node without swap. ``take``: ``cold`` or ``hot`` pages, as :func:`move`. The
+    node's meminfo, ``/proc/meminfo`` (MemFree, SwapFree) and zoneinfo follow."""
+    state = k.state() if state is None else state
+    swap_total = _meminfo_kb(k, "SwapTotal")
+    swap_used = int(state.get("swap_used_kb", 0))
+    _, used, hot = usage(state, block_size(k) // 1024, node)
+    out = min(kb, {"hot": hot, "cold": used - hot}[take], max(swap_total - swap_used, 0))
+    out -= out % PAGE_KB
+    if out <= 0:
+        return 0
+    ns = _node_state(state, node)
+    ns["used_kb"] = used - out
+    ns["hot_kb"] = hot - (out if take == "hot" else 0)
+    state["swap_used_kb"] = swap_used + out
+    k.save_state(state)
+    _set_meminfo_kb(k, "SwapFree", swap_total - state["swap_used_kb"])
+    if not k.defer("memory", node):
+        derive(k, {node})
+    return out
+
+
+def _meminfo_kb(k: SimKernel, key: str) -> int:
+    for line in k.tree.read("/proc/meminfo").splitlines():
+        name, _, value = line.partition(":")
+        if name == key:
+            return int(value.split()[0])
+    return 0
+
+
+def _set_meminfo_kb(k: SimKernel, key: str, kb: int) -> None:
+    lines = k.tree.read("/proc/meminfo").splitlines()
+    out = [f"{key + ':':<16}{kb:>8} kB" if line.partition(":")[0] == key else line for line in lines]
+    if out == lines and not any(line.partition(":")[0] == key for line in lines):
+        out.append(f"{key + ':':<16}{kb:>8} kB")
+    k.tree.set("/proc/meminfo", "\n".join(out))
+
+
 def touch(k: SimKernel, node: int, kb: int) -> int:
     """The workload starts accessing ``kb`` more of what it holds on ``node`` (negative: stops); the hot kB now."""
     state = k.state()

@@ -505,8 +505,9 @@ def _proc_and_etc(k: SimKernel, p: Preset) -> None:
     t.file("/proc/cmdline", p.cmdline, RO)
     t.file("/proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n", RO)  # a new boot per node laid out
     # MemTotal and MemFree follow the online memory blocks and each node's used memory (memory.derive).
-    t.file("/proc/meminfo", "\n".join(f"{key + ':':<16}{(p.swap // 1024 if key == 'SwapTotal' else 0):>8} kB"
-                                      for key in ("MemTotal", "MemFree", "MemAvailable", "SwapTotal")), RO)
+    t.file("/proc/meminfo", "\n".join(f"{key + ':':<16}{(p.swap // 1024 if key.startswith('Swap') else 0):>8} kB"
+                                      for key in ("MemTotal", "MemFree", "MemAvailable", "SwapTotal", "SwapFree")),
+           RO)
     keys = ["numa_hit", "numa_miss", "numa_foreign", "numa_interleave", "numa_local", "numa_other",
             "pgpromote_success", "pgpromote_candidate", "pgdemote_kswapd", "pgdemote_direct",
             "pgdemote_khugepaged", "numa_pte_updates", "numa_huge_pte_updates", "numa_hint_faults",

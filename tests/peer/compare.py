@@ -254,3 +254,30 @@ def damo(listing: list, facts: dict) -> list[str]:
                 checks.append((f"{q} filter types", sorted(x["filter_type"] for x in filters), ftypes))
         problems += [f"kdamond {i} {what}: damo {a!r}, facts {b!r}" for what, a, b in checks if a != b]
     return problems
+
+
+#: DAMOS statistics damo reads (``_damon_sysfs.files_content_to_damos_stats``); the last three are optional files
+#: (sz_ops_filter_passed 6.14, nr_snapshots/max_nr_snapshots later) that damo shows as 0 where the kernel lacks them.
+DAMOS_STATS = ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds", "sz_ops_filter_passed",
+               "nr_snapshots", "max_nr_snapshots")
+
+
+def damo_stats(listing: list, facts: dict) -> list[str]:
+    """``damo report damon --damos_stats --raw`` (after its own ``update_schemes_stats``) against facts read
+    afterwards: every scheme of every kdamond, every statistic the kernel has (0 in damo where it has none)."""
+    fk = facts["sections"]["damon"]["kdamonds"]
+    want = {(int(kd["index"]), 0, s) for kd in fk
+            for s in range(int(kd["config"].get("contexts/0/schemes/nr_schemes", 0)))}
+    seen = {(int(i["kdamond"]), int(i["context"]), int(i["scheme"])): st for i, st in listing}
+    if set(seen) != want:
+        return [f"damo lists schemes {sorted(seen)}, facts {sorted(want)}"]
+    # (max_nr_snapshots is writable: facts keep it with the configuration)
+    status = {int(kd["index"]): {**kd["config"], **kd.get("status", {})} for kd in fk}
+    problems = []
+    for (kd, c, s), st in sorted(seen.items()):
+        for name in DAMOS_STATS:
+            fact = status[kd].get(f"contexts/{c}/schemes/{s}/stats/{name}")
+            got = _num(st.get(name, 0))
+            if got != (_num(fact) if fact is not None else 0):
+                problems.append(f"kdamond {kd} scheme {s} {name}: damo {got}, facts {fact!r}")
+    return problems

@@ -2,8 +2,10 @@
 
 They run only through ``nsrun.sh`` inside ``unshare -m --propagation private``: the simulated ``sys`` bind-mounted
 read-only over ``/sys``, a private ``/dev`` with the simulated root's device nodes, a marker file read through
-``/sys`` before any tool starts. Where the tools are not fetched (``scripts/peer-tools.sh``) or unshare is not
-allowed, :func:`unavailable` says why (CI fetches them: there a missing tool fails instead).
+``/sys`` before any tool starts. damo's statistics report, which writes to a kdamond's ``state`` first, runs last
+with ``/sys`` served by ``simfs.py`` instead: the same tree, each write a store of the simulator's kernel.
+Where the tools are not fetched (``scripts/peer-tools.sh``) or unshare is not allowed, :func:`unavailable` says
+why (CI fetches them: there a missing tool fails instead).
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 NSRUN = HERE / "nsrun.sh"
-TOOLS = ("daxctl", "cxl", "cxl-u", "ndctl", "lsmem", "lsmem-summary", "damo")
+#: the mfusepy scripts/peer-tools.sh fetches (simfs.py's FUSE bindings)
+MFUSEPY = "3.1.1"
+TOOLS = ("daxctl", "cxl", "cxl-u", "ndctl", "lsmem", "lsmem-summary", "damo", "damo-stats")
 
 
 def _cache() -> Path:
@@ -32,8 +37,10 @@ def tool_env() -> dict[str, str]:
     c = _cache()
     env = {"NODEAGENT_PEER_BIN": str(c / "root/usr/bin"),
            "NODEAGENT_PEER_LIB": str(c / "root/usr/lib/x86_64-linux-gnu"),
-           "NODEAGENT_PEER_DAMO": str(c / "damo/bin/damo")}
-    return {k: os.environ.get(k) or v for k, v in env.items()}
+           "NODEAGENT_PEER_DAMO": str(c / "damo/bin/damo"),
+           "NODEAGENT_PEER_FUSE_PY": str(c / "fuse-py"),
+           "NODEAGENT_PEER_FUSE_LIB": str(c / "root/lib/x86_64-linux-gnu/libfuse3.so.3")}
+    return {**{k: os.environ.get(k) or v for k, v in env.items()}, "NODEAGENT_PEER_PYTHON": sys.executable}
 
 
 def unavailable() -> str | None:
@@ -43,6 +50,10 @@ def unavailable() -> str | None:
                 f"{env['NODEAGENT_PEER_BIN']}/ndctl", env["NODEAGENT_PEER_DAMO"]):
         if not os.access(exe, os.X_OK):
             return f"{exe} is missing: run scripts/peer-tools.sh"
+    if not os.path.isdir(os.path.join(env["NODEAGENT_PEER_FUSE_PY"], "mfusepy-" + MFUSEPY + ".dist-info")):
+        return f"mfusepy {MFUSEPY} is missing from {env['NODEAGENT_PEER_FUSE_PY']}: run scripts/peer-tools.sh"
+    if not os.path.exists(env["NODEAGENT_PEER_FUSE_LIB"]):
+        return f"{env['NODEAGENT_PEER_FUSE_LIB']} is missing: run scripts/peer-tools.sh"
     if not shutil.which("lsmem"):
         return "lsmem (util-linux) is not installed"
     if os.geteuid() != 0:
@@ -52,6 +63,8 @@ def unavailable() -> str | None:
     probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"unshare -m is not allowed here: {probe.stderr.strip()}"
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing: damo's statistics report needs FUSE (tests/peer/simfs.py)"
     return None
 
 
