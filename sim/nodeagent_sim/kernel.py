@@ -227,7 +227,6 @@ class SimKernel:
     def write(self, path: str, value: str) -> None:
         """Write ``value`` to kernel attribute ``path`` as ``echo value > path`` would."""
         with self.locked():
-            _faults.check(self.root, path)  # `nodeagent sim fault`: an errno, or a signal right before the write
             held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if HOLD_SIGNALS else None
             try:
                 self._write_journaled(path, value)
@@ -240,6 +239,7 @@ class SimKernel:
 
     def _write_journaled(self, path: str, value: str) -> None:
         try:
+            _faults.check(self.root, path)  # `nodeagent sim fault`: an errno, or a signal right before the write
             with self.transaction({"path": path, "value": value}):
                 self._write_locked(path, value)
         except OSError as exc:
