@@ -193,13 +193,18 @@ class SimKernel:
         try:
             yield
         finally:
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if HOLD_SIGNALS else None
             try:
-                self.flush()
+                try:
+                    self.flush()
+                finally:
+                    os.close(self._batch["lock"])
+                    os.close(self._batch["journal"])
+                    self._batch = None
+                self._inflight(None)  # (not reached when the flush failed: the next open repairs what it left)
             finally:
-                os.close(self._batch["lock"])
-                os.close(self._batch["journal"])
-                self._batch = None
-            self._inflight(None)  # (not reached when the flush failed: the next open repairs what it left)
+                if held is not None:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def defer(self, key: str, item: object) -> bool:
         """Inside a batch, remember ``item`` under ``key`` for the flushers and return True; else False."""
@@ -226,16 +231,16 @@ class SimKernel:
     # -- the write path ------------------------------------------------------------------------------
     def write(self, path: str, value: str) -> None:
         """Write ``value`` to kernel attribute ``path`` as ``echo value > path`` would."""
-        with self.locked():
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if HOLD_SIGNALS else None
-            try:
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if HOLD_SIGNALS else None
+        try:
+            with self.locked():
                 self._write_journaled(path, value)
-            finally:
-                if held is not None:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        b = self._batch
-        if b is not None and (time.monotonic() - b["flushed"] >= b["every"] or not _BATCHED.search(path)):
-            self.flush()  # (a write other than a block's onlining: its private state is stored at once)
+            b = self._batch
+            if b is not None and (time.monotonic() - b["flushed"] >= b["every"] or not _BATCHED.search(path)):
+                self.flush()  # (a write other than a block's onlining: its private state is stored at once)
+        finally:
+            if held is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def _write_journaled(self, path: str, value: str) -> None:
         try:

@@ -36,6 +36,7 @@ from .kernel import MARKER, SimKernel
 _RECORD = re.compile(r"inflight\.(\d+)\.json")
 #: Writes recovery does again: DAMON's files and the plain knobs. Memory blocks, DAX and CXL bus writes are
 #: repaired from the tree instead.
+_BIND_REGION = re.compile(r"/drivers/cxl_region/bind$")
 _REDO = re.compile(r"^/(sys/kernel/mm/damon/|proc/sys/|sys/kernel/mm/(numa|transparent_hugepage|lru_gen)/"
                    r"|sys/devices/system/memory/auto_online_blocks$|sys/module/)")
 
@@ -87,6 +88,10 @@ def recover(root: Path | str) -> list[dict[str, Any]]:
                         k._write_locked(path, str(rec.get("value", "")))
                     except OSError:
                         pass  # it would have failed: nothing of it took effect but what the repairs below mend
+            for _, rec in found:
+                path = rec.get("path")
+                if isinstance(path, str) and _BIND_REGION.search(path):
+                    redo_region_bind(k, path, str(rec.get("value", "")).strip())
             repair_dax(k)
             repair_memory(k)
         with ownfiles.marker_dir(root) as dfd:
@@ -97,6 +102,48 @@ def recover(root: Path | str) -> list[dict[str, Any]]:
                     pass
         ownfiles.append(root, "writes.log", json.dumps({"recover": [r for _, r in found]}) + "\n")
     return [r for _, r in found]
+
+
+def redo_region_bind(k: SimKernel, path: str, region: str) -> None:
+    """A ``cxl_region`` bind cut short: what it had made of the region's DAX device (dax_region, the device, its
+    links and blocks) is removed, and the bind done again from the private state of before it."""
+    from . import cxl, devnodes
+
+    regions = (k.state().get("cxl") or {}).get("regions") or {}
+    if region not in regions or not k.tree.local(f"{cxl.DEV}/{region}").is_symlink():
+        return
+    base = cxl._path(k, region)
+    rid = regions[region]["id"]
+    name = f"dax{rid}.0"
+    dreg = f"{base}/dax_region{rid}"
+    if k.tree.exists(f"{dreg}/{name}/resource") and k.tree.exists(f"{dreg}/{name}/size"):
+        start, size = int(k.tree.read(f"{dreg}/{name}/resource"), 0), int(k.tree.read(f"{dreg}/{name}/size"))
+        bs = memory.block_size(k)
+        ids = [n for n in range(-(-start // bs), (start + size) // bs) if k.tree.exists(f"{memory.MEM}/memory{n}")]
+        nodes = set()
+        for n in ids:
+            node = memory.block_node(k, n) if _has_node_link(k, n) else None
+            if node is None:
+                k.tree.remove_tree(f"{memory.MEM}/memory{n}")
+            else:
+                nodes.add(node)
+                _drop_blocks(k, node, [n])
+        for node in nodes:
+            memory.remove_node(k, node)
+    for link in (f"{dax.BUS}/devices/{name}", f"{dax.BUS}/drivers/kmem/{name}",
+                 f"{dax.BUS}/drivers/device_dax/{name}", f"{cxl.DEV}/dax_region{rid}", f"{base}/driver"):
+        k.tree.local(link).unlink(missing_ok=True)
+    devnodes.remove(k, dax.DAX_MAJOR, rid, name)
+    if k.tree.local(dreg).exists():
+        k.tree.remove_tree(dreg)
+    try:
+        k._write_locked(path, region)
+    except OSError:
+        pass
+
+
+def _has_node_link(k: SimKernel, n: int) -> bool:
+    return any(re.fullmatch(r"node\d+", e) for e in os.listdir(k.tree.local(f"{memory.MEM}/memory{n}")))
 
 
 def repair_dax(k: SimKernel) -> None:

@@ -203,7 +203,9 @@ def sweep(work: Path, applies: int, reverts: int, seed: int, presets: tuple[str,
     rng = random.Random(seed)
     nodes = {p: prepare(p, work) for p in presets}
     counts = {"apply": Counts(), "revert": Counts()}
-    plan = [("apply", i) for i in range(applies)] + [("revert", i) for i in range(reverts)]
+    # interleaved (apply, apply, revert, ...): a sweep stopped early has counted both
+    plan = sorted([("apply", i) for i in range(applies)] + [("revert", i) for i in range(reverts)],
+                  key=lambda p: p[1] / max(applies if p[0] == "apply" else reverts, 1))
     for verb, i in plan:
         node = nodes[presets[i % len(presets)]]
         span = node.apply_s if verb == "apply" else node.revert_s
