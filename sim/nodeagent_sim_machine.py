@@ -77,6 +77,12 @@ class SimMachine:
 
         return SimKernel(root)
 
+    def recover(self, root: Path) -> list[dict[str, Any]]:
+        """Repair what a writer killed in the middle of a write left on the node (:mod:`nodeagent_sim.recovery`)."""
+        from nodeagent_sim.recovery import recover
+
+        return recover(root)
+
     def check_fault(self, root: Path, path: str) -> None:
         from nodeagent_sim import faults
 

@@ -103,8 +103,31 @@ def open_host(root: str | os.PathLike[str] = "/") -> Host:
     if not path.is_dir():
         raise UsageError(f"--root {root}: not a directory", hint="give the directory under which /sys and /proc are")
     simulated = (path / SIM_MARKER / "meta.json").is_file()
+    if simulated:
+        _recover(path)
     writer = _SimWriter(path) if simulated else None
     return Host(root=path, fs=RootedFS(path, writer), commands=CommandRunner(path, simulated), simulated=simulated)
+
+
+#: A simulated node's record of a write in progress (``inflight.<pid>.json`` under ``SIM_MARKER``).
+SIM_INFLIGHT = "inflight."
+
+
+def _recover(root: Path) -> None:
+    """A simulated node whose writer was killed in the middle of a write (its in-flight record is left) is repaired
+    by its machine plugin's ``recover`` before nodeagent reads it, as a real kernel never shows a half-made write.
+    Without such a record this is one ``listdir``: the plugin is not loaded."""
+    try:
+        names = os.listdir(root / SIM_MARKER)
+    except OSError:
+        return
+    if not any(n.startswith(SIM_INFLIGHT) for n in names):
+        return
+    from .machine import plugin
+
+    recover = getattr(plugin(), "recover", None)
+    if recover is not None:
+        recover(root)
 
 
 def __getattr__(name: str) -> Any:

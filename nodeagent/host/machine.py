@@ -15,6 +15,8 @@ simulated root loads nothing but this module):
   fail with;
 - ``hardware()``: the probes' answers (``statvfs(root, path)``, ``copy_bandwidth(root, node, cpus, ...)``);
 - ``chase_ns(root, initiator, target)``, ``nvml(root)``, ``set_mempolicy(root, mode, nodes)``;
+- ``recover(root)`` (optional): repair what a writer killed in the middle of a write left (called by
+  :func:`nodeagent.host.open_host` when the root holds an in-flight record, ``inflight.<pid>.json``);
 - ``presets()`` (names) and ``laid_out(preset)`` / ``lay_out(preset)`` (the directory of a preset's node, reused
   once laid out) for ``--simulate``.
 """

@@ -150,9 +150,10 @@ def run(root: Path, argv: list[str]) -> tuple[int, str, str]:
 
 def main(argv: list[str], root: str | os.PathLike[str]) -> int:
     """Entry point of the launcher the simulator installs; ``root`` is the simulated node it lives in."""
-    from . import faults
+    from . import faults, kernel
 
     faults.TARGET = "parent"  # a signal fault at one of our writes is meant for the nodeagent that runs us
+    kernel.HOLD_SIGNALS = True  # a SIGTERM ends us between two writes, never in the middle of one
     # Killed (SIGTERM: the nodeagent that ran us died, or stopped us) between two writes, as the real one dies:
     # what the emulated kernel derives from the writes made so far is brought up to date on the way out (the
     # batch's flush), since a kernel's own state never lags behind a process that died.

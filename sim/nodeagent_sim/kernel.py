@@ -7,6 +7,13 @@ kernel does (raising ``OSError`` with the kernel's errno), and applies the kerne
 (numbered children, derived files). The tree *is* the state, so any process sees the same node.
 
 Handlers are registered per path pattern with :func:`rule`; modules for memory, DAX and DAMON add theirs.
+
+Crash safety: one write can change many files (onlining a block: the block's files, node meminfo, node lists,
+tiers, the private ``state.json``), and a writer can be killed (SIGKILL) anywhere in it. So every write, and every
+batch, is bracketed by an in-flight record ``.nodeagent-machine/inflight.<pid>.json`` (written atomically before the
+first change, removed after the last), and the private state is kept in memory during a write and stored once at
+its end. A record whose process is gone marks a write cut short: :mod:`.recovery` (run when a root is next opened,
+through the machine plugin's ``recover``) finishes or rolls it back and derives the accounting from the tree again.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +37,15 @@ from . import ownfiles
 from .tree import Tree
 
 Handler = Callable[["SimKernel", str, str], None]
+#: The in-flight record of process ``pid`` (see the module).
+INFLIGHT = "inflight.{pid}.json"
+#: Set by a writer whose SIGTERM/SIGINT handler ends the process (the fake daxctl): those signals wait until the
+#: write in progress is complete, as a real write(2) to sysfs completes before the signal is acted on.
+HOLD_SIGNALS = False
+_HELD = {signal.SIGTERM, signal.SIGINT}
+#: The writes a batch keeps the private state of in memory until its next flush: a memory block's onlining (what
+#: recovery derives again from the tree); after any other write of a batch the state is stored at once.
+_BATCHED = re.compile(r"^/sys/devices/system/memory/memory\d+/(state|online)$")
 _RULES: list[tuple[re.Pattern[str], Handler]] = []
 #: (key, func(kernel, items)) run when a batch flushes the items deferred under ``key``.
 _FLUSHERS: list[tuple[str, Callable[[SimKernel, set], None]]] = []
@@ -72,6 +89,8 @@ class SimKernel:
             raise FileNotFoundError(errno.ENOENT, "not a simulated node (no meta.json)", str(self.meta_dir))
         self.version: tuple[int, int] = kernel_version(self.meta["kernel"])
         self._batch: dict | None = None
+        #: During one write outside a batch: the private state, stored at its end ({"state", "dirty"}).
+        self._txn: dict | None = None
 
     # -- locking and journal -------------------------------------------------------------------------
     @contextmanager
@@ -102,10 +121,11 @@ class SimKernel:
 
     def state(self) -> dict:
         """Simulator-private state that the kernel keeps but sysfs does not show (e.g. unmovable pages)."""
-        if self._batch is not None:
-            if self._batch["state"] is None:
-                self._batch["state"] = self._load_state()
-            return self._batch["state"]
+        held = self._batch if self._batch is not None else self._txn
+        if held is not None:
+            if held["state"] is None:
+                held["state"] = self._load_state()
+            return held["state"]
         return self._load_state()
 
     def _load_state(self) -> dict:
@@ -113,11 +133,42 @@ class SimKernel:
         return json.loads(text) if text else {}
 
     def save_state(self, state: dict) -> None:
-        if self._batch is not None:
-            self._batch["state"] = state
-            self._batch["dirty"] = True
+        held = self._batch if self._batch is not None else self._txn
+        if held is not None:
+            held["state"] = state
+            held["dirty"] = True
             return
         self._store_state(state)
+
+    # -- in-flight records ---------------------------------------------------------------------------
+    def _inflight(self, record: dict | None) -> None:
+        """Write this process's in-flight record (atomically), or remove it (None)."""
+        name = INFLIGHT.format(pid=os.getpid())
+        if record is not None:
+            ownfiles.replace(self.root, name, json.dumps({"pid": os.getpid(), **record}))
+            return
+        with ownfiles.marker_dir(self.root) as dfd:
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+
+    @contextmanager
+    def transaction(self, record: dict) -> Iterator[None]:
+        """One multi-file change (a write, or recovery's repairs): in-flight record first, the private state kept
+        in memory and stored at the end, then the record removed. An error still stores what was changed."""
+        if self._batch is not None or self._txn is not None:
+            yield
+            return
+        self._inflight(record)
+        self._txn = {"state": None, "dirty": False}
+        try:
+            yield
+        finally:
+            txn, self._txn = self._txn, None
+            if txn["dirty"]:
+                self._store_state(txn["state"])
+            self._inflight(None)
 
     def _store_state(self, state: dict) -> None:
         ownfiles.replace(self.root, "state.json", json.dumps(state, indent=1, sort_keys=True))
@@ -138,15 +189,22 @@ class SimKernel:
         self._batch = {"state": None, "dirty": False, "pending": {}, "flushed": time.monotonic(), "every": every,
                        "lock": ownfiles.open_file(self.root, "lock", os.O_RDWR | os.O_CREAT),
                        "journal": ownfiles.open_file(self.root, "writes.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT)}
+        self._inflight({"batch": True})
         try:
             yield
         finally:
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if HOLD_SIGNALS else None
             try:
-                self.flush()
+                try:
+                    self.flush()
+                finally:
+                    os.close(self._batch["lock"])
+                    os.close(self._batch["journal"])
+                    self._batch = None
+                self._inflight(None)  # (not reached when the flush failed: the next open repairs what it left)
             finally:
-                os.close(self._batch["lock"])
-                os.close(self._batch["journal"])
-                self._batch = None
+                if held is not None:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def defer(self, key: str, item: object) -> bool:
         """Inside a batch, remember ``item`` under ``key`` for the flushers and return True; else False."""
@@ -173,17 +231,26 @@ class SimKernel:
     # -- the write path ------------------------------------------------------------------------------
     def write(self, path: str, value: str) -> None:
         """Write ``value`` to kernel attribute ``path`` as ``echo value > path`` would."""
-        with self.locked():
-            try:
-                _faults.check(self.root, path)  # `nodeagent sim fault`: an errno, or a signal right before the write
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if HOLD_SIGNALS else None
+        try:
+            with self.locked():
+                self._write_journaled(path, value)
+            b = self._batch
+            if b is not None and (time.monotonic() - b["flushed"] >= b["every"] or not _BATCHED.search(path)):
+                self.flush()  # (a write other than a block's onlining: its private state is stored at once)
+        finally:
+            if held is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def _write_journaled(self, path: str, value: str) -> None:
+        try:
+            _faults.check(self.root, path)  # `nodeagent sim fault`: an errno, or a signal right before the write
+            with self.transaction({"path": path, "value": value}):
                 self._write_locked(path, value)
-            except OSError as exc:
-                self._journal(path, value, errno.errorcode.get(exc.errno or 0, "error"))
-                raise
-            self._journal(path, value, "ok")
-        b = self._batch
-        if b is not None and time.monotonic() - b["flushed"] >= b["every"]:
-            self.flush()
+        except OSError as exc:
+            self._journal(path, value, errno.errorcode.get(exc.errno or 0, "error"))
+            raise
+        self._journal(path, value, "ok")
 
     def _write_locked(self, path: str, value: str) -> None:
         local = self.tree.local(path)

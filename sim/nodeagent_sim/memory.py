@@ -441,9 +441,11 @@ def _online(k: SimKernel, n: int, zone: str) -> None:
     if n in k.state().get("online_fail_blocks", []):
         # A test's knob: onlining this block fails as when the kernel cannot allocate what it needs.
         raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM) + f" (memory{n})")
-    k.tree.set(f"{b}/state", "online")
-    k.tree.set(f"{b}/online", 1)
+    # The block's files first, its state last: ``state`` is the commit point a writer killed half-way is
+    # recovered from (nodeagent_sim.recovery); offlining changes it first for the same reason.
     k.tree.set(f"{b}/valid_zones", zone)
+    k.tree.set(f"{b}/online", 1)
+    k.tree.set(f"{b}/state", "online")
     _account(k, block_node(k, n), zone, 1, n, n + 1)
 
 

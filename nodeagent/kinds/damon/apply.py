@@ -5,7 +5,8 @@ and ``commit`` is followed by reading ``state`` and ``pid``: a kdamond must be `
 commit with the same pid. Before touching a kdamond the apply re-checks what the plan saw (same pid, slot still
 free), so a kdamond that changed hands in between is left alone. Ownership is recorded before the first write,
 as "building" (so a run stopped anywhere in a build still knows the kdamond is nodeagent's: the next one finishes
-it), and again with the pid once it runs.
+it), and again with the pid once it runs. Emptying a slot is recorded the same way before its first write (the
+empty slot it is building), so a kdamond half removed is finished too.
 """
 
 from __future__ import annotations
@@ -204,6 +205,12 @@ def _kdamond(host: Host, change: Change, actx: ApplyContext, profile: str) -> st
 def _delete(host: Host, change: Change, actx: ApplyContext) -> str:
     d = dict(change.data)
     index = d["index"]
+    # Recorded before the first write as nodeagent's kdamond being emptied ("building" its empty slot, with the pid
+    # it runs as): a run stopped half-way — stopped, or its contexts half removed — leaves a kdamond the next run
+    # knows as its own and finishes, never one it takes for another agent's.
+    name = change.target.split(".", 1)[1] if "." in change.target else None
+    _record(actx, index, OwnedKdamond(name, d["pid"] if d["running"] else None, {"contexts/nr_contexts": "0"},
+                                      building=True))
     if d["running"]:
         _stop(host, index, d["pid"], change.target)
     _write(host, f"{KDAMONDS}/{index}/contexts/nr_contexts", "0")
