@@ -28,7 +28,8 @@ SKIP = {"stress"}
 def tools() -> None:
     why = peer.unavailable()
     if why:
-        if os.environ.get("CI") and "unshare" not in why and "not root" not in why:
+        # what CI fetches must be there; what the machine's kernel allows (a private mount namespace, FUSE) may not
+        if os.environ.get("CI") and not any(w in why for w in ("unshare", "not root", "/dev/fuse")):
             pytest.fail(f"CI fetches the peer tools (scripts/peer-tools.sh): {why}")
         pytest.skip(why)
 
