@@ -19,6 +19,9 @@ WORDS = {
     "reconfigure-device": ("reconfigure", "reconfigured {n} {noun}", "reconfiguring devices"),
     "online-memory": ("online memory for", "onlined memory for {n} {noun}", "onlining memory"),
     "offline-memory": ("offline memory for", "offlined memory for {n} {noun}", "offlining memory"),
+    "destroy-device": ("destroy", "destroyed {n} {noun}", "destroying devices"),
+    "disable-device": ("disable", "disabled {n} {noun}", "disabling device"),
+    "enable-device": ("enable", "enabled {n} {noun}", "enabling device"),
 }
 
 
@@ -30,6 +33,7 @@ class Daxctl:
         self.out: list[str] = []
         self.opts: dict[str, str | bool] = {}
         self._in_dev: dict[tuple[str, str], bool] = {}
+        self.size_arg: int | None = None  # --size, parsed
 
     # -- reading the tree -----------------------------------------------------------------------------
     def read(self, path: str) -> str:
@@ -269,7 +273,85 @@ class Daxctl:
                 return rc
         return self.enable(dev, "device_dax")
 
+    # -- dynamic regions: daxctl_dev_set_size, daxctl_region_create_dev/destroy_dev -------------------------
+    def region_attrs(self, dev_or_rid: str | int) -> str:
+        """``<region>/dax_region`` of a device's region (the device's parent directory)."""
+        if isinstance(dev_or_rid, int):
+            dev = next(d for d in self.devices() if int(d[3:].split(".")[0]) == dev_or_rid)
+        else:
+            dev = dev_or_rid
+        real = os.path.realpath(self.t.local(f"{BUS}/devices/{dev}"))
+        return "/" + os.path.relpath(os.path.dirname(real), self.t.root) + "/dax_region"
+
+    def set_size(self, dev: str, size: int) -> int:
+        rc = self.write(f"{BUS}/devices/{dev}/size", str(size))
+        if rc < 0:
+            self.lib_err("daxctl_dev_set_size", f"{dev}: failed to set size {size}: {os.strerror(-rc)}")
+        return rc
+
+    def dev_destroy(self, dev: str) -> int:
+        if self.driver(dev) is not None and not self.opts.get("force"):
+            self.err.append(f"{dev} is active, specify --force for deletion")
+            return -errno.ENXIO
+        rc = self.disable(dev)
+        if rc:
+            self.err.append(f"{dev}: disable failed: {os.strerror(-rc)}")
+            return rc
+        rc = self.set_size(dev, 0)
+        if rc < 0:
+            return rc
+        return self.write(f"{self.region_attrs(dev)}/delete", dev)
+
+    def do_xble(self, dev: str, enable: bool) -> int:
+        if self.driver(dev) == "kmem":
+            self.err.append(f"{dev}: status operations are only applicable in devdax mode")
+            return -errno.ENXIO
+        rc = self.enable(dev, "device_dax") if enable else self.disable(dev)
+        if rc:
+            self.err.append(f"{dev}: {'enable' if enable else 'disable'} failed: {os.strerror(-rc)}")
+        return rc
+
+    def do_create(self, rid: int, jdevs: list[dict]) -> int:
+        attrs = self.region_attrs(rid)
+        if self.write(f"{attrs}/create", "1") < 0:
+            return -errno.ENOSPC
+        seed = self.read(f"{attrs}/seed") if self.t.exists(f"{attrs}/seed") else ""
+        if not seed:
+            return -errno.ENOSPC
+        size = self.size_arg if self.size_arg is not None else int(self.read(f"{attrs}/available_size"))
+        if size <= 0:
+            return -errno.ENOSPC
+        rc = self.set_size(seed, size)
+        if rc < 0:
+            return rc
+        rc = self.enable(seed, "device_dax")
+        if rc:
+            self.err.append(f"{seed}: enable failed: {os.strerror(-rc)}")
+            return rc
+        jdevs.append(self.dev_json(seed))
+        return 0
+
+    def create_command(self) -> int:
+        region = self.opts.get("region")
+        rids = sorted({int(d[3:].split(".")[0]) for d in self.devices()})
+        jdevs: list[dict] = []
+        rc, processed = -errno.ENXIO, 0
+        for rid in rids:
+            if isinstance(region, str) and region != "all" and region.removeprefix("region") != str(rid):
+                continue
+            rc = self.do_create(rid, jdevs)
+            if rc == 0:
+                processed += 1
+        self.emit(jdevs)
+        if rc < 0:
+            self.err.append(f"error creating devices: {os.strerror(-rc)}")
+        self.err.append(f"created {processed} device{'' if processed == 1 else 's'}")
+        return rc
+
     def do_reconfig(self, dev: str, jdevs: list[dict]) -> int:
+        if self.size_arg is not None:  # do_reconfig: a resize and nothing else (no JSON)
+            rc = self.set_size(dev, self.size_arg)
+            return rc if rc < 0 else 0
         mode = self.opts.get("mode")
         if mode == "system-ram":
             rc = self.reconfig_system_ram(dev)
@@ -352,6 +434,10 @@ class Daxctl:
         for dev in self.selected(ident):
             if cmd == "reconfigure-device":
                 rc = self.do_reconfig(dev, jdevs)
+            elif cmd == "destroy-device":
+                rc = self.dev_destroy(dev)
+            elif cmd in ("disable-device", "enable-device"):
+                rc = self.do_xble(dev, cmd == "enable-device")
             else:
                 rc = self.do_xline(dev, cmd == "online-memory")
             if rc == 0:

@@ -149,11 +149,11 @@ def hmem(k: SimKernel, region: int, start: int, size: int, node: int, host: int)
     t = k.tree
     t.new_dir(dev, {"align": (2 * MiB, RW), "dev": (f"{simdax.DAX_MAJOR}:{region}", RO), "memmap_on_memory": (0, RW),
                     "modalias": ("dax:t0*", RO), "numa_node": (host, RO), "resource": (hex(start), RO),
-                    "size": (size, RW), "target_node": (node, RO), "uevent": (f"DEVNAME={name}\nDEVTYPE=dax", RW)})
+                    "size": (size, RO), "target_node": (node, RO), "uevent": (f"DEVNAME={name}\nDEVTYPE=dax", RW)})
     for attr, value in (("start", hex(start)), ("end", hex(start + size - 1)), ("page_offset", "0x0")):
         t.file(f"{dev}/mapping0/{attr}", value, RO)
-    for attr, value in (("id", region), ("size", size), ("align", 2 * MiB), ("available_size", 0)):
-        t.file(f"/sys/devices/platform/hmem.{region}/dax_region/{attr}", value, RO)
+    # dax_hmem's region is static (IORESOURCE_DAX_STATIC): no available_size/create/seed/delete, size read-only
+    simdax.region_files(k, f"/sys/devices/platform/hmem.{region}", region, start, size, 2 * MiB, dynamic=False)
     t.link(f"{dev}/subsystem", "../../../../bus/dax")
     t.link(f"{simdax.BUS}/devices/{name}", f"../../../devices/platform/hmem.{region}/{name}")
     devnodes.add(k, dev, simdax.DAX_MAJOR, region, name)

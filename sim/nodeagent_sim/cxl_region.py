@@ -412,8 +412,7 @@ def add_dax(k: SimKernel, region: str) -> str:
     k.tree.link(f"{dreg}/driver", f"{_up(dreg)}bus/cxl/drivers/cxl_dax_region")
     _link_bus(k, f"dax_region{rid}", dreg)
     start, size = int(_read(k, region, "resource"), 0), int(_read(k, region, "size"), 0)
-    for attr, value in (("id", rid), ("size", size), ("align", 2 * 1024**2), ("available_size", 0)):
-        k.tree.file(f"{dreg}/dax_region/{attr}", value, RO)
+    simdax.region_files(k, dreg, rid, start, size, 2 * 1024**2, dynamic=True)  # dax_cxl: IORESOURCE_DAX_KMEM
     name = f"dax{rid}.0"
     dev = f"{dreg}/{name}"
     node = k.state()["cxl"]["windows"][_root_of(k, region)]["node"]
@@ -441,11 +440,15 @@ def add_dax(k: SimKernel, region: str) -> str:
 def _unbind_region(k: SimKernel, region: str) -> None:
     info = _region_state(k, region)
     base = _path(k, region)
-    name = f"dax{info['id']}.0"
-    if k.tree.local(f"{simdax.BUS}/devices/{name}").is_symlink():
-        if simdax.driver_of(k, name) == "kmem":  # kmem lets the range go when its blocks are offline (removed);
-            simdax.hot_remove(k, name)  # EBUSY while one is online (the kernel would strand that memory)
-        simdax.unplug(k, name)
+    names = sorted(n for n in k.state().get("dax", {}) if n.startswith(f"dax{info['id']}."))
+    for name in names or [f"dax{info['id']}.0"]:  # the seed and every device made in the region since
+        if k.tree.local(f"{simdax.BUS}/devices/{name}").is_symlink():
+            if simdax.driver_of(k, name) == "kmem":  # kmem lets the range go when its blocks are offline
+                simdax.hot_remove(k, name)  # (removed); EBUSY while one is online (the kernel would strand it)
+            simdax.unplug(k, name)
+    state = k.state()
+    state.get("dax_regions", {}).pop(str(info["id"]), None)
+    k.save_state(state)
     dreg = f"{base}/dax_region{info['id']}"
     if k.tree.exists(dreg):
         k.tree.remove_tree(dreg)

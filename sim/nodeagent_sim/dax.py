@@ -14,16 +14,29 @@ target node — online in the zone the kernel's ``auto_online_blocks`` policy ch
 struct pages of the new memory (64 bytes per 4 KiB page) in the DRAM of the nearest node unless the device's
 ``memmap_on_memory`` is set. Detaching kmem hot-removes the blocks; with any block online it fails with EBUSY
 (the real kernel would detach and strand the memory until reboot: daxctl never lets that happen).
+
+A DAX region is *static* (pmem, dax_hmem: ``IORESOURCE_DAX_STATIC``) or *dynamic* (dax_cxl). As
+``drivers/dax/bus.c`` does, a static region's ``dax_region`` group has no ``available_size``, ``create``, ``seed``
+or ``delete`` (``dax_region_visible`` hides them: writing one fails with ENOENT) and its devices' ``size`` is
+read-only (EACCES). A dynamic region can be split: a device's ``size`` (``size_store``) takes a multiple of its
+``align`` (EINVAL otherwise), fails with EBUSY while the device is bound to a driver and with ENOSPC when growing
+it needs more than ``available_size``; shrinking gives back the end of its range. Writing ``1`` to ``create``
+(``create_store``) makes a new device of size 0 with the lowest free id (ENOSPC when nothing is available),
+which becomes the region's ``seed`` until it is bound; ``create`` reads back the youngest device. ``delete``
+(``delete_store``) removes a device that is unbound and of size 0 (EBUSY otherwise, and always for id 0; ENXIO
+for a name that is not in the region). Emulated with one range per device: a grow that would need a second
+range (``mapping1``) fails with ENOSPC here, where the kernel would add one.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 from dataclasses import dataclass
 
 from . import devnodes, memory, nd
-from .kernel import SimKernel, ebusy, rule
+from .kernel import SimKernel, ebusy, einval, rule
 from .tree import RO, RW, WO
 
 BUS = "/sys/bus/dax"
@@ -70,7 +83,7 @@ def lay_out(k: SimKernel, d: DaxDef) -> None:
     t.file(f"{base}/modalias", "dax:t0*", RO)
     t.file(f"{base}/numa_node", d.numa_node, RO)
     t.file(f"{base}/resource", hex(d.start), RO)
-    t.file(f"{base}/size", d.size, RW)
+    t.file(f"{base}/size", d.size, RW if d.kind == "cxl" else RO)
     t.file(f"{base}/target_node", d.target_node, RO)
     t.file(f"{base}/uevent", f"MAJOR={DAX_MAJOR}\nMINOR={d.region}\nDEVNAME={d.name}\nDEVTYPE=dax", RW)
     t.file(f"{base}/mapping0/start", hex(d.start), RO)
@@ -79,11 +92,7 @@ def lay_out(k: SimKernel, d: DaxDef) -> None:
     region = base.rsplit("/", 1)[0]
     # the dax_region's attributes live in its ``dax_region`` group, for pmem's ``daxN.0`` and CXL's ``dax_regionN``
     # alike (``daxctl`` reads ``<region>/dax_region/size``)
-    region_attrs = f"{region}/dax_region"
-    t.file(f"{region_attrs}/id", d.region, RO)
-    t.file(f"{region_attrs}/size", d.size, RO)
-    t.file(f"{region_attrs}/align", d.align, RO)
-    t.file(f"{region_attrs}/available_size", 0, RO)
+    region_files(k, region, d.region, d.start, d.size, d.align, dynamic=d.kind == "cxl")
     up = _up(base)
     t.link(f"{base}/subsystem", f"{up}bus/dax")
     t.link(f"{BUS}/devices/{d.name}", f"../../..{device_dir(d)[4:]}")
@@ -96,10 +105,10 @@ def lay_out(k: SimKernel, d: DaxDef) -> None:
         _cxl_dax_region(k, d)
     else:
         nd.lay_out(k, d)
-    bind(k, d.name, "device_dax")
     state = k.state()
     state.setdefault("dax", {})[d.name] = {"start": d.start, "size": d.size, "node": d.target_node}
     k.save_state(state)
+    bind(k, d.name, "device_dax")
 
 
 def _cxl_dax_region(k: SimKernel, d: DaxDef) -> None:
@@ -140,6 +149,7 @@ def bind(k: SimKernel, name: str, driver: str) -> None:
     stale = k.tree.local(f"{BUS}/drivers/{other}/{name}")
     if stale.is_symlink():
         stale.unlink()
+    _probed(k, name)
 
 
 def unbind(k: SimKernel, name: str) -> None:
@@ -222,7 +232,10 @@ def to_system_ram(k: SimKernel, name: str, zone: str | None) -> list[int]:
 
 
 def attach(k: SimKernel, name: str, driver: str) -> None:
-    """The driver core attaching ``name`` to ``driver``: kmem hot-adds per the auto-online policy."""
+    """The driver core attaching ``name`` to ``driver``: kmem hot-adds per the auto-online policy. A device of
+    size 0 (a fresh seed) has no range to map: its probe fails with ENXIO."""
+    if not k.state()["dax"].get(name, {}).get("size"):
+        raise OSError(errno.ENXIO, os.strerror(errno.ENXIO) + f" ({name} has size 0)")
     if driver == "kmem":
         hot_add(k, name, memory.hotplug_policy_zone(k))
     else:
@@ -305,3 +318,199 @@ def _distances(k: SimKernel, node: int) -> list[int]:
     table = k.meta.get("distances", {})
     row = table.get(str(node))
     return row if row else [10 if n == node else 20 for n in range(max(possible) + 1)]
+
+
+# -- DAX regions: static or dynamic (drivers/dax/bus.c) ----------------------------------------------------------
+
+#: the smallest mapping granularity of a device (``memremap_compat_align()`` on x86-64: one 2 MiB subsection)
+COMPAT_ALIGN = 2 * 1024**2
+
+
+def region_files(k: SimKernel, region_dir: str, rid: int, start: int, size: int, align: int,
+                 dynamic: bool) -> None:
+    """The ``dax_region`` attribute group of the device ``region_dir`` (``alloc_dax_region``), and the region's
+    state. A static region shows only ``id``, ``size`` and ``align``."""
+    t = k.tree
+    attrs = f"{region_dir}/dax_region"
+    t.file(f"{attrs}/id", rid, RO)
+    t.file(f"{attrs}/size", size, RO)
+    t.file(f"{attrs}/align", align, RO)
+    if dynamic:
+        t.file(f"{attrs}/available_size", 0, RO)
+        t.file(f"{attrs}/create", "", RW)
+        t.file(f"{attrs}/seed", "", RO)
+        t.file(f"{attrs}/delete", "", WO)
+    state = k.state()
+    state.setdefault("dax_regions", {})[str(rid)] = {"dir": region_dir, "start": start, "size": size,
+                                                     "align": align, "dynamic": dynamic, "seed": None,
+                                                     "youngest": None}
+    k.save_state(state)
+
+
+def _region(k: SimKernel, rid: int) -> dict | None:
+    return k.state().get("dax_regions", {}).get(str(rid))
+
+
+def _rid(name: str) -> int:
+    return int(name[3:].split(".")[0])
+
+
+def _members(k: SimKernel, rid: int) -> dict[str, dict]:
+    return {n: v for n, v in k.state().get("dax", {}).items() if _rid(n) == rid}
+
+
+def _available(k: SimKernel, rid: int) -> int:
+    reg = _region(k, rid)
+    return 0 if reg is None else reg["size"] - sum(v["size"] for v in _members(k, rid).values())
+
+
+def _refresh(k: SimKernel, rid: int) -> None:
+    """What the region's attributes read now (the kernel computes them on read; the tree keeps text)."""
+    reg = _region(k, rid)
+    if reg is None or not reg["dynamic"]:
+        return
+    attrs = f"{reg['dir']}/dax_region"
+    k.tree.set(f"{attrs}/available_size", _available(k, rid))
+    k.tree.set(f"{attrs}/seed", reg["seed"] or "")
+    k.tree.set(f"{attrs}/create", reg["youngest"] or "")
+
+
+def _set_region(k: SimKernel, rid: int, **values: object) -> None:
+    state = k.state()
+    state["dax_regions"][str(rid)].update(values)
+    k.save_state(state)
+
+
+def _probed(k: SimKernel, name: str) -> None:
+    """``dax_bus_probe``: a dynamic region's seed that is bound stops being the seed."""
+    reg = _region(k, _rid(name)) if re.fullmatch(r"dax\d+\.\d+", name) else None
+    if reg is not None and reg["dynamic"] and reg["seed"] == name:
+        _set_region(k, _rid(name), seed=None)
+        _refresh(k, _rid(name))
+
+
+def _gap(k: SimKernel, rid: int, want: int, after: int | None = None) -> int | None:
+    """The start of a free stretch of ``want`` bytes in the region (at ``after`` exactly, when given)."""
+    reg = _region(k, rid)
+    assert reg is not None
+    used = sorted((v["start"], v["start"] + v["size"]) for v in _members(k, rid).values() if v["size"])
+    cursor, end = reg["start"], reg["start"] + reg["size"]
+    gaps = []
+    for a, b in used:
+        if a > cursor:
+            gaps.append((cursor, a))
+        cursor = max(cursor, b)
+    if cursor < end:
+        gaps.append((cursor, end))
+    for a, b in gaps:
+        if after is not None:
+            if a == after and b - a >= want:
+                return a
+        elif b - a >= want:
+            return a
+    return None
+
+
+def _show_range(k: SimKernel, name: str) -> None:
+    """The device's ``size``, ``resource`` and ``mapping0`` as its range now is."""
+    info = k.state()["dax"][name]
+    rel = _device_rel(k, name)
+    k.tree.set(f"{rel}/size", info["size"])
+    reg = _region(k, _rid(name))
+    k.tree.set(f"{rel}/resource", hex(info["start"] if info["size"] or reg is None else reg["start"]))
+    if info["size"]:
+        for attr, value in (("start", hex(info["start"])), ("end", hex(info["start"] + info["size"] - 1)),
+                            ("page_offset", "0x0")):
+            k.tree.file(f"{rel}/mapping0/{attr}", value, RO)
+    elif k.tree.exists(f"{rel}/mapping0"):
+        k.tree.remove_tree(f"{rel}/mapping0")
+
+
+@rule(r"/sys/(?:devices/.*|bus/dax/devices)/(dax\d+\.\d+)/size")
+def _size(k: SimKernel, path: str, value: str) -> None:
+    name = path.rsplit("/", 2)[-2]
+    try:
+        val = int(value.strip(), 0)
+    except ValueError:
+        raise einval(f"not a size: {value.strip()!r}") from None
+    rel = _device_rel(k, name)
+    align = max(int(k.tree.read(f"{rel}/align")), COMPAT_ALIGN)
+    if val < 0 or val % align:
+        raise einval(f"{val} is not a multiple of {name}'s align {align}")
+    if driver_of(k, name) is not None:
+        raise ebusy(f"{name} is bound to {driver_of(k, name)}")
+    rid = _rid(name)
+    info = k.state()["dax"][name]
+    if val > info["size"]:
+        grow = val - info["size"]
+        if grow > _available(k, rid):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + f" ({_available(k, rid)} bytes available)")
+        start = _gap(k, rid, grow, after=info["start"] + info["size"] if info["size"] else None)
+        if start is None:  # the kernel would add a second range (mapping1): not emulated
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (no free space right after the device)")
+        if not info["size"]:
+            info["start"] = start
+    info["size"] = val
+    state = k.state()
+    state["dax"][name].update(start=info["start"], size=val)
+    k.save_state(state)
+    _show_range(k, name)
+    _refresh(k, rid)
+
+
+@rule(r"/sys/devices/.*/dax_region/create")
+def _create(k: SimKernel, path: str, value: str) -> None:
+    rid = int(k.tree.read(path.rsplit("/", 1)[0] + "/id"))
+    try:
+        val = int(value.strip(), 0)
+    except ValueError:
+        raise einval(f"not an integer: {value.strip()!r}") from None
+    if val != 1:
+        raise einval("create takes 1")
+    if _available(k, rid) == 0:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (no available capacity in the region)")
+    reg = _region(k, rid)
+    assert reg is not None
+    ids = {int(n.split(".")[1]) for n in _members(k, rid)}
+    new = next(i for i in range(len(ids) + 1) if i not in ids)  # the ida's lowest free id
+    name = f"dax{rid}.{new}"
+    node = next(iter(_members(k, rid).values()), {}).get("node", -1)
+    base = f"{reg['dir']}/{name}"
+    minor = 1 + max((int(p.split(":")[1]) for p in os.listdir(k.tree.local("/sys/dev/char"))
+                     if p.startswith(f"{DAX_MAJOR}:")), default=0)
+    align = reg["align"]
+    k.tree.new_dir(base, {"align": (align, RW), "dev": (f"{DAX_MAJOR}:{minor}", RO), "memmap_on_memory": (0, RW),
+                          "modalias": ("dax:t0*", RO), "numa_node": (-1, RO), "resource": (hex(reg["start"]), RO),
+                          "size": (0, RW), "target_node": (node, RO),
+                          "uevent": (f"MAJOR={DAX_MAJOR}\nMINOR={minor}\nDEVNAME={name}\nDEVTYPE=dax", RW)})
+    k.tree.link(f"{base}/subsystem", f"{_up(base)}bus/dax")
+    k.tree.link(f"{BUS}/devices/{name}", f"../../..{base[4:]}")
+    devnodes.add(k, base, DAX_MAJOR, minor, name)
+    state = k.state()
+    state["dax"][name] = {"start": reg["start"], "size": 0, "node": node}
+    state["dax_regions"][str(rid)].update(seed=reg["seed"] or name, youngest=name)
+    k.save_state(state)
+    _refresh(k, rid)
+
+
+@rule(r"/sys/devices/.*/dax_region/delete")
+def _delete(k: SimKernel, path: str, value: str) -> None:
+    rid = int(k.tree.read(path.rsplit("/", 1)[0] + "/id"))
+    name = value.strip()
+    if name not in _members(k, rid):
+        raise OSError(errno.ENXIO, os.strerror(errno.ENXIO) + f" ({name!r} is not a device of region {rid})")
+    if driver_of(k, name) is not None or k.state()["dax"][name]["size"] or name.endswith(".0"):
+        raise ebusy(f"{name} is bound, has a size, or is the region's device 0")
+    rel = _device_rel(k, name)
+    dev = devnodes.dev_of(k, rel)
+    if dev is not None:
+        devnodes.remove(k, *dev, name)
+    k.tree.remove_tree(rel)
+    k.tree.local(f"{BUS}/devices/{name}").unlink()
+    state = k.state()
+    state["dax"].pop(name)
+    reg = state["dax_regions"][str(rid)]
+    reg.update(seed=None if reg["seed"] == name else reg["seed"],
+               youngest=None if reg["youngest"] == name else reg["youngest"])
+    k.save_state(state)
+    _refresh(k, rid)

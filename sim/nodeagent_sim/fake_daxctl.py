@@ -19,9 +19,14 @@ includes the real tool's traps:
   with several devices the exit code is the last device's.
 
 Every write goes through :class:`~nodeagent_sim.kernel.SimKernel`, so the node's journal records it, and
-each invocation is appended to ``.nodeagent-machine/commands.log``. Not emulated: ``create-device``,
-``destroy-device``, ``--size``/``--align``/``--input`` and ``--check-config`` (they exit 129 with a message
-that says so).
+each invocation is appended to ``.nodeagent-machine/commands.log``. Splitting a dynamic (CXL) region follows
+``do_create``/``dev_resize``/``dev_destroy`` and ``do_xble``: ``create-device -r R -s SIZE`` writes ``1`` to the
+region's ``create``, reads its ``seed``, sets the seed's ``size`` and binds it to device_dax;
+``reconfigure-device -s SIZE`` only writes ``size`` (the kernel's EBUSY while bound comes back as is);
+``disable-device``/``enable-device`` act on devdax devices only (ENXIO for system-ram); ``destroy-device``
+needs ``--force`` for an enabled device, then disables it, sets size 0 and writes its name to ``delete``. Not
+emulated: ``--align``, ``--input``, ``--check-config``, ``split-acpi``, ``migrate-device-model`` (they exit 129
+with a message that says so).
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ USAGE = {
     "online-memory": "daxctl online-memory <device> [<options>]",
     "offline-memory": "daxctl offline-memory <device> [<options>]",
     "list": "daxctl list [<options>]",
+    "create-device": "daxctl create-device [<options>]",
+    "destroy-device": "daxctl destroy-device <device> [<options>]",
+    "disable-device": "daxctl disable-device <device>",
+    "enable-device": "daxctl enable-device <device>",
 }
 #: long option → (short, takes a value) per command; BASE options are common to the device commands.
 BASE = {"region": ("r", True), "human": ("u", False), "verbose": ("v", False)}
@@ -51,9 +60,23 @@ OPTIONS: dict[str, dict[str, tuple[str, bool]]] = {
                            "align": ("a", True), "input": ("", True)},
     "online-memory": {**BASE, "no-movable": ("", False)},
     "offline-memory": dict(BASE),
+    "create-device": {**BASE, "size": ("s", True), "align": ("a", True), "input": ("", True)},
+    "destroy-device": {**BASE, "force": ("f", False)},
+    "disable-device": dict(BASE),
+    "enable-device": dict(BASE),
     "list": {"region": ("r", True), "dev": ("d", True), "devices": ("D", False), "regions": ("R", False),
              "mappings": ("M", False), "idle": ("i", False), "human": ("u", False)},
 }
+
+
+def parse_size(text: str) -> int:
+    """parse_size64: a number with an optional binary suffix (k, m, g, t)."""
+    import re
+
+    m = re.fullmatch(r"(\d+)([kKmMgGtT]?)", text.strip())
+    if not m:
+        raise UsageExit(f"failed to parse size option '{text}'")
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
 
 
 class UsageExit(Exception):
@@ -115,29 +138,36 @@ def run(root: Path, argv: list[str]) -> tuple[int, str, str]:
     if cmd in ("version", "--version"):
         return 0, VERSION + "\n", ""
     if cmd not in OPTIONS:
-        known = ("create-device", "destroy-device", "disable-device", "enable-device", "split-acpi",
-                 "migrate-device-model")
+        known = ("split-acpi", "migrate-device-model")
         if cmd in known:
             return 129, "", f"fake daxctl: {cmd} is not emulated by the nodeagent simulator\n"
         return 1, "", f"daxctl: '{cmd}' is not a daxctl command. See 'daxctl --help'\n"
     try:
         d.opts, rest = parse(cmd, args)
-        for unsupported in ("check-config", "size", "align", "input"):
+        for unsupported in ("check-config", "align", "input"):
             if unsupported in d.opts:
                 return 129, "", f"fake daxctl: --{unsupported} is not emulated by the nodeagent simulator\n"
-        if cmd == "list":
+        if "size" in d.opts:
+            d.size_arg = parse_size(str(d.opts["size"]))
+        if cmd in ("list", "create-device"):
             if rest:
                 raise UsageExit("\n".join(f'unknown extra parameter "{r}"' for r in rest))
-            rc = d.list_command()
+            if cmd == "list":
+                rc = d.list_command()
+            else:
+                with d.k.batch():
+                    rc = d.create_command()
         else:
             if not rest:
                 raise UsageExit(f'specify a device to {WORDS[cmd][0]}, or "all"')
             if len(rest) > 1:
                 raise UsageExit("\n".join(f'unknown extra parameter "{r}"' for r in rest[1:]))
             if cmd == "reconfigure-device":
-                if "mode" not in d.opts:
+                if "mode" not in d.opts and "size" not in d.opts:
                     raise UsageExit("error: a 'align', 'mode' or 'size' option is required")
-                if d.opts["mode"] == "devdax" and d.opts.get("no-online"):
+                if "mode" in d.opts and "size" in d.opts:
+                    raise UsageExit("error: 'mode' and 'size' are mutually exclusive")
+                if d.opts.get("mode") == "devdax" and d.opts.get("no-online"):
                     raise UsageExit("--no-online is incompatible with --mode=devdax")
             with d.k.batch():
                 rc = d.device_command(cmd, rest[0])
