@@ -8,10 +8,11 @@ where the CXL node is onlined into ZONE_NORMAL. So:
   ZONE_NORMAL: the pool binds to those nodes, each rank to the CXL node behind its GPU's socket;
 - **latency pool** — otherwise: each rank's pool on its GPU's local DRAM node. A node whose CXL is movable (or
   not online) is said so, with the profile change that lets the pool use CXL.
-- **Maru pool** (LMCache only, from the release with its Maru backend) — where a ``memory.dax`` rule keeps a
-  device devdax for Maru (``use: maru``): LMCache's CPU buffer is off and each worker asks Maru's server for
-  its share of the device(s); no memory policy applies (devdax memory belongs to no node). The other engines
-  leave such devices out.
+- **Maru pool** (from the release that can use Maru: LMCache's Maru backend, Maru's own vLLM connector or
+  SGLang HiCache backend; :data:`.versions.MARU_OPTION`) — where a ``memory.dax`` rule keeps a device devdax for
+  Maru (``use: maru``): the engine's own host buffer is off and each worker asks Maru's server for its share of
+  the device(s); no memory policy applies (devdax memory belongs to no node). An older release leaves such
+  devices out.
 
 The options rendered are those of the engine release asked for (:mod:`.versions`: each option's first release).
 
@@ -214,7 +215,7 @@ def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, 
     model's :class:`~nodeagent.checks.capacity.Workload` (or None); ``weights_file``: the checkpoint's bytes;
     ``bind(nodes) -> BindProbe``; ``hugetlb``: the bytes the node reserves as HugePages (every size);
     ``version``: the engine release to render for (default: the newest pinned one, :mod:`.versions`)."""
-    from .versions import default, has, option, parse, show
+    from .versions import MARU_OPTION, default, has, option, parse, show
 
     version = version or parse(default(engine))
     notes: list[str] = []
@@ -225,10 +226,13 @@ def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, 
             warnings.append(f"{m.name} not devdax yet: the profile keeps it for Maru; apply the profile before "
                             "starting Maru" + (" (with --allow-disruptive: its online memory must go offline "
                                                "first)" if m.online else ""))
-    if maru and engine != "lmcache":
-        notes.append(f"{', '.join(m.name for m in maru)} kept as devdax for Maru (memory.dax use: maru): render "
-                     "--engine lmcache for its LMCache backend configuration")
-    elif maru and not has("lmcache", version, "maru_path"):
+    maru_key = MARU_OPTION[engine]
+    if maru and engine != "lmcache" and not has(engine, version, maru_key):
+        first = option(engine, maru_key).since
+        notes.append(f"{', '.join(m.name for m in maru)} kept as devdax for Maru (memory.dax use: maru): "
+                     f"{engine} {show(version)} predates Maru's {maru_key} (first in {show(first) if first else '?'})"
+                     ", so the pool below leaves them out; render a newer release, or --engine lmcache, for Maru")
+    elif maru and not has(engine, version, maru_key):
         first = option("lmcache", "maru_path").since
         warnings.append(f"{', '.join(m.name for m in maru)} kept as devdax for Maru, but LMCache {show(version)} has "
                         f"no Maru backend (maru_path, first in {show(first) if first else '?'}): use a newer "
@@ -320,9 +324,9 @@ def plan(engine: str, facts: Facts, proj: NodeProjection, gpus: list[tuple[str, 
         if wanted == 0:
             notes.append("the workload fits HBM at its max_batch: the host pool is a prefix cache, sized to what "
                          "the pool nodes can give")
-    maru_pool = engine == "lmcache" and bool(maru) and has("lmcache", version, "maru_path")
-    if maru_pool:  # LMCache's Maru backend replaces its CPU buffer: the pool is the devdax device(s), split
-        from dataclasses import replace  # over the workers
+    maru_pool = bool(maru) and has(engine, version, MARU_OPTION[engine])
+    if maru_pool:  # Maru replaces the engine's own host pool: the pool is the devdax device(s), split over the
+        from dataclasses import replace  # workers
 
         pool, nodes = "maru", []
         where = maru[0].node
@@ -404,6 +408,8 @@ def settings(p: ServingPlan) -> dict[str, Any]:
     n = len(p.ranks)
     wrap = _wrapper(p)
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if p.pool == "maru" and p.engine != "lmcache":
+        return _maru_direct(p, env)
     if p.engine == "vllm":
         args: list[str] = []
         semantics = []
@@ -482,8 +488,7 @@ def settings(p: ServingPlan) -> dict[str, Any]:
         cfg = {"chunk_size": 256, "local_cpu": False, "max_local_cpu_size": 0,
                "maru_path": f"maru://localhost:{MARU_PORT}", "maru_pool_size": gib}
         out["wrapper"] = []
-        out["maru_server"] = ["maru-server", "--port", str(MARU_PORT),
-                              *(x for m in p.maru for x in ("--dax-path", m.path))]
+        out["maru_server"] = _maru_server(p)
         semantics = [f"Maru keeps the KV cache on {', '.join(m.path for m in p.maru)} ({format_size(total)}, devdax: "
                      "memory no NUMA node holds, so no binding applies); maru_pool_size is GiB (× 1024³) each worker "
                      f"asks maru-server for: {format_size(total)} over {n} worker(s); maru-server --dax-path pins "
@@ -493,6 +498,48 @@ def settings(p: ServingPlan) -> dict[str, Any]:
             "command": [*out["wrapper"], "vllm", "serve", "MODEL", "--tensor-parallel-size", str(n),
                         "--kv-transfer-config", '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}']}
     return out
+
+
+def _maru_server(p: ServingPlan) -> list[str]:
+    return ["maru-server", "--port", str(MARU_PORT), *(x for m in p.maru for x in ("--dax-path", m.path))]
+
+
+def _maru_size(n: int) -> str:
+    """A Maru pool size as Maru's configs take it (``4G``, ``512M``: binary units)."""
+    return f"{n // GiB}G" if n % GiB == 0 else f"{n // 2**20}M"
+
+
+def _maru_direct(p: ServingPlan, env: dict[str, str]) -> dict[str, Any]:
+    """Maru's own vLLM connector or SGLang HiCache backend (xcena-dev/maru docs/source/integration/): no LMCache,
+    each worker's MaruHandler asks maru-server for ``maru_pool_size`` of the devdax device(s)."""
+    import json
+
+    n = len(p.ranks)
+    total = sum(m.size for m in p.maru)
+    extra = {"maru_server_url": f"tcp://localhost:{MARU_PORT}", "maru_pool_size": _maru_size(p.per_rank)}
+    where = (f"Maru keeps the KV cache on {', '.join(m.path for m in p.maru)} ({format_size(total)}, devdax: memory "
+             "no NUMA node holds, so no binding applies); maru_pool_size (binary units) is what each worker's "
+             f"MaruHandler asks maru-server for: {format_size(total)} over {n} worker(s); maru-server --dax-path "
+             "pins its pool to these devices")
+    if p.engine == "vllm":
+        cfg = {"kv_connector": "MaruKVConnector", "kv_connector_module_path": "maru_vllm", "kv_role": "kv_both",
+               "kv_connector_extra_config": extra}
+        args = ["--kv-transfer-config", json.dumps(cfg, separators=(",", ":"))]
+        semantics = [where, "MaruKVConnector (pip package maru_vllm) copies between GPU and CXL with no CPU buffer "
+                     "and replaces vLLM's own CPU offloading: no OffloadingConnector, no numactl"]
+        command = ["vllm", "serve", "MODEL", "--tensor-parallel-size", str(n), *args]
+    else:
+        backend = {"backend_name": "maru", "module_path": "maru_sglang.maru_storage", "class_name": "MaruStorage",
+                   "interface_v1": 1} | extra
+        args = ["--enable-hierarchical-cache", "--hicache-write-policy", "write_through", "--hicache-mem-layout",
+                "page_first_direct", "--hicache-storage-backend", "dynamic", "--hicache-storage-backend-extra-config",
+                json.dumps(backend, separators=(",", ":"))]
+        semantics = [where, "Maru is HiCache's L3 (GPU → host DRAM → Maru): the host DRAM pool keeps SGLang's "
+                     "default --hicache-ratio; MaruStorage needs page_first_direct and interface_v1 1, and "
+                     "write_through so pages reach Maru"]
+        command = ["python3", "-m", "sglang.launch_server", "--model-path", "MODEL", "--tp-size", str(n), *args]
+    return {"env": env, "wrapper": [], "args": args, "maru_server": _maru_server(p), "semantics": "; ".join(semantics),
+            "command": command}
 
 
 def _yaml(cfg: dict[str, Any], indent: str = "") -> list[str]:

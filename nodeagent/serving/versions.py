@@ -95,8 +95,25 @@ OPTIONS: tuple[Option, ...] = (
        "the first one is not confirmed"),
     _o("lmcache", "--l1-numa-mode", None,
        "LMCache/LMCache#4464 (multiprocess server --l1-numa-mode auto|manual, --l1-numa-mapping): open, in no "
-       "release"),
+       "release; not in 0.5.6, the newest on PyPI when checked (its lmcache/v1/distributed/config.py gives the "
+       "multiprocess L1 --l1-manager, --l1-size-gb, --l1-use-lazy, --l1-init-size-gb, --l1-align-bytes, "
+       "--l1-use-hugepages and --l1-devdax-path, no NUMA option)"),
+    # Maru's own integrations (beside LMCache's backend) --------------------------------------------------
+    _o("vllm", "MaruKVConnector", "0.14",
+       "xcena-dev/maru docs/source/integration/vllm.md: MaruKVConnector (package maru_vllm, loaded through "
+       "kv_connector_module_path, no vLLM change) implements KVConnectorBase_V1 and asks for vLLM 0.14 or later; "
+       "kv_connector_extra_config maru_server_url (tcp://localhost:5555), maru_pool_size ('4G', default 1G)"),
+    _o("sglang", "Maru HiCache backend", "0.5.12",
+       "xcena-dev/maru docs/source/integration/sglang.md: an L3 HiCache backend, --hicache-storage-backend dynamic "
+       "with --hicache-storage-backend-extra-config {backend_name maru, module_path maru_sglang.maru_storage, "
+       "class_name MaruStorage, interface_v1 1, maru_server_url, maru_pool_size}, --hicache-mem-layout "
+       "page_first_direct, --hicache-write-policy write_through; it asks for SGLang main with sgl-project/sglang"
+       "#20560 (079a1fd, write-through events while idle) until a release has it. The first such release is not "
+       "confirmed here; 0.5.12 (after #30394 of 2026-07) is taken to have it"),
 )
+
+#: The row that says from which release an engine can use Maru directly (``memory.dax`` ``use: maru``).
+MARU_OPTION = {"vllm": "MaruKVConnector", "sglang": "Maru HiCache backend", "lmcache": "maru_path"}
 
 #: The releases the golden files pin, oldest first; the last one is the default.
 PINNED: dict[str, tuple[str, ...]] = {
@@ -143,5 +160,5 @@ def table(engine: str | None = None) -> list[dict[str, str | None]]:
              "source": o.source} for o in OPTIONS if engine is None or o.engine == engine]
 
 
-__all__ = ["OPTIONS", "PINNED", "Option", "Version", "default", "has", "option", "parse", "resolve", "show",
-           "table"]
+__all__ = ["MARU_OPTION", "OPTIONS", "PINNED", "Option", "Version", "default", "has", "option", "parse", "resolve",
+           "show", "table"]

@@ -63,12 +63,33 @@ def test_render_lmcache_points_maru_at_the_devdax_device(applied: Path, capsys) 
     assert "maru-server --port 5555 --dax-path /dev/dax1.0" in out and "maru_path: maru://localhost:5555" in out
 
 
-def test_the_other_engines_pool_on_the_system_ram_expander_only(applied: Path, capsys) -> None:
+def test_a_release_before_marus_integration_pools_on_the_system_ram_expander_only(applied: Path, capsys) -> None:
+    for engine, version in (("vllm", "0.12"), ("sglang", "0.4.10")):
+        code, doc = _json(capsys, ["--root", str(applied), "render", "serving", "--engine", engine,
+                                   "--version", version])
+        assert code == 0 and doc["pool"] == "capacity"
+        assert {r["pool_node"] for r in doc["ranks"]} == {2}  # node3 is dax1.0, kept for Maru
+        assert any("dax1.0 kept as devdax for Maru" in n and "predates Maru's" in n for n in doc["notes"])
+        assert not any("not online" in w for w in doc["warnings"])
+
+
+def test_vllm_and_sglang_use_marus_own_integration(applied: Path, capsys) -> None:
+    """Maru's vLLM KV connector (maru_vllm, vLLM 0.14+) and SGLang HiCache backend (maru_sglang): no LMCache."""
     code, doc = _json(capsys, ["--root", str(applied), "render", "serving", "--engine", "vllm"])
-    assert code == 0 and doc["pool"] == "capacity"
-    assert {r["pool_node"] for r in doc["ranks"]} == {2}  # node3 is dax1.0, kept for Maru
-    assert any("dax1.0 kept as devdax for Maru" in n for n in doc["notes"])
-    assert not any("not online" in w for w in doc["warnings"])
+    assert code == 0 and doc["pool"] == "maru" and doc["bind"]["mode"] == "devdax"
+    s = doc["settings"]
+    cfg = json.loads(s["args"][1])
+    assert cfg["kv_connector"] == "MaruKVConnector" and cfg["kv_connector_module_path"] == "maru_vllm"
+    extra = cfg["kv_connector_extra_config"]
+    assert extra["maru_server_url"] == "tcp://localhost:5555" and extra["maru_pool_size"].endswith(("G", "M"))
+    assert s["maru_server"][-2:] == ["--dax-path", "/dev/dax1.0"] and s["wrapper"] == []
+    code, doc = _json(capsys, ["--root", str(applied), "render", "serving", "--engine", "sglang"])
+    assert code == 0 and doc["pool"] == "maru"
+    args = doc["settings"]["args"]
+    assert args[args.index("--hicache-storage-backend") + 1] == "dynamic"
+    assert args[args.index("--hicache-mem-layout") + 1] == "page_first_direct"
+    backend = json.loads(args[args.index("--hicache-storage-backend-extra-config") + 1])
+    assert backend["module_path"] == "maru_sglang.maru_storage" and backend["interface_v1"] == 1
 
 
 def test_an_lmcache_without_the_maru_backend_is_told(applied: Path, capsys) -> None:
@@ -124,5 +145,6 @@ def test_a_maru_device_still_online_is_named_before_apply(make_node, capsys) -> 
     code, doc = _json(capsys, ["--root", str(root), "render", "serving", "--engine", "lmcache", str(MARU)])
     assert code == 0 and doc["pool"] == "maru"
     assert any("dax1.0 not devdax yet" in w and "--allow-disruptive" in w for w in doc["warnings"])
-    code, doc = _json(capsys, ["--root", str(root), "render", "serving", "--engine", "vllm", str(MARU)])
+    code, doc = _json(capsys, ["--root", str(root), "render", "serving", "--engine", "vllm", "--version", "0.12",
+                               str(MARU)])
     assert code == 0 and {r["pool_node"] for r in doc["ranks"]} == {2}  # node3 is dax1.0's: never a pool node
