@@ -80,6 +80,20 @@ class DaxDevice:
 
 
 @dataclass(frozen=True)
+class DaxRegion:
+    """A DAX region (``<region device>/dax_region``): a CXL region's is *dynamic* (its devices can be resized and
+    more made in it: ``create``, ``available_size`` and ``seed`` exist), an hmem or pmem one *static* (the kernel
+    hides those attributes)."""
+
+    id: int
+    size: int
+    align: int | None
+    dynamic: bool
+    available: int | None  # bytes no device holds (None: static)
+    seed: str | None  # the device ``create`` made that is not bound yet
+
+
+@dataclass(frozen=True)
 class DaxFacts:
     devices: list[DaxDevice]
     block_size: int | None
@@ -89,9 +103,13 @@ class DaxFacts:
     cmdline: dict[str, str]  # memory-hotplug parameters given on the kernel command line
     hotplug_params: dict[str, str]  # /sys/module/memory_hotplug/parameters
     swap_total: int  # bytes
+    regions: list[DaxRegion] = field(default_factory=list)
 
     def device(self, name: str) -> DaxDevice | None:
         return next((d for d in self.devices if d.name == name), None)
+
+    def region(self, rid: int) -> DaxRegion | None:
+        return next((r for r in self.regions if r.id == rid), None)
 
     @property
     def memmap_allowed(self) -> bool:
@@ -106,7 +124,7 @@ def from_facts(facts: Facts) -> DaxFacts:
         devices=[DaxDevice(**x) for x in d.get("devices", [])], block_size=d.get("block_size"),
         daxctl=d.get("daxctl"), udev_rule=d.get("udev_rule"), daxctl_conf=list(d.get("daxctl_conf", [])),
         cmdline=dict(d.get("cmdline", {})), hotplug_params=dict(d.get("hotplug_params", {})),
-        swap_total=int(d.get("swap_total", 0)))
+        swap_total=int(d.get("swap_total", 0)), regions=[DaxRegion(**x) for x in d.get("regions", [])])
 
 
 def _int(text: str | None, base: int = 10) -> int | None:
@@ -257,6 +275,24 @@ def _cmdline(host: Host) -> dict[str, str]:
     return {k: v for k, v in params.items() if k in HOTPLUG_CMDLINE}  # for checks: not imported on this path)
 
 
+def read_regions(host: Host, names: list[str]) -> list[DaxRegion]:
+    """The DAX regions of the devices ``names`` (each read once, through its first device's parent)."""
+    out: dict[int, DaxRegion] = {}
+    for name in names:
+        rid = int(name[3:].split(".")[0])
+        if rid in out:
+            continue
+        attrs = os.path.dirname(host.fs.realpath(f"{DAX_DEVICES}/{name}")) + "/dax_region"
+        size = _int(host.read_opt(f"{attrs}/size"))
+        if size is None:
+            continue
+        dynamic = host.fs.exists(f"{attrs}/create")
+        seed = (host.read_opt(f"{attrs}/seed") or "").strip() if dynamic else ""
+        out[rid] = DaxRegion(rid, size, _int(host.read_opt(f"{attrs}/align")), dynamic,
+                             _int(host.read_opt(f"{attrs}/available_size")) if dynamic else None, seed or None)
+    return list(out.values())
+
+
 def gather(host: Host) -> dict[str, Any]:
     bs_text = host.read_opt(f"{MEM}/block_size_bytes")
     block_size = _int(bs_text, 16)
@@ -274,6 +310,7 @@ def gather(host: Host) -> dict[str, Any]:
         "devices": [asdict(d) for d in devices], "block_size": block_size, "daxctl": daxctl,
         "udev_rule": _udev_rule(host), "daxctl_conf": _daxctl_conf(host),
         "cmdline": _cmdline(host), "hotplug_params": params, "swap_total": meminfo.get("SwapTotal", 0) * 1024,
+        "regions": [asdict(r) for r in read_regions(host, names)],
     }
 
 

@@ -58,6 +58,7 @@ class DaxAfter:
     online_now: bool  # any of its blocks online now
     mode_now: str
     range: tuple[int, int] | None  # the physical range kmem adds (whole blocks), None when it spans none
+    size: int = 0  # bytes, after the plan (a size rule's split changes it)
 
     @property
     def comes_online(self) -> bool:
@@ -151,7 +152,7 @@ def _after(dev: DaxDevice, rule: Any, allow_disruptive: bool, bs: int | None) ->
             online, zone = True, ZONE_KERNEL_NAME.get(rule.zone or "", dev.zone)
     host = dev.numa_node if dev.numa_node is not None and dev.numa_node >= 0 else None
     return DaxAfter(dev.name, dev.target_node, host, mode, online, zone, rule.name if rule else None,
-                    rule.use if rule else None, online_now, dev.mode, _whole_blocks(dev, bs))
+                    rule.use if rule else None, online_now, dev.mode, _whole_blocks(dev, bs), dev.size)
 
 
 def _merged(ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
@@ -174,6 +175,11 @@ def project(loaded: LoadedProfile, facts: Facts, allow_disruptive: bool = False)
     from .cxl_region import planned_dax  # the DAX devices of the CXL regions the plan creates
 
     devices = [*dax.devices, *planned_dax(loaded, facts, allow_disruptive)]
+    from .dax.split import find, view  # regions a size rule splits: the devices the split makes
+
+    splits = [sp for sp in find(rules, dax) if sp.state == "unsplit" and sp.first is not None
+              and (allow_disruptive or not sp.first.blocks_online)]
+    devices = view(splits, devices, dax.block_size) if splits else devices
     chosen, _ = assign(rules, devices) if rules else ({}, [])
     damon = damon_facts(facts)
     bs = dax.block_size or damon.block_size

@@ -29,6 +29,12 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
           zone: movable                     # system-ram only: movable (tiered, pageable) | normal (pinned)
           use: tiered                       # optional: tiered | pinned-pool | maru; the plan warns on a mismatch
                                             #   maru (mode devdax): kept for Maru's CXL KV store; put it first
+        - name: maru-part                   # part of one expander for Maru, the rest of it system RAM:
+          match: {dax_regions: [1]}         #   one region (or devices: [dax1.0]), a dynamic (CXL) one
+          mode: devdax
+          use: maru
+          size: 512GiB                      #   Maru's device, made in the region (a multiple of its align)
+          rest: {mode: system-ram, zone: normal}   # what the region's first device (the rest) becomes
       demotion_pass: {until_free: 20%, timeout: 30s}   # unstick a full fast node kswapd gave up on (see below)
 """
 
@@ -272,25 +278,68 @@ class DaxMatch(Strict):
         return self
 
 
+def _zone_fits(mode: str, zone: str | None) -> None:
+    if mode == "system-ram" and zone is None:
+        raise ValueError("zone is required with mode system-ram: movable (pageable memory the kernel tiers) "
+                         "or normal (pinned pools, e.g. a KV-cache offload pool)")
+    if mode == "devdax" and zone is not None:
+        raise ValueError("zone applies only to mode system-ram (a devdax device's memory is not onlined)")
+
+
+#: The smallest granularity of a DAX device's size (memremap_compat_align(): one 2 MiB subsection on x86-64).
+DAX_SIZE_STEP = 2 * 1024**2
+
+
+class DaxRest(Strict):
+    """What the rest of a region becomes once a ``size:`` rule made Maru's device in it (its device N.0)."""
+
+    mode: Annotated[str, BeforeValidator(_enum(DAX_MODES))]
+    zone: Annotated[str, BeforeValidator(_enum(DAX_ZONES))] | None = None
+
+    @model_validator(mode="after")
+    def _zone_fits_mode(self) -> DaxRest:
+        _zone_fits(self.mode, self.zone)
+        return self
+
+
 class DaxRule(Strict):
-    """How the DAX devices a rule matches must be: ``mode`` and, for system-ram, the ``zone`` of their memory."""
+    """How the DAX devices a rule matches must be: ``mode`` and, for system-ram, the ``zone`` of their memory.
+
+    With ``size`` (``use: maru`` only) the rule splits one dynamic DAX region (a CXL region's): a devdax device
+    of ``size`` for Maru is made in it, and the region's first device keeps the rest, as ``rest`` says."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=63)
     match: DaxMatch
     mode: Annotated[str, BeforeValidator(_enum(DAX_MODES))]
     zone: Annotated[str, BeforeValidator(_enum(DAX_ZONES))] | None = None
     use: Annotated[str, BeforeValidator(_enum(DAX_USES))] | None = None
+    size: Annotated[int, BeforeValidator(_size)] | None = None
+    rest: DaxRest | None = None
 
     @model_validator(mode="after")
     def _zone_fits_mode(self) -> DaxRule:
-        if self.mode == "system-ram" and self.zone is None:
-            raise ValueError("zone is required with mode system-ram: movable (pageable memory the kernel tiers) "
-                             "or normal (pinned pools, e.g. a KV-cache offload pool)")
-        if self.mode == "devdax" and self.zone is not None:
-            raise ValueError("zone applies only to mode system-ram (a devdax device's memory is not onlined)")
+        _zone_fits(self.mode, self.zone)
         if self.use == "maru" and self.mode != "devdax":
             raise ValueError("use: maru needs mode: devdax — Maru maps the DAX character device (/dev/daxX.Y) "
                              "itself, and a device onlined as system-ram has none")
+        if self.size is not None:
+            if self.use != "maru":
+                raise ValueError("size makes a device for Maru in part of a region: it needs use: maru (and mode: "
+                                 "devdax); without size the rule decides whole devices")
+            if self.size <= 0 or self.size % DAX_SIZE_STEP:
+                raise ValueError(f"size {self.size} is not a positive multiple of 2 MiB, the smallest size step of a "
+                                 "DAX device; round it to the region's align (2 MiB on CXL regions)")
+            m = self.match
+            one = (m.dax_regions is not None and len(m.dax_regions) == 1 and m.devices is None) or \
+                (m.devices is not None and len(m.devices) == 1 and m.dax_regions is None)
+            if not one or m.all or m.target_nodes is not None or m.min_size is not None:
+                raise ValueError("size splits one region: match exactly one region (dax_regions: [N]) or one device "
+                                 "(devices: [daxN.0])")
+            if self.rest is None:
+                raise ValueError("size needs rest: what the rest of the region becomes, e.g. rest: {mode: "
+                                 "system-ram, zone: normal}")
+        elif self.rest is not None:
+            raise ValueError("rest applies only with size (the part of a region a Maru device leaves)")
         return self
 
 

@@ -375,8 +375,10 @@ def maru_devices(facts: Facts, proj: NodeProjection) -> list[MaruDevice]:
     out = []
     for d in proj.dax:
         dev = dax.device(d.name)
-        if d.use == "maru" and dev is not None:  # the rule says devdax (the model refuses anything else)
-            out.append(MaruDevice(d.name, dev.size, d.node, ready=d.mode_now == "devdax", online=d.online_now))
+        if d.use == "maru" and (dev is not None or d.size):  # the rule says devdax (the model refuses anything
+            # else); a device the plan makes in part of a region (memory.dax size) does not exist yet
+            out.append(MaruDevice(d.name, dev.size if dev is not None else d.size, d.node,
+                                  ready=dev is not None and d.mode_now == "devdax", online=d.online_now))
     return out
 
 

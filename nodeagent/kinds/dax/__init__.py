@@ -47,6 +47,7 @@ from ...state import Original, Ownership, PlanState
 from ...util.units import format_size
 from ...util.vocab import ZONE_KERNEL_NAME
 from ..base import ApplyContext, Kind, PlanContext, ResourcePlan, projection_of
+from .split import Split, effective, find, region_of, size_of, steps_to_mode, steps_to_unbind
 
 if TYPE_CHECKING:
     from ...profile import LoadedProfile
@@ -56,7 +57,10 @@ KIND = "dax"
 
 
 def matches(rule: DaxRule, dev: DaxDevice) -> bool:
-    """Pure: does ``rule`` select ``dev``? (criteria combine with AND)"""
+    """Pure: does ``rule`` select ``dev``? (criteria combine with AND; a ``size`` rule selects every device of
+    the region it splits)"""
+    if size_of(rule) is not None:
+        return dev.region == region_of(rule)
     m = rule.match
     if m.all:
         return True
@@ -75,7 +79,7 @@ def assign(rules: tuple[DaxRule, ...], devices: list[DaxDevice]) -> tuple[dict[s
     for dev in devices:
         rule = next((r for r in rules if matches(r, dev)), None)
         if rule is not None:
-            chosen[dev.name] = rule
+            chosen[dev.name] = effective(rule, dev)
     used = {r.name for r in chosen.values()}
     return chosen, [r for r in rules if r.name not in used and not any(matches(r, d) for d in devices)]
 
@@ -166,9 +170,24 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
             mine = (" — nodeagent changed it before; `nodeagent revert` puts it back as it was"
                     if dev.name in owned else "")
             out.warnings.append(f"{dev.name} matches no memory.dax rule: left as it is ({state_label(dev)}){mine}")
+    held: set[int] = set()  # regions a size rule has yet to split (or cannot): their devices are its business
+    for sp in find(rules, dax):
+        if sp.state == "split":
+            continue
+        if sp.state != "absent":
+            held.add(sp.region)
+        if sp.state == "unsplit":
+            change = split_change(sp)
+            if change.disruptive and not ctx.allow_disruptive:
+                change = replace(change, reason=change.reason + "; not done without --allow-disruptive")
+            out.changes.append(change)
+        elif sp.state in ("invalid", "other"):
+            where = loaded.where("memory", "dax", sp.index, "size")
+            out.problems.append(Problem(KIND, f"dax{sp.region}.0", f"memory.dax rule {sp.rule.name!r} ({where}): "
+                                        f"{sp.why}", hint=sp.hint))
     for dev in dax.devices:
         rule = chosen.get(dev.name)
-        if rule is None:
+        if rule is None or dev.region in held:
             continue
         result = diff_device(rule, dev)
         if result is None:
@@ -182,6 +201,54 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
     out.problems += _preconditions(projection_of(loaded, facts, ctx), dax, out.changes)
     out.warnings += advisories(loaded, facts, dax, chosen, ctx, {c.target for c in out.changes})
     return out
+
+
+def split_change(sp: Split) -> Change:
+    """Pure: the change that splits ``sp``'s region (see :mod:`.split`)."""
+    dev, rule = sp.first, sp.rule
+    assert dev is not None
+    size, rest = int(rule.size), dev.size - int(rule.size)
+    rest_mode, rest_zone = rule.rest.mode, getattr(rule.rest, "zone", None)
+    zone = ZONE_KERNEL_NAME[rest_zone] if rest_zone else None
+    steps = (*steps_to_unbind(dev), "resize", "create", *steps_to_mode(rest_mode))
+    disruptive = bool(dev.blocks_online)
+    after = f"devdax {format_size(size)} for Maru + {format_size(rest)} {rest_mode}" + (f"/{rest_zone}" if zone else "")
+    reason = (f"rule {rule.name}: region {sp.region} ({format_size(dev.size)}) split into a Maru device of "
+              f"{format_size(size)} and the rest ({format_size(rest)}) on {dev.name}")
+    if disruptive:
+        reason += f"; its {dev.blocks_online} online blocks must go offline first"
+    data = (("rule", rule.name), ("steps", steps), ("zone", zone), ("from_mode", dev.mode),
+            ("from_zones", dict(dev.zones)), ("from_online", dev.blocks_online), ("blocks", dev.blocks_total),
+            ("node", dev.target_node), ("region", sp.region), ("size", dev.size), ("resize_to", rest),
+            ("maru_size", size), ("final_mode", rest_mode))
+    requires = ("memory.auto_online_blocks",) if "to-system-ram" in steps else ()
+    return Change(KIND, dev.name, "split", state_label(dev), after, reason=reason, disruptive=disruptive,
+                  path=f"/sys/bus/dax/devices/{dev.name}", before_label=f"{state_label(dev)}, {format_size(dev.size)}",
+                  after_label=after, data=data, devices=(dev.name,),
+                  nodes=(dev.target_node,) if dev.target_node is not None else (), requires=requires)
+
+
+def join_change(dev: DaxDevice, was: dict[str, Any], dax: DaxFacts, why: str) -> Change:
+    """Pure: the change that gives ``dev``'s region back to ``dev`` alone, as ``was`` (its recorded original)
+    says: the other devices destroyed, ``dev`` grown back and put in its old mode and zone."""
+    others = tuple(d.name for d in dax.devices if d.region == dev.region and d.name != dev.name)
+    mode, zone = was.get("mode"), was.get("zone")
+    steps = (*steps_to_unbind(dev), "destroy", "resize", *steps_to_mode(mode))
+    disruptive = bool(dev.blocks_online)
+    if disruptive:
+        why += f"; its {dev.blocks_online} online blocks must go offline first"
+    size = int(was["size"])
+    after = f"{mode}" + (f"/{zone.lower()}" if zone and mode == "system-ram" else "") + f", {format_size(size)}"
+    data = (("rule", "original"), ("steps", steps), ("zone", zone if mode == "system-ram" else None),
+            ("from_mode", dev.mode), ("from_zones", dict(dev.zones)), ("from_online", dev.blocks_online),
+            ("blocks", dev.blocks_total), ("node", dev.target_node), ("region", dev.region), ("size", dev.size),
+            ("resize_to", size), ("destroy", others), ("final_mode", mode))
+    requires = ("memory.auto_online_blocks",) if "to-system-ram" in steps else ()
+    return Change(KIND, dev.name, "revert", state_label(dev), after, reason=why, disruptive=disruptive,
+                  path=f"/sys/bus/dax/devices/{dev.name}",
+                  before_label=f"{state_label(dev)}, {format_size(dev.size)} (+ {', '.join(others) or 'nothing'})",
+                  after_label=after, data=data, devices=(dev.name, *others),
+                  nodes=(dev.target_node,) if dev.target_node is not None else (), requires=requires)
 
 
 def _inventory(dax: DaxFacts) -> str:
@@ -256,9 +323,11 @@ def advisories(loaded: LoadedProfile, facts: Facts, dax: DaxFacts, chosen: dict[
 
 
 def original(change: Change) -> dict[str, Any]:
-    """What ``change``'s device was before it (for revert): mode, its online blocks and their zone(s)."""
-    return _was(change.detail("from_mode"), dict(change.detail("from_zones") or {}), change.detail("from_online"),
-                change.detail("blocks"))
+    """What ``change``'s device was before it (for revert): mode, its online blocks and their zone(s); for a
+    split, also its size (the whole region)."""
+    was = _was(change.detail("from_mode"), dict(change.detail("from_zones") or {}), change.detail("from_online"),
+               change.detail("blocks"))
+    return was | {"size": change.detail("size")} if change.op == "split" else was
 
 
 def _was(mode: Any, zones: dict[str, int], online: Any, blocks: Any) -> dict[str, Any]:
@@ -266,7 +335,7 @@ def _was(mode: Any, zones: dict[str, int], online: Any, blocks: Any) -> dict[str
             "blocks": blocks}
 
 
-def revert_change(dev: DaxDevice, rec: Original) -> Change | None:
+def revert_change(dev: DaxDevice, rec: Original, dax: DaxFacts | None = None) -> Change | None:
     """Pure: the change that puts ``dev`` back as ``rec`` (a recorded :func:`original`) says it was; None when
     it is. Raises ValueError for a state nodeagent cannot restore (a device that was disabled, or only partly
     online)."""
@@ -274,6 +343,12 @@ def revert_change(dev: DaxDevice, rec: Original) -> Change | None:
 
     was = rec.value if isinstance(rec.value, dict) else {}
     mode, zone = was.get("mode"), was.get("zone")
+    if was.get("size") and dev.size != was["size"] and dax is not None:  # nodeagent split its region
+        if mode == "system-ram" and was.get("online") != was.get("blocks"):
+            raise ValueError(f"{dev.name} was system-ram with {was.get('online')} of {was.get('blocks')} blocks "
+                             "online before nodeagent split its region; put it back with daxctl by hand")
+        return join_change(dev, was, dax, f"its region as it was before nodeagent split it (recorded "
+                                          f"{rec.recorded or '?'}): {format_size(int(was['size']))} on {dev.name}")
     profile_zone = {v: k for k, v in ZONE_KERNEL_NAME.items()}.get(zone or "")
     if mode == "devdax":
         rule = DaxRule(name="original", match=DaxMatch(all=True), mode="devdax")
@@ -295,6 +370,16 @@ def revert_change(dev: DaxDevice, rec: Original) -> Change | None:
     return replace(result, op="revert", reason=why)
 
 
+def _made_by_split(target: str, state: PlanState) -> bool:
+    """``target`` is not its region's first device, and nodeagent split that region (its first device's
+    original records the size it had)."""
+    rid, _, idx = target.removeprefix("dax").partition(".")
+    if idx in ("", "0"):
+        return False
+    first = state.originals.items.get(f"dax{rid}.0") if state.originals else None
+    return first is not None and isinstance(first.value, dict) and bool(first.value.get("size"))
+
+
 class DaxResource(Kind):
     kind = KIND
     revertible = True
@@ -312,10 +397,12 @@ class DaxResource(Kind):
 
     def revert(self, target: str, rec: Original, facts: Facts, state: PlanState) -> list[Change]:
         dev = from_facts(facts).device(target)
+        if _made_by_split(target, state):
+            return []  # a device nodeagent made splitting its region: the region's join destroys it
         if dev is None:
             raise ValueError(f"{target}: the DAX device no longer exists (hot-unplugged, or its region was torn "
                              "down)")
-        change = revert_change(dev, rec)
+        change = revert_change(dev, rec, from_facts(facts))
         return [change] if change is not None else []
 
     def forget(self, target: str, ownership: Ownership) -> None:

@@ -40,6 +40,7 @@ class Applier:
         self.zone: str | None = change.detail("zone")
         self.done: list[str] = []  # what was carried out, for the report
         self.notes: list[str] = []
+        self.made: DaxDevice | None = None  # the device create-device made (a split)
 
     # -- reading ------------------------------------------------------------------------------------------
     def block_size(self) -> int:
@@ -86,8 +87,15 @@ class Applier:
         return text
 
     def verify(self, dev: DaxDevice) -> None:
-        want_mode = "devdax" if "to-devdax" in self.change.detail("steps", ()) else "system-ram"
-        ok = dev.mode == want_mode and (want_mode == "devdax" or (dev.fully_online and dev.zone == self.zone))
+        want_mode = self.change.detail("final_mode") or \
+            ("devdax" if "to-devdax" in self.change.detail("steps", ()) else "system-ram")
+        ok = dev.mode == want_mode and (want_mode != "system-ram" or (dev.fully_online and dev.zone == self.zone))
+        size = self.change.detail("resize_to")
+        if ok and size is not None and dev.size != size:
+            ok = False
+        if ok and self.change.op == "split":
+            maru = self.made
+            ok = maru is not None and maru.mode == "devdax" and maru.size == self.change.detail("maru_size")
         if not ok:
             self.fail(f"after {'; '.join(self.done) or 'daxctl'}, {self.name} is {state_label(dev)}, not "
                       f"{self.change.after_label}")
@@ -198,6 +206,54 @@ class Applier:
             return f"the {offlined} blocks it had offlined were onlined again in {zone}: {self.name} is as it was"
         return (f"onlining the {offlined} offlined blocks again failed ({run.describe()}): {self.name} is now "
                 f"{state_label(dev)}")
+
+    # -- splitting a dynamic region (see .split) ----------------------------------------------------------------
+    def plain(self, argv: list[str], what: str) -> _daxctl.Run:
+        """Run daxctl; fail (naming ``what``) unless it exits 0."""
+        run = _daxctl.run(self.host, argv)
+        if not run.ok:
+            self.fail(f"{what}: {run.describe()}" + self._so_far())
+        return run
+
+    def step_disable(self) -> None:
+        self.plain(["disable-device", self.name], f"disabling {self.name}")
+        if self.device().mode != "disabled":
+            self.fail(f"daxctl disable-device {self.name} exited 0 but {self.name} is still bound" + self._so_far())
+        self.done.append("disabled")
+
+    def step_enable(self) -> None:
+        self.plain(["enable-device", self.name], f"enabling {self.name} as devdax")
+        self.done.append("enabled as devdax")
+
+    def step_resize(self) -> None:
+        size = int(self.change.detail("resize_to"))
+        self.plain(["reconfigure-device", "-s", str(size), self.name], f"resizing {self.name}")
+        dev = self.device()
+        if dev.size != size:
+            self.fail(f"{self.name} is {format_size(dev.size)} after resizing it to {format_size(size)}"
+                      + self._so_far())
+        self.done.append(f"resized to {format_size(size)}")
+
+    def step_create(self) -> None:
+        size, region = int(self.change.detail("maru_size")), self.change.detail("region")
+        run = self.plain(["create-device", "-r", str(region), "-s", str(size)],
+                         f"making the Maru device in region {region}")
+        made = next((d.chardev for d in run.devices if d.chardev), None)
+        dev = read_device(self.host, made, self.block_size()) if made else None
+        if dev is None or dev.size != size or dev.mode != "devdax":
+            self.fail(f"daxctl create-device -r {region} -s {size} exited 0 but made no devdax device of "
+                      f"{format_size(size)} ({made or 'none named'})" + self._so_far(),
+                      hint=f"look at region {region} (daxctl list -R -D -i), then apply again")
+        self.made = dev
+        self.notes.append(f"made {made} ({format_size(size)}, devdax) for Maru: /dev/{made}")
+        self.done.append(f"made {made}")
+
+    def step_destroy(self) -> None:
+        for other in self.change.detail("destroy", ()):
+            if read_device(self.host, other, self.block_size()) is None:
+                continue
+            self.plain(["destroy-device", "--force", other], f"giving back {other}")
+            self.done.append(f"destroyed {other}")
 
     def step_to_devdax(self) -> None:
         run = self.daxctl(["reconfigure-device", "--mode=devdax", self.name], "switching to devdax", False)

@@ -1,0 +1,185 @@
+"""Part of one expander for Maru: a ``memory.dax`` rule with ``size`` splits one dynamic DAX region.
+
+Profile::
+
+    memory:
+      auto_online_blocks: offline
+      dax:
+        - name: maru-part
+          match: {dax_regions: [1]}          # one region, or {devices: [dax1.0]}
+          mode: devdax
+          use: maru
+          size: 512GiB                       # Maru's device; a multiple of the region's align
+          rest: {mode: system-ram, zone: normal}   # the region's first device keeps the rest
+
+A CXL region's DAX region is dynamic (``drivers/dax/cxl.c`` makes it without ``IORESOURCE_DAX_STATIC``): its
+first device ``daxN.0`` starts with the whole region and can be shrunk (its ``size``, written only while no
+driver holds it), and ``create`` makes another device in the space that frees. An hmem (soft-reserved) or pmem
+region is static: the kernel hides ``create`` and makes sizes read-only, so such a region cannot be split (the
+plan refuses it, naming the profile line). The plan's ``split`` change does it in the kernel's order, with
+daxctl:
+
+1. ``daxctl offline-memory daxN.0`` (only if its memory is online: disruptive) and ``reconfigure-device
+   --mode=devdax`` (only if it is system-ram): kmem must let go of the range;
+2. ``daxctl disable-device daxN.0``: ``size`` answers EBUSY while a driver is bound;
+3. ``daxctl reconfigure-device -s REST daxN.0``: the device keeps the start of the region;
+4. ``daxctl create-device -r N -s SIZE``: writes ``create``, sizes the new seed, binds it to device_dax — the
+   Maru device, ``daxN.M`` with the lowest free id;
+5. the rest as ``rest`` says: ``reconfigure-device --mode=system-ram [--no-movable] daxN.0`` (hot-add and
+   online in that zone) or ``enable-device daxN.0`` (devdax).
+
+Once split, the two devices are planned as any other: the Maru device as the rule says (devdax), ``daxN.0`` as
+``rest`` says. A region split some other way is a problem (nodeagent does not re-split what it did not make).
+Revert joins the region again: offline and disable ``daxN.0``, ``daxctl destroy-device --force`` the other
+devices, grow ``daxN.0`` back to the whole region and put it back in its recorded mode and zone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ...facts.dax import DaxDevice, DaxFacts, DaxRegion, block_ids
+from ...util.units import format_size
+
+
+@dataclass(frozen=True)
+class RestRule:
+    """The rule a split region's first device follows (shaped like a ``DaxRule`` for the planner)."""
+
+    name: str
+    mode: str
+    zone: str | None
+    use: str | None = None
+    size: None = None
+
+
+def size_of(rule: Any) -> int | None:
+    return getattr(rule, "size", None)
+
+
+def region_of(rule: Any) -> int | None:
+    """The one region a ``size`` rule splits (None: not a size rule)."""
+    if size_of(rule) is None:
+        return None
+    m = rule.match
+    if getattr(m, "dax_regions", None):
+        return int(m.dax_regions[0])
+    return int(m.devices[0][3:].split(".")[0])
+
+
+def rest_rule(rule: Any) -> RestRule:
+    return RestRule(rule.name, rule.rest.mode, getattr(rule.rest, "zone", None))
+
+
+def effective(rule: Any, dev: DaxDevice) -> Any:
+    """The rule that decides ``dev`` once its region is split: the rest rule for the region's first device."""
+    if size_of(rule) is not None and dev.name.endswith(".0"):
+        return rest_rule(rule)
+    return rule
+
+
+@dataclass(frozen=True)
+class Split:
+    """What a ``size`` rule finds in its region."""
+
+    rule: Any
+    index: int  # the rule's place in memory.dax (for the profile line)
+    region: int
+    state: str  # unsplit | split | other | invalid | absent
+    first: DaxDevice | None = None  # daxN.0
+    maru: DaxDevice | None = None  # the Maru device (split)
+    why: str = ""  # invalid/other: what is wrong
+    hint: str = ""
+
+    @property
+    def rest_size(self) -> int:
+        return (self.first.size if self.state == "unsplit" and self.first else 0) - int(self.rule.size)
+
+
+def find(rules: tuple[Any, ...], dax: DaxFacts) -> list[Split]:
+    """Pure: each ``size`` rule's region and how far it is split."""
+    out = []
+    for i, rule in enumerate(rules):
+        rid = region_of(rule)
+        if rid is None:
+            continue
+        size = int(rule.size)
+        devs = sorted((d for d in dax.devices if d.region == rid), key=lambda d: int(d.name.split(".")[1]))
+        reg = dax.region(rid)
+        first = next((d for d in devs if d.name == f"dax{rid}.0"), None)
+        sized = [d for d in devs if d.size]
+        if first is None or reg is None:
+            out.append(Split(rule, i, rid, "absent", why=f"region {rid} has no DAX device on this node"))
+            continue
+        if not reg.dynamic:
+            out.append(Split(rule, i, rid, "invalid", first, why=(
+                f"region {rid} ({first.backing}) is static: the kernel cannot resize its devices or make new ones "
+                "in it (IORESOURCE_DAX_STATIC; only CXL regions are dynamic)"),
+                hint="drop size to keep the whole device for Maru, or use a CXL region"))
+            continue
+        others = [d for d in sized if d.name != first.name]
+        if not others and first.size == reg.size:
+            bad = _invalid(size, reg, first)
+            out.append(Split(rule, i, rid, "invalid", first, why=bad[0], hint=bad[1]) if bad
+                       else Split(rule, i, rid, "unsplit", first))
+        elif len(others) == 1 and others[0].size == size and first.size + size == reg.size:
+            out.append(Split(rule, i, rid, "split", first, others[0]))
+        else:
+            shape = ", ".join(f"{d.name} {format_size(d.size)}" for d in sized)
+            out.append(Split(rule, i, rid, "other", first, why=(
+                f"region {rid} is split as {shape or 'nothing'} (of {format_size(reg.size)}), not into a Maru "
+                f"device of {format_size(size)} and the rest"),
+                hint="give back the other devices (daxctl destroy-device --force), or give the size they have"))
+    return out
+
+
+def _invalid(size: int, reg: DaxRegion, first: DaxDevice) -> tuple[str, str] | None:
+    align = max(reg.align or 0, first.align or 0, 2 * 1024**2)
+    if size >= reg.size:
+        return (f"size {format_size(size)} leaves nothing of region {reg.id} ({format_size(reg.size)}) for the rest",
+                f"give less than {format_size(reg.size)}, or drop size (and rest) to keep the whole device for Maru")
+    if size % align:
+        return (f"size {format_size(size)} is not a multiple of region {reg.id}'s align ({format_size(align)}): the "
+                "kernel refuses the device size (EINVAL)",
+                f"round it to a multiple of {format_size(align)}")
+    return None
+
+
+def view(splits: list[Split], devices: list[DaxDevice], block_size: int | None) -> list[DaxDevice]:
+    """Pure: ``devices`` as they will be once the unsplit regions are split (for the projection): the first
+    device shrunk to the rest, and the Maru device made, both not yet bound."""
+    out = list(devices)
+    for sp in splits:
+        if sp.state != "unsplit" or sp.first is None:
+            continue
+        first, size = sp.first, int(sp.rule.size)
+        rest = first.size - size
+        ids = {int(d.name.split(".")[1]) for d in devices if d.region == sp.region}
+        new = next(i for i in range(1, len(ids) + 2) if i not in ids)
+        start = first.resource or 0
+        blocks = len(block_ids(start, rest, block_size)) if block_size and first.resource is not None else 0
+        shrunk = replace(first, size=rest, mode="disabled", blocks_total=blocks, blocks_present=0, blocks_online=0,
+                         zones={})
+        maru = replace(first, name=f"dax{sp.region}.{new}", size=size, resource=start + rest, mode="disabled",
+                       blocks_total=0, blocks_present=0, blocks_online=0, zones={}, memmap_bytes=0)
+        out = [shrunk if d.name == first.name else d for d in out] + [maru]
+    return out
+
+
+def steps_to_unbind(dev: DaxDevice) -> tuple[str, ...]:
+    """daxctl steps that leave ``dev`` bound to no driver (its size can then change)."""
+    if dev.mode == "system-ram":
+        return (("offline",) if dev.blocks_online else ()) + ("to-devdax", "disable")
+    if dev.mode == "devdax":
+        return ("disable",)
+    return ()
+
+
+def steps_to_mode(mode: str | None) -> tuple[str, ...]:
+    """daxctl steps that bind an unbound device as ``mode`` says."""
+    return {"system-ram": ("to-system-ram",), "devdax": ("enable",)}.get(mode or "", ())
+
+
+__all__ = ["RestRule", "Split", "effective", "find", "region_of", "rest_rule", "size_of", "steps_to_mode",
+           "steps_to_unbind", "view"]
