@@ -22,6 +22,12 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
     memory:
       auto_online_blocks: offline           # let daxctl choose the zone, not the kernel
       dax:                                  # DAX devices (CXL.mem expanders), first matching rule decides
+        - name: maru-part                   # part of one expander for Maru, the rest of it system RAM:
+          match: {dax_regions: [1]}         #   one region (or devices: [dax1.0]), a dynamic (CXL) one
+          mode: devdax
+          use: maru
+          size: 512GiB                      #   Maru's device, made in the region (a multiple of its align)
+          rest: {mode: system-ram, zone: normal}   # what the region's first device (the rest) becomes
         - name: expanders
           match: {all: true}                # or devices: [dax0.0] | target_nodes: [2] | dax_regions: [0]
                                             #    | min_size: 1TiB (criteria combine with AND)
@@ -29,12 +35,6 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
           zone: movable                     # system-ram only: movable (tiered, pageable) | normal (pinned)
           use: tiered                       # optional: tiered | pinned-pool | maru; the plan warns on a mismatch
                                             #   maru (mode devdax): kept for Maru's CXL KV store; put it first
-        - name: maru-part                   # part of one expander for Maru, the rest of it system RAM:
-          match: {dax_regions: [1]}         #   one region (or devices: [dax1.0]), a dynamic (CXL) one
-          mode: devdax
-          use: maru
-          size: 512GiB                      #   Maru's device, made in the region (a multiple of its align)
-          rest: {mode: system-ram, zone: normal}   # what the region's first device (the rest) becomes
       demotion_pass: {until_free: 20%, timeout: 30s}   # unstick a full fast node kswapd gave up on (see below)
 """
 
