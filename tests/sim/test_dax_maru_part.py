@@ -9,16 +9,15 @@ import json
 from pathlib import Path
 
 import pytest
+from nodeagent_sim import fake_daxctl
 
 from nodeagent.cli.main import main
 from nodeagent.profile import load_profile
 from nodeagent.util.errors import ProfileError
-from nodeagent_sim import fake_daxctl
 
 REPO = Path(__file__).resolve().parents[2]
 PART = REPO / "tests" / "data" / "serving" / "cxl-maru-part.yaml"
 GiB = 1024**3
-TiB = 1024**4
 
 
 def _json(capsys, argv: list[str]) -> tuple[int, dict]:
@@ -35,45 +34,55 @@ def _devices(root: Path) -> dict:
     return {d.name: d for d in from_facts(gather(open_host(root))).devices}
 
 
-def test_split_apply_converge_drift_revert(make_node, capsys) -> None:
-    root = make_node("h100-cxl")  # dax0.0 (node2), dax1.0 (node3): 2 TiB CXL regions, devdax at boot
-    code, plan = _json(capsys, ["--root", str(root), "plan", str(PART)])
+def test_split_apply_converge_drift_revert(make_node, capsys, tmp_path: Path) -> None:
+    root = make_node("snc2-cxl")  # dax0.0 (node4), dax1.0 (node5): 512 GiB CXL regions, devdax at boot
+    prof = tmp_path / "part.yaml"  # region 1 only (dax0.0 is left as it is): fewer blocks to online
+    prof.write_text(PART.read_text().replace("512GiB", "128GiB").split("    - name: kv-pool")[0]
+                    + "damon:\n  kdamonds: []\n")
+    code, plan = _json(capsys, ["--root", str(root), "plan", str(prof)])
     assert code == 0
-    split = next(c for c in plan["changes"] if c["target"] == "dax1.0")
-    assert split["op"] == "split" and not split["disruptive"]
-    code, doc = _json(capsys, ["--root", str(root), "render", "serving", "--engine", "lmcache", str(PART)])
-    assert code == 0 and doc["maru"][0]["device"] == "dax1.1" and doc["maru"][0]["size"] == 512 * GiB
+    (split,) = [c for c in plan["changes"] if c["target"].startswith("dax")]
+    assert split["target"] == "dax1.0" and split["op"] == "split" and not split["disruptive"]
+    code, doc = _json(capsys, ["--root", str(root), "render", "serving", "--engine", "lmcache", str(prof)])
+    assert code == 0 and doc["maru"][0]["device"] == "dax1.1" and doc["maru"][0]["size"] == 128 * GiB
     assert any("dax1.1 not devdax yet" in w for w in doc["warnings"])  # made by the apply
 
-    assert main(["--root", str(root), "apply", "-y", str(PART)]) == 0
+    assert main(["--root", str(root), "apply", "-y", str(prof)]) == 0
     argvs = [c["argv"][1:] for c in fake_daxctl.commands(root)]
     i = argvs.index(["disable-device", "dax1.0"])  # the kernel's order: unbind, shrink, create, online the rest
-    assert argvs[i + 1] == ["reconfigure-device", "-s", str(1536 * GiB), "dax1.0"]
-    assert argvs[i + 2] == ["create-device", "-r", "1", "-s", str(512 * GiB)]
+    assert argvs[i + 1] == ["reconfigure-device", "-s", str(384 * GiB), "dax1.0"]
+    assert argvs[i + 2] == ["create-device", "-r", "1", "-s", str(128 * GiB)]
     assert argvs[i + 3] == ["reconfigure-device", "--mode=system-ram", "--no-movable", "dax1.0"]
     devs = _devices(root)
-    assert devs["dax1.1"].mode == "devdax" and devs["dax1.1"].size == 512 * GiB
-    assert devs["dax1.0"].size == 1536 * GiB and devs["dax1.0"].zones == {"Normal": devs["dax1.0"].blocks_total}
-    assert devs["dax0.0"].mode == "system-ram"
-    code, plan = _json(capsys, ["--root", str(root), "plan", str(PART)])
+    assert devs["dax1.1"].mode == "devdax" and devs["dax1.1"].size == 128 * GiB
+    assert devs["dax1.0"].size == 384 * GiB and devs["dax1.0"].zones == {"Normal": devs["dax1.0"].blocks_total}
+    code, plan = _json(capsys, ["--root", str(root), "plan", str(prof)])
     assert code == 0 and plan["changes"] == [] and not plan["problems"], plan  # converged
     assert {"dax1.0", "dax1.1"} <= set(plan["unchanged"])
 
     code, doc = _json(capsys, ["--root", str(root), "render", "serving", "--engine", "lmcache"])
-    assert code == 0 and doc["maru"] == [{"device": "dax1.1", "path": "/dev/dax1.1", "size": 512 * GiB, "node": 3}]
+    assert code == 0 and doc["maru"] == [{"device": "dax1.1", "path": "/dev/dax1.1", "size": 128 * GiB, "node": 5}]
     assert doc["settings"]["maru_server"][-2:] == ["--dax-path", "/dev/dax1.1"]
 
     assert fake_daxctl.run(root, ["disable-device", "dax1.1"])[0] == 0  # another agent unbinds Maru's device
     code, drift = _json(capsys, ["--root", str(root), "drift"])
     assert code == 3 and [i["target"] for i in drift["items"]] == ["dax1.1"], drift
-    assert main(["--root", str(root), "apply", "-y", str(PART)]) == 0
+    assert main(["--root", str(root), "apply", "-y", str(prof)]) == 0
     assert _devices(root)["dax1.1"].mode == "devdax"
 
     code, _ = _json(capsys, ["--root", str(root), "revert", "--yes", "--allow-disruptive"])
     assert code == 0
     devs = _devices(root)
-    assert "dax1.1" not in devs and devs["dax1.0"].size == 2 * TiB and devs["dax1.0"].mode == "devdax"
-    assert devs["dax0.0"].mode == "devdax"
+    assert "dax1.1" not in devs and devs["dax1.0"].size == 512 * GiB and devs["dax1.0"].mode == "devdax"
+
+
+def test_a_split_of_online_memory_is_disruptive(make_node, capsys) -> None:
+    """Both expanders booted as system RAM online: dax1.0 must go offline before its region can be split."""
+    root = make_node("h100-cxl-autoonline")
+    code, plan = _json(capsys, ["--root", str(root), "plan", str(PART)])
+    split = next(c for c in plan["changes"] if c["target"] == "dax1.0")
+    assert split["op"] == "split" and split["disruptive"] and "--allow-disruptive" in split["reason"]
+    assert split["data"]["steps"][:3] == ["offline", "to-devdax", "disable"], split
 
 
 def test_a_static_region_is_refused_with_the_profile_line(make_node, capsys, tmp_path: Path) -> None:
@@ -84,20 +93,20 @@ def test_a_static_region_is_refused_with_the_profile_line(make_node, capsys, tmp
     assert code != 0
 
 
-@pytest.mark.parametrize(("size", "why"), [("2TiB", "leaves nothing"), ("4TiB", "leaves nothing"),
-                                           ("1026MiB", None)])
-def test_sizes_the_region_cannot_take(make_node, capsys, tmp_path: Path, size: str, why: str | None) -> None:
+def test_sizes_the_region_cannot_take(make_node, capsys, tmp_path: Path) -> None:
     from nodeagent_sim.kernel import SimKernel
 
     root = make_node("h100-cxl")
     # a region aligned to 1 GiB (as a DAX region may be, e.g. pmem's PUD alignment): 1026 MiB is 2 MiB-aligned only
     SimKernel(root).tree.set("/sys/devices/platform/ACPI0017:00/root0/decoder0.1/region1/dax_region1/dax_region/"
                              "align", GiB)
-    prof = tmp_path / "p.yaml"
-    prof.write_text(PART.read_text().replace("size: 512GiB", f"size: {size}"))
-    code, plan = _json(capsys, ["--root", str(root), "plan", str(prof)])
-    (p,) = [p for p in plan["problems"] if p["target"] == "dax1.0"]
-    assert "p.yaml:19:" in p["message"] and (why or "not a multiple of region 1's align") in p["message"], p
+    for size, why in (("2TiB", "leaves nothing"), ("4TiB", "leaves nothing"),
+                      ("1026MiB", "not a multiple of region 1's align")):
+        prof = tmp_path / "p.yaml"
+        prof.write_text(PART.read_text().replace("size: 512GiB", f"size: {size}"))
+        code, plan = _json(capsys, ["--root", str(root), "plan", str(prof)])
+        (p,) = [p for p in plan["problems"] if p["target"] == "dax1.0"]
+        assert code != 0 and "p.yaml:19:" in p["message"] and why in p["message"], p
 
 
 HEAD = "apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: t}\nmemory:\n  dax:\n"
