@@ -12,6 +12,7 @@ Profile::
           zone: movable                  # or normal; system-ram only
           use: tiered                    # optional: tiered | pinned-pool | maru; the plan warns if the zone does
                                          #    not fit; maru (devdax only): kept for Maru's CXL KV store
+          # size: 512GiB, rest: {...}    # use: maru only: split one CXL region for Maru (see .split)
 
 Rules are tried in order and the first that matches a device decides it; a device no rule matches is left as
 it is, and a rule that matches nothing is reported. For each matched device the plan says one of:
@@ -47,7 +48,7 @@ from ...state import Original, Ownership, PlanState
 from ...util.units import format_size
 from ...util.vocab import ZONE_KERNEL_NAME
 from ..base import ApplyContext, Kind, PlanContext, ResourcePlan, projection_of
-from .split import Split, effective, find, region_of, size_of, steps_to_mode, steps_to_unbind
+from .split import effective, find, join_change, region_of, size_of, split_change
 
 if TYPE_CHECKING:
     from ...profile import LoadedProfile
@@ -177,6 +178,13 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
         if sp.state != "absent":
             held.add(sp.region)
         if sp.state == "unsplit":
+            rest, bs = sp.rest_size, dax.block_size
+            if bs and sp.rule.rest.mode == "system-ram" and rest % bs:
+                where = loaded.where("memory", "dax", sp.index, "size")
+                out.warnings.append(
+                    f"memory.dax rule {sp.rule.name!r} ({where}): the rest of region {sp.region} ({format_size(rest)})"
+                    f" is not a whole number of {format_size(bs)} memory blocks, so {format_size(rest % bs)} of it "
+                    "cannot be onlined; a size that is a multiple of the block size loses nothing")
             change = split_change(sp)
             if change.disruptive and not ctx.allow_disruptive:
                 change = replace(change, reason=change.reason + "; not done without --allow-disruptive")
@@ -201,54 +209,6 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
     out.problems += _preconditions(projection_of(loaded, facts, ctx), dax, out.changes)
     out.warnings += advisories(loaded, facts, dax, chosen, ctx, {c.target for c in out.changes})
     return out
-
-
-def split_change(sp: Split) -> Change:
-    """Pure: the change that splits ``sp``'s region (see :mod:`.split`)."""
-    dev, rule = sp.first, sp.rule
-    assert dev is not None
-    size, rest = int(rule.size), dev.size - int(rule.size)
-    rest_mode, rest_zone = rule.rest.mode, getattr(rule.rest, "zone", None)
-    zone = ZONE_KERNEL_NAME[rest_zone] if rest_zone else None
-    steps = (*steps_to_unbind(dev), "resize", "create", *steps_to_mode(rest_mode))
-    disruptive = bool(dev.blocks_online)
-    after = f"devdax {format_size(size)} for Maru + {format_size(rest)} {rest_mode}" + (f"/{rest_zone}" if zone else "")
-    reason = (f"rule {rule.name}: region {sp.region} ({format_size(dev.size)}) split into a Maru device of "
-              f"{format_size(size)} and the rest ({format_size(rest)}) on {dev.name}")
-    if disruptive:
-        reason += f"; its {dev.blocks_online} online blocks must go offline first"
-    data = (("rule", rule.name), ("steps", steps), ("zone", zone), ("from_mode", dev.mode),
-            ("from_zones", dict(dev.zones)), ("from_online", dev.blocks_online), ("blocks", dev.blocks_total),
-            ("node", dev.target_node), ("region", sp.region), ("size", dev.size), ("resize_to", rest),
-            ("maru_size", size), ("final_mode", rest_mode))
-    requires = ("memory.auto_online_blocks",) if "to-system-ram" in steps else ()
-    return Change(KIND, dev.name, "split", state_label(dev), after, reason=reason, disruptive=disruptive,
-                  path=f"/sys/bus/dax/devices/{dev.name}", before_label=f"{state_label(dev)}, {format_size(dev.size)}",
-                  after_label=after, data=data, devices=(dev.name,),
-                  nodes=(dev.target_node,) if dev.target_node is not None else (), requires=requires)
-
-
-def join_change(dev: DaxDevice, was: dict[str, Any], dax: DaxFacts, why: str) -> Change:
-    """Pure: the change that gives ``dev``'s region back to ``dev`` alone, as ``was`` (its recorded original)
-    says: the other devices destroyed, ``dev`` grown back and put in its old mode and zone."""
-    others = tuple(d.name for d in dax.devices if d.region == dev.region and d.name != dev.name)
-    mode, zone = was.get("mode"), was.get("zone")
-    steps = (*steps_to_unbind(dev), "destroy", "resize", *steps_to_mode(mode))
-    disruptive = bool(dev.blocks_online)
-    if disruptive:
-        why += f"; its {dev.blocks_online} online blocks must go offline first"
-    size = int(was["size"])
-    after = f"{mode}" + (f"/{zone.lower()}" if zone and mode == "system-ram" else "") + f", {format_size(size)}"
-    data = (("rule", "original"), ("steps", steps), ("zone", zone if mode == "system-ram" else None),
-            ("from_mode", dev.mode), ("from_zones", dict(dev.zones)), ("from_online", dev.blocks_online),
-            ("blocks", dev.blocks_total), ("node", dev.target_node), ("region", dev.region), ("size", dev.size),
-            ("resize_to", size), ("destroy", others), ("final_mode", mode))
-    requires = ("memory.auto_online_blocks",) if "to-system-ram" in steps else ()
-    return Change(KIND, dev.name, "revert", state_label(dev), after, reason=why, disruptive=disruptive,
-                  path=f"/sys/bus/dax/devices/{dev.name}",
-                  before_label=f"{state_label(dev)}, {format_size(dev.size)} (+ {', '.join(others) or 'nothing'})",
-                  after_label=after, data=data, devices=(dev.name, *others),
-                  nodes=(dev.target_node,) if dev.target_node is not None else (), requires=requires)
 
 
 def _inventory(dax: DaxFacts) -> str:
