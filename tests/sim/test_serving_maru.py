@@ -148,3 +148,21 @@ def test_a_maru_device_still_online_is_named_before_apply(make_node, capsys) -> 
     code, doc = _json(capsys, ["--root", str(root), "render", "serving", "--engine", "vllm", "--version", "0.12",
                                str(MARU)])
     assert code == 0 and {r["pool_node"] for r in doc["ranks"]} == {2}  # node3 is dax1.0's: never a pool node
+
+
+def test_golden_per_pinned_release(applied: Path, capsys) -> None:
+    """What each pinned release renders for the Maru profile (one golden file per engine and release)."""
+    import os
+
+    from nodeagent.serving.versions import PINNED
+
+    for engine, versions in PINNED.items():
+        for version in versions:
+            code, doc = _json(capsys, ["--root", str(applied), "render", "serving", "--engine", engine,
+                                       "--version", version])
+            assert code == 0
+            got = {k: doc[k] for k in ("pool", "per_rank_bytes", "maru", "settings", "warnings")}
+            path = MARU.parent / f"cxl-maru-{engine}-{version}.json"
+            if os.environ.get("NODEAGENT_UPDATE_GOLDEN"):
+                path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
+            assert got == json.loads(path.read_text()), f"{path} differs (NODEAGENT_UPDATE_GOLDEN=1 rewrites it)"
