@@ -113,8 +113,13 @@ def find(rules: tuple[Any, ...], dax: DaxFacts) -> list[Split]:
         reg = dax.region(rid)
         first = next((d for d in devs if d.name == f"dax{rid}.0"), None)
         sized = [d for d in devs if d.size]
-        if first is None or reg is None:
+        if first is None:
             out.append(Split(rule, i, rid, "absent", why=f"region {rid} has no DAX device on this node"))
+            continue
+        if reg is None:  # facts without the regions: nothing can be told about the split, so nothing is planned
+            out.append(Split(rule, i, rid, "invalid", first, why=(
+                f"the DAX facts say nothing of region {rid} itself (its size, align, whether it is dynamic)"),
+                hint="gather the facts again with this nodeagent (nodeagent facts), then plan"))
             continue
         if not reg.dynamic:
             out.append(Split(rule, i, rid, "invalid", first, why=(
