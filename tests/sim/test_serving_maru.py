@@ -4,12 +4,14 @@ goes to system RAM; apply converges, the next plan is empty, and ``render servin
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from nodeagent.cli.main import main
 from nodeagent.profile import load_profile
+from nodeagent.serving.versions import PINNED
 from nodeagent.util.errors import ProfileError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +76,8 @@ def test_a_release_before_marus_integration_pools_on_the_system_ram_expander_onl
 
 
 def test_vllm_and_sglang_use_marus_own_integration(applied: Path, capsys) -> None:
-    """Maru's vLLM KV connector (maru_vllm, vLLM 0.14+) and SGLang HiCache backend (maru_sglang): no LMCache."""
+    """Maru's vLLM KV connector (maru_vllm, vLLM 0.14+) and SGLang HiCache backend (maru_sglang): no LMCache; and
+    what every pinned release renders (golden files)."""
     code, doc = _json(capsys, ["--root", str(applied), "render", "serving", "--engine", "vllm"])
     assert code == 0 and doc["pool"] == "maru" and doc["bind"]["mode"] == "devdax"
     s = doc["settings"]
@@ -90,6 +93,17 @@ def test_vllm_and_sglang_use_marus_own_integration(applied: Path, capsys) -> Non
     assert args[args.index("--hicache-mem-layout") + 1] == "page_first_direct"
     backend = json.loads(args[args.index("--hicache-storage-backend-extra-config") + 1])
     assert backend["module_path"] == "maru_sglang.maru_storage" and backend["interface_v1"] == 1
+    # what each pinned release renders for this profile: one golden file per engine and release
+    for engine, versions in PINNED.items():
+        for version in versions:
+            code, doc = _json(capsys, ["--root", str(applied), "render", "serving", "--engine", engine,
+                                       "--version", version])
+            assert code == 0
+            got = {k: doc[k] for k in ("pool", "per_rank_bytes", "maru", "settings", "warnings")}
+            path = MARU.parent / f"cxl-maru-{engine}-{version}.json"
+            if os.environ.get("NODEAGENT_UPDATE_GOLDEN"):
+                path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
+            assert got == json.loads(path.read_text()), f"{path} differs (NODEAGENT_UPDATE_GOLDEN=1 rewrites it)"
 
 
 def test_an_lmcache_without_the_maru_backend_is_told(applied: Path, capsys) -> None:
@@ -149,20 +163,3 @@ def test_a_maru_device_still_online_is_named_before_apply(make_node, capsys) -> 
                                str(MARU)])
     assert code == 0 and {r["pool_node"] for r in doc["ranks"]} == {2}  # node3 is dax1.0's: never a pool node
 
-
-def test_golden_per_pinned_release(applied: Path, capsys) -> None:
-    """What each pinned release renders for the Maru profile (one golden file per engine and release)."""
-    import os
-
-    from nodeagent.serving.versions import PINNED
-
-    for engine, versions in PINNED.items():
-        for version in versions:
-            code, doc = _json(capsys, ["--root", str(applied), "render", "serving", "--engine", engine,
-                                       "--version", version])
-            assert code == 0
-            got = {k: doc[k] for k in ("pool", "per_rank_bytes", "maru", "settings", "warnings")}
-            path = MARU.parent / f"cxl-maru-{engine}-{version}.json"
-            if os.environ.get("NODEAGENT_UPDATE_GOLDEN"):
-                path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
-            assert got == json.loads(path.read_text()), f"{path} differs (NODEAGENT_UPDATE_GOLDEN=1 rewrites it)"
