@@ -1,7 +1,7 @@
 """``nodeagent guard PROFILE``: keeps the profile's ``dest_free`` schemes paused while their destination is full.
 
 A scheme with ``dest_free`` wants to be paused while its destination node has less than ``pause_below`` free, as
-written once it has more than ``resume_above``, and as it is in between (:mod:`nodeagent.kinds.damon.guard`):
+written once it has more than ``resume_above``, and as it is in between (:mod:`nodeagent.kinds.damon.dest_free`):
 the plan follows the node's free memory, so somebody has to re-plan as that memory moves. This loop does, at a cost
 a 1 s tick can afford: every ``interval`` it reads, per guarded scheme of nodeagent's running kdamonds, the
 destination's ``MemFree`` (one meminfo file) and the scheme's minimum region size (one DAMON file) — reads only.
@@ -139,7 +139,7 @@ class Guardian:
     def tick(self) -> None:
         """One look at every guarded scheme (planning them afresh first when what they depend on moved), and one
         scoped apply when some scheme's state differs from what its destination's free memory asks for."""
-        from ..kinds.damon.guard import PAUSED, decide, thresholds
+        from ..kinds.damon.dest_free import PAUSED, decide, thresholds
 
         now = time.monotonic()
         if now >= self._next_check:
