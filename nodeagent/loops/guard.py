@@ -13,9 +13,9 @@ slots' pids, nodeagent's ownership records and the online nodes (:func:`signatur
 hot-added node, a rebuilt kdamond) — and at least every ``replan`` (10 min): a full plan gathers every fact, seconds
 of CPU under an emulator, and must not compete with the workload every 30 s. The thresholds follow the destination's
 ``MemTotal``, read with its ``MemFree``. At every plan and every signature check it writes its heartbeat
-(:mod:`nodeagent.facts.guard`), which ``plan`` reads. An apply that cannot get the state lock (another run holds it)
-is tried again at the next tick; one that fails otherwise is reported and the loop goes on. SIGTERM or SIGINT stop
-it between ticks (exit 0).
+(:mod:`nodeagent.facts.guard_heartbeat`), which ``plan`` reads. An apply that cannot get the state lock (another
+run holds it) is tried again at the next tick; one that fails otherwise is reported and the loop goes on. SIGTERM or
+SIGINT stop it between ticks (exit 0).
 
 Why a loop and not the kernel: before 6.16 DAMON has no per-node condition for a scheme (DAMOS watermarks measure
 the whole system), and 6.16's ``node_mem_used_bp`` quota goal throttles a scheme rather than stopping it. Why not a
@@ -187,11 +187,12 @@ class Guardian:
 
     def _heartbeat(self) -> None:
         """Say, in the state directory, that this guard keeps the node's dest_free schemes (plan reads it:
-        :mod:`nodeagent.facts.guard`); a heartbeat that cannot be written is said once and the guard goes on."""
+        :mod:`nodeagent.facts.guard_heartbeat`); a heartbeat that cannot be written is said once and the guard goes
+        on."""
         import json
         import os
 
-        from ..facts.guard import HEARTBEAT
+        from ..facts.guard_heartbeat import HEARTBEAT
 
         try:
             self.engine.host.fs.write_file_atomic(HEARTBEAT, json.dumps(
@@ -205,7 +206,7 @@ class Guardian:
         """A guard that stops takes its heartbeat away (plan then warns at once, not after it goes stale)."""
         import os
 
-        from ..facts.guard import HEARTBEAT
+        from ..facts.guard_heartbeat import HEARTBEAT
 
         text = self.engine.host.read_opt(HEARTBEAT)
         try:
