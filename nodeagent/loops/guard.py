@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from ..util import jsonin
 from ..util.errors import HostError, LockTimeoutError, NodeagentError
 from ..util.kfmt import parse_meminfo
-from ..util.units import approx_size
+from ..util.quantities import approx_size
 
 if TYPE_CHECKING:
     from ..engine.core import Engine

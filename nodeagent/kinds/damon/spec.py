@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ...facts.damon import DamonFacts
 from ...facts.damon_caps import ACTION_OPS, since_of
 from ...util.dataclass import dataclass
-from ...util.units import approx_size, format_duration_us, format_size
+from ...util.quantities import approx_size, format_duration_us, format_size
 from . import dest_free, model, prime
 from .model import CORE_FILTER_TYPES
 from .nodes import NodeClasses, Pairing
