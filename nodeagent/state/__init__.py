@@ -37,7 +37,7 @@ from .advisories import AdvisoriesShown
 from .boot_cache import Probes
 from .drift_record import DriftEntry, DriftRecord, Unfixable
 from .last_applied import LastApplied, Reverted, resolved_record
-from .last_checks import CheckResult, LastChecks
+from .last_checks import CheckOutcome, LastChecks
 from .originals import Original, Originals
 from .ownership import OwnedDevice, OwnedKdamond, OwnedRegion, Ownership
 from .plan_state import PlanState
@@ -47,7 +47,7 @@ from .shape import ShapeError
 from .store import JOURNAL, OWN_FILES, RECORDS, RESERVE, SLACK, STATE_DIR, StateStore
 
 __all__ = [
-    "FORMAT", "JOURNAL", "OWN_FILES", "RECORDS", "RESERVE", "SLACK", "STATE_DIR", "AdvisoriesShown", "CheckResult",
+    "FORMAT", "JOURNAL", "OWN_FILES", "RECORDS", "RESERVE", "SLACK", "STATE_DIR", "AdvisoriesShown", "CheckOutcome",
     "DriftEntry", "DriftRecord", "LastApplied", "LastChecks", "Original", "Originals", "OwnedDevice", "OwnedKdamond",
     "OwnedRegion", "Ownership", "PlanState", "Probes", "Progress", "Record", "Reverted", "ShapeError", "StateStore",
     "Unfixable", "resolved_record",

@@ -8,7 +8,10 @@ from .records import FORMAT, Record, _version
 from .shape import _list, _obj, _str
 
 
-class CheckResult(NamedTuple):
+class CheckOutcome(NamedTuple):
+    """How one check ended, as the file keeps it (the report's :class:`nodeagent.checks.base.CheckResult`, without
+    its findings and evidence)."""
+
     name: str
     severity: str
     status: str
@@ -20,7 +23,7 @@ class LastChecks(Record):
     __slots__ = ("results",)
     FILE = "last-checks.json"
 
-    def __init__(self, results: list[CheckResult] | None = None) -> None:
+    def __init__(self, results: list[CheckOutcome] | None = None) -> None:
         self.results = results or []
 
     def __bool__(self) -> bool:
@@ -35,6 +38,6 @@ class LastChecks(Record):
         out = []
         for i, r in enumerate(_list(data.get("results"), "results")):
             r = _obj(r, f"results[{i}]")
-            out.append(CheckResult(*(_str(r.get(k), f"results[{i}].{k}", optional=False) or ""
-                                     for k in CheckResult._fields)))
+            out.append(CheckOutcome(*(_str(r.get(k), f"results[{i}].{k}", optional=False) or ""
+                                     for k in CheckOutcome._fields)))
         return cls(out)
