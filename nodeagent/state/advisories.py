@@ -73,6 +73,8 @@ class AdvisoriesShown(Record):
 
     __slots__ = ("shown",)
     FILE = "advisories.json"
+    KEYED = (("shown",),)
+    HOLDS = "the record of the advisories already shown"
 
     def __init__(self, shown: dict[str, Shown] | None = None) -> None:
         self.shown = shown or {}

@@ -35,6 +35,7 @@ class Probes(Record):
 
     __slots__ = ("boot_id", "probes")
     FILE = "probes.json"
+    HOLDS = "this boot's probe answers"
 
     def __init__(self, boot_id: str | None = None, probes: dict[str, str] | None = None) -> None:
         self.boot_id = boot_id

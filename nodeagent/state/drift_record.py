@@ -50,6 +50,8 @@ class DriftRecord(Record):
 
     __slots__ = ("profile", "profile_digest", "checked", "items", "cannot_be_done")
     FILE = "drift.json"
+    KEYED = (("items",), ("cannot_be_done",))
+    HOLDS = "the open drift item"
 
     def __init__(self, profile: str | None = None, profile_digest: str | None = None, checked: float | None = None,
                  items: dict[str, DriftEntry] | None = None,
@@ -90,6 +92,10 @@ class DriftRecord(Record):
                                     _when(rec.get("last_seen", first), f"{w}.last_seen") or 0.0)
         return cls(_str(data.get("profile"), "profile"), _str(data.get("profile_digest"), "profile_digest"),
                    _when(data.get("checked"), "checked", optional=True), items, apart)
+
+    @classmethod
+    def held(cls, data: dict[str, Any]) -> list[str] | None:
+        return list(data.get("items") if isinstance(data.get("items"), dict) else {})
 
 
 def _unfixable(rec: Any, where: str, key: str) -> Unfixable:

@@ -26,6 +26,7 @@ class LastApplied(Record):
     __slots__ = ("profile", "profile_path", "profile_digest", "desired", "resolved", "status", "outcomes",
                  "verify_errors", "problems", "scope", "time", "applied_time", "managed", "reverted")
     FILE = "last-applied.json"
+    HOLDS = "the record of the last apply"
 
     def __init__(self, profile: str | None = None, *, profile_path: str | None = None,
                  profile_digest: str | None = None, desired: dict[str, Any] | None = None,

@@ -22,6 +22,7 @@ class LastChecks(Record):
 
     __slots__ = ("results",)
     FILE = "last-checks.json"
+    HOLDS = "the last checks' results"
 
     def __init__(self, results: list[CheckOutcome] | None = None) -> None:
         self.results = results or []

@@ -31,6 +31,8 @@ class Originals(Record):
 
     __slots__ = ("items",)
     FILE = "originals.json"
+    KEYED = (("originals",),)
+    HOLDS = "the original value of"
 
     def __init__(self, items: dict[str, Original] | None = None) -> None:
         self.items = items or {}
@@ -47,3 +49,14 @@ class Originals(Record):
         items = data if _version(data, cls.FILE) == 1 else _obj(data.get("originals"), "originals", {})
         return cls({t: Original.from_json(rec, f"originals.{t}" if "originals" in data else t)
                     for t, rec in items.items()})
+
+    @classmethod
+    def in_current_layout(cls, data: dict[str, Any]) -> dict[str, Any]:
+        if "originals" in data:
+            return data
+        return {"format": FORMAT, "originals": {k: v for k, v in data.items() if k != "format"}}  # format 1
+
+    @classmethod
+    def held(cls, data: dict[str, Any]) -> list[str] | None:
+        keys = list((data.get("originals") if isinstance(data.get("originals"), dict) else data).keys())
+        return [k for k in keys if k != "format"]

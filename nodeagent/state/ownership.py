@@ -89,6 +89,8 @@ class Ownership(Record):
 
     __slots__ = ("dax", "kdamonds", "regions")
     FILE = "ownership.json"
+    KEYED = (("damon", "kdamonds"), ("dax",))
+    HOLDS = "nodeagent's record of"
 
     def __init__(self, dax: dict[str, OwnedDevice] | None = None,
                  kdamonds: dict[int, OwnedKdamond] | None = None,
@@ -132,6 +134,13 @@ class Ownership(Record):
         regions = {str(k): OwnedRegion.from_json(rec, f"cxl_region.{k}")
                    for k, rec in _obj(data.get("cxl_region"), "cxl_region", {}).items()}
         return cls(dax, kds, regions)
+
+    @classmethod
+    def held(cls, data: dict[str, Any]) -> list[str] | None:
+        damon = data.get("damon") if isinstance(data.get("damon"), dict) else {}
+        kds = damon.get("kdamonds") if isinstance(damon.get("kdamonds"), dict) else {}
+        dax = data.get("dax") if isinstance(data.get("dax"), dict) else {}
+        return [f"kdamond {k}" for k in kds] + [str(d) for d in dax]
 
     @classmethod
     def coerce(cls, value: Ownership | dict[str, Any] | None) -> Ownership:

@@ -16,6 +16,7 @@ class Progress(Record):
 
     __slots__ = ("what", "pid", "started", "profile", "profile_digest", "planned", "done", "in_flight")
     FILE = "progress.json"
+    HOLDS = "the record of an unfinished run"
 
     def __init__(self, what: str | None = None, *, pid: int | None = None, started: str | None = None,
                  profile: str | None = None, profile_digest: str | None = None,

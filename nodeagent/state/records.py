@@ -24,10 +24,29 @@ R = TypeVar("R", bound="Record")
 
 class Record:
     """A state file's content. ``FILE`` names it; :meth:`from_json` validates (raising :class:`ShapeError`)
-    and migrates; :meth:`to_json` is what is written (with ``format``)."""
+    and migrates; :meth:`to_json` is what is written (with ``format``). What the store needs to keep the good
+    records of a damaged file and to say what was lost, the record says: where the file keeps its records by key
+    (``KEYED``), what it holds in words (``HOLDS``) and the names of those it holds (:meth:`held`)."""
 
     __slots__ = ()
     FILE: ClassVar[str] = ""
+    #: The mappings that hold the file's records by key (a path of keys each), each record checked on its own when
+    #: the file is damaged; ``()``: the file is one record.
+    KEYED: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    #: What the file holds, in words, for the warning that says what was lost with it.
+    HOLDS: ClassVar[str] = "its records"
+
+    @classmethod
+    def in_current_layout(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` laid out as the current format keeps it, for checking its records one by one (a format that
+        moved them is lifted here; :meth:`from_json` migrates the rest)."""
+        return data
+
+    @classmethod
+    def held(cls, data: dict[str, Any]) -> list[str] | None:
+        """The names of the records ``data`` (the file, read as JSON) holds, for saying what was lost with it;
+        None: its records have no names to give."""
+        return None
 
     def to_json(self) -> dict[str, Any]:
         raise NotImplementedError

@@ -20,7 +20,7 @@ from .originals import Original, Originals
 from .ownership import Ownership
 from .plan_state import PlanState
 from .progress import Progress
-from .records import FORMAT, R, Record
+from .records import R, Record
 from .shape import ShapeError, _type
 
 if TYPE_CHECKING:
@@ -90,10 +90,10 @@ class StateStore:
             return kind.from_json(data)
         except ShapeError as exc:  # records of the wrong shape: the good ones are kept, the bad ones set aside
             kept, lost = _salvage(kind, data) if isinstance(data, dict) else (None, [])
-            self._bad(kind.FILE, raw, str(exc), kept, lost)
+            self._bad(kind, raw, str(exc), kept, lost)
             return kept if kept is not None else kind()
         except ValueError as exc:  # json.JSONDecodeError
-            self._bad(kind.FILE, raw, str(exc))
+            self._bad(kind, raw, str(exc))
             return kind()
 
     def write_record(self, record: Record) -> None:
@@ -153,12 +153,14 @@ class StateStore:
         if record.to_json() != before:
             self.write_record(record)
 
-    def _bad(self, name: str, raw: str, why: str, kept: Record | None = None, bad: list[str] | None = None) -> None:
+    def _bad(self, kind: type[Record], raw: str, why: str, kept: Record | None = None,
+             bad: list[str] | None = None) -> None:
         """Set a bad file aside (when a writing command holds the lock) and say what was lost with it: the bad
         records, when the rest could be ``kept`` (and is written back), else everything it held."""
         from ..util.errors import HostError
 
-        lost = f"{', '.join(bad)} (the rest is kept)" if kept is not None and bad else _held(name, raw)
+        name = kind.FILE
+        lost = f"{', '.join(bad)} (the rest is kept)" if kept is not None and bad else _held(kind, raw)
         self.set_aside[name] = f"{self.path(name)}, which is corrupt ({why})"
         if not self.writable:
             self._warn(f"state file {self.path(name)} is corrupt ({why}); ignored here ({lost} with it), set aside "
@@ -232,21 +234,13 @@ class StateStore:
         return self.plan_state().to_json()
 
 
-#: Where a file keeps its records by key (each checked on its own by :func:`_salvage`); ``()``: the top level.
-_RECORD_MAPS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "originals.json": (("originals",),), "ownership.json": (("damon", "kdamonds"), ("dax",)),
-    "drift.json": (("items",), ("cannot_be_done",)), "advisories.json": (("shown",),),
-}
-
-
 def _salvage(kind: type[R], data: dict[str, Any]) -> tuple[R | None, list[str]]:
     """The records of ``data`` that have the right shape, and the names of those that do not (``damon.kdamonds.9``);
-    ``(None, [])`` when the file is wrong beyond its records."""
-    paths = _RECORD_MAPS.get(kind.FILE)
+    ``(None, [])`` when the file is wrong beyond its records (or keeps none by key: :attr:`Record.KEYED`)."""
+    paths = kind.KEYED
     if not paths:
         return None, []
-    if kind.FILE == "originals.json" and "originals" not in data:  # format 1: the targets at the top level
-        data = {"format": FORMAT, "originals": {k: v for k, v in data.items() if k != "format"}}
+    data = kind.in_current_layout(data)
     try:
         base = json.loads(json.dumps(data))
     except RecursionError:  # nested just short of what the parser refuses: too deep to tell records apart
@@ -291,35 +285,17 @@ def _put(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     data[path[-1]] = value
 
 
-#: What each file holds, in words, for the warning that says what was lost with it.
-_HOLDS = {"originals.json": "the original value of", "ownership.json": "nodeagent's record of",
-          "drift.json": "the open drift item", "last-applied.json": "the record of the last apply",
-          "last-checks.json": "the last checks' results", "probes.json": "this boot's probe answers",
-          "progress.json": "the record of an unfinished run",
-          "advisories.json": "the record of the advisories already shown"}
-
-
-def _held(name: str, raw: str) -> str:
+def _held(kind: type[Record], raw: str) -> str:
     """What a bad file held, as far as it can be read: its records by name where it parses at all."""
-    what = _HOLDS.get(name, "its records")
+    what = kind.HOLDS
     try:
         data = jsonin.loads(raw)
     except ValueError:
         return f"every record in it ({what}...)"
     if not isinstance(data, dict):
         return f"every record in it ({what}...)"
-    if name == "originals.json":
-        keys = list((data.get("originals") if isinstance(data.get("originals"), dict) else data).keys())
-        keys = [k for k in keys if k != "format"]
-    elif name == "ownership.json":
-        damon = data.get("damon") if isinstance(data.get("damon"), dict) else {}
-        kds = damon.get("kdamonds") if isinstance(damon.get("kdamonds"), dict) else {}
-        dax = data.get("dax") if isinstance(data.get("dax"), dict) else {}
-        keys = [f"kdamond {k}" for k in kds] + [str(d) for d in dax]
-    elif name == "drift.json":
-        items = data.get("items") if isinstance(data.get("items"), dict) else {}
-        keys = list(items)
-    else:
+    keys = kind.held(data)
+    if keys is None:
         return what
     shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
     return f"{what} {shown}" if keys else f"{what} nothing"
