@@ -16,14 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextvars import ContextVar
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .records import FORMAT, Record, _version
 from .shape import _obj, _str
 
 if TYPE_CHECKING:
     from ..host import Host
-    from .store import StateStore
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 #: True while the state lock is held: a probe that had to run may then be written down.
@@ -52,7 +51,15 @@ class Probes(Record):
                    {str(k): v for k, v in probes.items() if isinstance(v, str)})
 
 
-def probe(host: Host, store_of: Callable[[Host], StateStore], key: str, run: Callable[[], str]) -> str:
+class Store(Protocol):
+    """What the cache asks of the store (:class:`nodeagent.state.store.StateStore`, which imports this module)."""
+
+    def read(self, kind: type[Probes]) -> Probes: ...
+
+    def write_record(self, record: Record) -> None: ...
+
+
+def probe(host: Host, store_of: Callable[[Host], Store], key: str, run: Callable[[], str]) -> str:
     """``run()``'s answer for ``key``, from this boot's cache (read and written through a store of ``host`` that
     ``store_of`` opens) when it is there. Exceptions of ``run`` pass."""
     boot = (host.read_opt(BOOT_ID) or "").strip()
@@ -69,7 +76,7 @@ def probe(host: Host, store_of: Callable[[Host], StateStore], key: str, run: Cal
     return value
 
 
-def attach(host: Host, store_of: Callable[[Host], StateStore]) -> None:
+def attach(host: Host, store_of: Callable[[Host], Store]) -> None:
     """Answer ``host``'s probes from this boot's cache (:meth:`nodeagent.host.Host.cached_probe`): the state
     owns the cache, so the host and the facts that probe never import the state. The store that attaches it
     passes its own class (``store_of``), so that this module needs no import of the store."""
