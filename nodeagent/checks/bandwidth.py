@@ -23,7 +23,7 @@ from ..facts import Facts
 from ..facts.numa import NumaNode
 from ..host import CopyRun, Host
 from ..util.errors import HostError
-from ..util.units import format_size
+from ..util.quantities import format_size
 from .base import CheckContext, Finding, Skip
 
 if TYPE_CHECKING:

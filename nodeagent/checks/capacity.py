@@ -40,7 +40,7 @@ from ..host import Host
 from ..kinds.projection import project
 from ..util.dataclass import dataclass
 from ..util.errors import CommandError
-from ..util.units import format_size
+from ..util.quantities import format_size
 from ..util.vocab import DTYPE_BYTES
 from .base import CheckContext, Finding, Skip
 

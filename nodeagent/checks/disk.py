@@ -27,7 +27,7 @@ from ..facts import Facts
 from ..facts.hardware import CheckedPath, Mount, SavedHardware, existing_ancestor, mount_of, read_mounts
 from ..host import Host, StatVfs
 from ..util.errors import HostError, MissingError
-from ..util.units import format_size
+from ..util.quantities import format_size
 from .base import CheckContext, Finding
 
 if TYPE_CHECKING:

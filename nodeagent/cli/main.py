@@ -60,9 +60,9 @@ class Ctx:
                 except KeyError as exc:
                     raise UsageError(f"--simulate: {exc.args[0]}") from None
             self._host = open_host(root)
-            from ..state.boot_cache import attach
+            from ..state.store import cache_probes
 
-            attach(self._host)  # read-only commands read this boot's probe answers too
+            cache_probes(self._host)  # read-only commands read this boot's probe answers too
         return self._host
 
     def engine(self) -> Engine:

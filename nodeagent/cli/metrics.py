@@ -61,7 +61,7 @@ def serve(ctx: Ctx, listen: str, gpu_interval: float, refresh_interval: float, p
     from ..host.latency import Limits
     from ..metrics.collector import Collector
     from ..metrics.exporter import Exporter, Intervals
-    from ..util.units import parse_size
+    from ..util.quantities import parse_size
 
     try:
         cap = parse_size(latency_max_buffer)

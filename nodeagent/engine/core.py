@@ -33,7 +33,7 @@ from ..kinds.registry import BY_KIND, RESOURCES
 from ..plan import Change, Outcome, Plan, Problem, Result
 from ..state import (
     STATE_DIR,
-    CheckResult,
+    CheckOutcome,
     DriftRecord,
     LastApplied,
     LastChecks,
@@ -503,7 +503,7 @@ class Engine:
         """``last-checks.json``: the metrics and the labels export the last results until the checks run again.
         The caller holds the lock; a run that skipped every check leaves the last results as they are."""
         if report.results:
-            self.state.write_record(LastChecks([CheckResult(c.name, c.severity, c.status) for c in report.results]))
+            self.state.write_record(LastChecks([CheckOutcome(c.name, c.severity, c.status) for c in report.results]))
 
     # -- advisories said once per profile and kernel (nodeagent.state.advisories) ---------------------------------
     def kernel_release(self) -> str:

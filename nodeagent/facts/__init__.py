@@ -141,6 +141,6 @@ SECTIONS["cxl"] = _cxl  # (facts.cxl puts its own gatherer under the same name w
 
 from . import damon as _damon  # noqa: E402,F401  (registers the DAMON fact section)
 from . import dax as _dax  # noqa: E402,F401  (registers the "dax" section)
-from . import guard as _guard  # noqa: E402,F401  (registers the "guard" section)
+from . import guard_heartbeat as _guard_heartbeat  # noqa: E402,F401  (registers the "guard" section)
 from . import interleave as _interleave  # noqa: E402,F401  (registers the "interleave" section)
 from . import reclaim as _reclaim  # noqa: E402,F401  (registers the "reclaim" section)

@@ -416,7 +416,7 @@ SECTIONS["cxl"] = gather
 # -- text ----------------------------------------------------------------------------------------------
 
 def _size(n: int | None) -> str:
-    from ..util.units import format_size
+    from ..util.quantities import format_size
 
     return format_size(n) if n is not None else "-"
 

@@ -1,7 +1,7 @@
 """``nodeagent guard PROFILE``: keeps the profile's ``dest_free`` schemes paused while their destination is full.
 
 A scheme with ``dest_free`` wants to be paused while its destination node has less than ``pause_below`` free, as
-written once it has more than ``resume_above``, and as it is in between (:mod:`nodeagent.kinds.damon.guard`):
+written once it has more than ``resume_above``, and as it is in between (:mod:`nodeagent.kinds.damon.dest_free`):
 the plan follows the node's free memory, so somebody has to re-plan as that memory moves. This loop does, at a cost
 a 1 s tick can afford: every ``interval`` it reads, per guarded scheme of nodeagent's running kdamonds, the
 destination's ``MemFree`` (one meminfo file) and the scheme's minimum region size (one DAMON file) — reads only.
@@ -13,9 +13,9 @@ slots' pids, nodeagent's ownership records and the online nodes (:func:`signatur
 hot-added node, a rebuilt kdamond) — and at least every ``replan`` (10 min): a full plan gathers every fact, seconds
 of CPU under an emulator, and must not compete with the workload every 30 s. The thresholds follow the destination's
 ``MemTotal``, read with its ``MemFree``. At every plan and every signature check it writes its heartbeat
-(:mod:`nodeagent.facts.guard`), which ``plan`` reads. An apply that cannot get the state lock (another run holds it)
-is tried again at the next tick; one that fails otherwise is reported and the loop goes on. SIGTERM or SIGINT stop
-it between ticks (exit 0).
+(:mod:`nodeagent.facts.guard_heartbeat`), which ``plan`` reads. An apply that cannot get the state lock (another
+run holds it) is tried again at the next tick; one that fails otherwise is reported and the loop goes on. SIGTERM or
+SIGINT stop it between ticks (exit 0).
 
 Why a loop and not the kernel: before 6.16 DAMON has no per-node condition for a scheme (DAMOS watermarks measure
 the whole system), and 6.16's ``node_mem_used_bp`` quota goal throttles a scheme rather than stopping it. Why not a
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from ..util import jsonin
 from ..util.errors import HostError, LockTimeoutError, NodeagentError
 from ..util.kfmt import parse_meminfo
-from ..util.units import approx_size
+from ..util.quantities import approx_size
 
 if TYPE_CHECKING:
     from ..engine.core import Engine
@@ -139,7 +139,7 @@ class Guardian:
     def tick(self) -> None:
         """One look at every guarded scheme (planning them afresh first when what they depend on moved), and one
         scoped apply when some scheme's state differs from what its destination's free memory asks for."""
-        from ..kinds.damon.guard import PAUSED, decide, thresholds
+        from ..kinds.damon.dest_free import PAUSED, decide, thresholds
 
         now = time.monotonic()
         if now >= self._next_check:
@@ -187,11 +187,12 @@ class Guardian:
 
     def _heartbeat(self) -> None:
         """Say, in the state directory, that this guard keeps the node's dest_free schemes (plan reads it:
-        :mod:`nodeagent.facts.guard`); a heartbeat that cannot be written is said once and the guard goes on."""
+        :mod:`nodeagent.facts.guard_heartbeat`); a heartbeat that cannot be written is said once and the guard goes
+        on."""
         import json
         import os
 
-        from ..facts.guard import HEARTBEAT
+        from ..facts.guard_heartbeat import HEARTBEAT
 
         try:
             self.engine.host.fs.write_file_atomic(HEARTBEAT, json.dumps(
@@ -205,7 +206,7 @@ class Guardian:
         """A guard that stops takes its heartbeat away (plan then warns at once, not after it goes stale)."""
         import os
 
-        from ..facts.guard import HEARTBEAT
+        from ..facts.guard_heartbeat import HEARTBEAT
 
         text = self.engine.host.read_opt(HEARTBEAT)
         try:

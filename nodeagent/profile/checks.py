@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..util.units import format_size, parse_percent, parse_size
+from ..util.quantities import format_size, parse_percent, parse_size
 from ..util.vocab import CHECK_NAMES, DTYPE_BYTES  # noqa: F401  (re-exported; defined where no pydantic is loaded)
 
 Severity = Literal["error", "warning"]

@@ -37,7 +37,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from pydantic_core import PydanticCustomError
 
 from ..util.kfmt import kernel_version
-from ..util.units import format_duration_us, parse_duration_us, parse_percent, parse_size
+from ..util.quantities import format_duration_us, parse_duration_us, parse_percent, parse_size
 from ..util.vocab import DAMON_ACTIONS, DAMON_FILTER_TYPES, DAMON_GOAL_METRICS, DAMON_GOAL_TUNERS
 from .checks import Percent
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 
-from ..util import units
+from ..util import quantities
 from ..util.vocab import NUMA_BALANCING
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -45,32 +45,33 @@ def _enum(choices: Any) -> dict[str, Any]:
 
 
 def _size(_: dict[str, Any]) -> JsonSchemaValue:
-    return {"anyOf": [_int(0), {"type": "string", "pattern": units.SIZE_PATTERN}],
+    return {"anyOf": [_int(0), {"type": "string", "pattern": quantities.SIZE_PATTERN}],
             "description": "bytes, or a size such as 512MiB, 2TiB or 10GB"}
 
 
 def _duration(_: dict[str, Any]) -> JsonSchemaValue:
-    return {"anyOf": [_int(0), {"type": "string", "pattern": units.DURATION_PATTERN}],
+    return {"anyOf": [_int(0), {"type": "string", "pattern": quantities.DURATION_PATTERN}],
             "description": "microseconds, or a duration such as 10ms, 30s or 1min"}
 
 
 def _percent(_: dict[str, Any]) -> JsonSchemaValue:
     return {"anyOf": [{"type": "number", "minimum": 0, "maximum": 100},
-                      {"type": "string", "pattern": units.percent_pattern()}],
+                      {"type": "string", "pattern": quantities.percent_pattern()}],
             "description": "a percentage: 25% or 25"}
 
 
 def _unit(cv: dict[str, Any]) -> JsonSchemaValue:
     parse = cv["parse"]
-    if parse is units.parse_size:
+    if parse is quantities.parse_size:
         return _size(cv)
-    if parse is units.parse_duration_us:
+    if parse is quantities.parse_duration_us:
         return _duration(cv)
     raise LookupError(f"no JSON Schema for the unit parser {parse.__qualname__}")
 
 
 def _ratio(cv: dict[str, Any]) -> JsonSchemaValue:
-    return {"anyOf": [_int(0, cv["scale"]), {"type": "string", "pattern": units.percent_pattern(percent_sign=True)}],
+    return {"anyOf": [_int(0, cv["scale"]),
+                      {"type": "string", "pattern": quantities.percent_pattern(percent_sign=True)}],
             "description": f"{cv['what']} (0-{cv['scale']}) or a percentage such as 40%"}
 
 
@@ -85,14 +86,14 @@ def _param_count(_: dict[str, Any]) -> JsonSchemaValue:
 
 
 def _damon_count(_: dict[str, Any]) -> JsonSchemaValue:
-    return {"anyOf": [_int(0, 2**32 - 1), {"type": "string", "pattern": units.percent_pattern(percent_sign=True)}],
+    return {"anyOf": [_int(0, 2**32 - 1), {"type": "string", "pattern": quantities.percent_pattern(percent_sign=True)}],
             "description": "accesses per aggregation interval, or a percentage of the most a region can get"}
 
 
 def _dtype(_: dict[str, Any]) -> JsonSchemaValue:
     from .checks import DTYPE_BYTES
 
-    alt = "|".join(units._spelling(d, fold_case=True) for d in DTYPE_BYTES)
+    alt = "|".join(quantities._spelling(d, fold_case=True) for d in DTYPE_BYTES)
     return {"type": "string", "pattern": f"^({alt})$", "description": f"one of {', '.join(DTYPE_BYTES)}"}
 
 
@@ -116,7 +117,7 @@ _DESCRIBE: dict[tuple[str, str], Describe] = {
     ("nodeagent.profile.model", "_ways"): lambda _: {"type": "integer", "enum": [1, 2, 3, 4, 6, 8, 12, 16]},
     ("nodeagent.profile.model", "_granularity"): lambda _: {
         "anyOf": [{"type": "integer", "enum": [256 << i for i in range(7)]},
-                  {"type": "string", "pattern": units.SIZE_PATTERN}],
+                  {"type": "string", "pattern": quantities.SIZE_PATTERN}],
         "description": "bytes (a power of two from 256 to 16384), or a size such as 4KiB"},
     ("nodeagent.profile.checks", "_size"): _size,
     ("nodeagent.profile.checks", "_percent"): _percent,
@@ -200,10 +201,10 @@ def _default_text(value: Any, inner: dict[str, Any]) -> Any:
         return value
     fn = inner["function"]["function"]
     parse = _closure(fn).get("parse")
-    if parse is units.parse_duration_us and isinstance(value, int):
-        return units.format_duration_us(value)
-    if (parse is units.parse_size or fn.__qualname__ == "_size") and isinstance(value, int) and value:
-        return units.format_size(value)
+    if parse is quantities.parse_duration_us and isinstance(value, int):
+        return quantities.format_duration_us(value)
+    if (parse is quantities.parse_size or fn.__qualname__ == "_size") and isinstance(value, int) and value:
+        return quantities.format_size(value)
     if fn.__qualname__ == "_percent" and isinstance(value, float):
         return f"{value:g}%"
     return value

@@ -46,7 +46,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..util.units import parse_size
+from ..util.quantities import parse_size
 from ..util.vocab import (
     AUTO_ONLINE_BLOCKS,
     DAX_MODES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from ..util.units import format_size
+from ..util.quantities import format_size
 
 
 def _size(n: int) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..plan import Result
 from ..state.journal import iso
-from ..util.units import format_size
+from ..util.quantities import format_size
 from .text import advisory_lines, change_line
 
 

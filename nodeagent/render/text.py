@@ -7,7 +7,7 @@ from collections.abc import Collection
 from ..facts import Facts
 from ..plan import Change, Plan, Result
 from ..util.escape import escape_controls
-from ..util.units import format_size
+from ..util.quantities import format_size
 
 __all__ = ["escape_controls", "plan_text", "result_text", "facts_text", "change_line", "dax_text"]
 

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from ..util.timestamps import rfc3339
-from . import FORMAT, Record, _obj, _stamp, _str, _version
+from .records import FORMAT, Record, _version
+from .shape import _obj, _stamp, _str
 
 #: Profile+kernel keys kept (the most recently recorded): a node that boots its last few kernels or switches
 #: between a few profiles does not see the same advisories again each time.
@@ -72,6 +73,8 @@ class AdvisoriesShown(Record):
 
     __slots__ = ("shown",)
     FILE = "advisories.json"
+    KEYED = (("shown",),)
+    HOLDS = "the record of the advisories already shown"
 
     def __init__(self, shown: dict[str, Shown] | None = None) -> None:
         self.shown = shown or {}

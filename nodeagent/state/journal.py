@@ -25,7 +25,7 @@ from ..host import Host
 from ..util import jsonin
 from ..util.errors import UsageError
 from ..util.timestamps import rfc3339
-from . import JOURNAL
+from .store import JOURNAL
 
 MAX_BYTES = 1024 * 1024
 KEEP = 3  # files: journal.jsonl, journal.jsonl.1, journal.jsonl.2

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from nodeagent.util.errors import ExitCode, UsageError
-from nodeagent.util.units import parse_size
+from nodeagent.util.quantities import parse_size
 
 if TYPE_CHECKING:
     from nodeagent.cli.main import Ctx
@@ -276,7 +276,7 @@ def sim_fill(directory: str, node: int, free: str) -> None:
     """Use a node's memory until only FREE of it is left (as a workload's pages would fill a CXL node): its
     meminfo, /proc/meminfo and zoneinfo follow."""
     from nodeagent.util.kfmt import parse_meminfo
-    from nodeagent.util.units import parse_percent, parse_size
+    from nodeagent.util.quantities import parse_percent, parse_size
 
     from . import memory
 

@@ -26,6 +26,14 @@ def test_no_import_circle_crosses_a_folder() -> None:
     assert not crossing, "import circles across folders:\n" + "\n".join(" ↔ ".join(c) for c in crossing)
 
 
+def test_the_state_has_no_import_circle_inside() -> None:
+    """The state's modules point one way — the store on the records, each record on the record base and the shape
+    checks — so that a record module can be read, and imported, alone (the boot cache asks the store through a
+    protocol, not an import)."""
+    inside = [c for c in cycles() if {folder(m) for m in c} == {"state"}]
+    assert not inside, "import circles inside state/:\n" + "\n".join(" ↔ ".join(c) for c in inside)
+
+
 def _edges(src: str, allowed: callable) -> list[str]:  # type: ignore[valid-type]
     return [f"{m} → {d} (line {line})" for m, deps in sorted(graph().items()) if folder(m) == src
             for d, line in deps.items() if not allowed(d)]

@@ -1,5 +1,5 @@
 """dest_free on a simulated node: a migrate scheme paused while its destination is nearly full, as plan, apply,
-drift and `nodeagent guard` see it (nodeagent/kinds/damon/guard.py, nodeagent/loops/guard.py)."""
+drift and `nodeagent guard` see it (nodeagent/kinds/damon/dest_free.py, nodeagent/loops/guard.py)."""
 
 from __future__ import annotations
 

@@ -132,6 +132,30 @@ def test_a_writing_run_sets_a_bad_file_aside(store: StateStore) -> None:
     assert not store.read(Ownership) and json.loads(path.read_text())["format"] == FORMAT
 
 
+@pytest.mark.parametrize(("name", "data", "lost"), [
+    ("ownership.json", {"format": 99, "damon": {"kdamonds": {"0": {}}}, "dax": {"dax0.0": {}}},
+     "nodeagent's record of kdamond 0, dax0.0 with it"),
+    ("originals.json", {"format": 99, "originals": {"kernel.numa_balancing": {"value": "1"}}},
+     "the original value of kernel.numa_balancing with it"),
+    ("drift.json", {"format": 99, "items": {f"knob:k{i}": {} for i in range(8)}},
+     "the open drift item knob:k0, knob:k1, knob:k2, knob:k3, knob:k4, knob:k5 and 2 more with it"),
+    ("last-applied.json", {"format": 99}, "(the record of the last apply with it)"),
+    ("probes.json", "{not json", "(every record in it (this boot's probe answers...) with it)"),
+])
+def test_a_file_wrong_beyond_its_records_names_what_it_held(store: StateStore, name: str, data: object,
+                                                           lost: str) -> None:
+    """Each record says what its file holds (``HOLDS``) and the names of the records in it (``held``): the warning
+    for a file that cannot be salvaged names them."""
+    put(store, name, data)
+    store.read(next(r for r in RECORDS if r.FILE == name))
+    (warning,) = store.warnings
+    assert lost in warning, warning
+
+
+def test_every_state_file_says_what_it_holds() -> None:
+    assert all(r.HOLDS != "its records" for r in RECORDS), [r.FILE for r in RECORDS if r.HOLDS == "its records"]
+
+
 # -- every record round-trips through its file ---------------------------------------------------------------
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 names = st.text(st.characters(codec="ascii", categories=("L", "N")), min_size=1, max_size=8)

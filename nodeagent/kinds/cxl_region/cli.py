@@ -8,7 +8,7 @@ import click
 
 from ...util.errors import UsageError
 from ...util.escape import escape_controls
-from ...util.units import parse_duration_us
+from ...util.quantities import parse_duration_us
 
 
 def wait_memdevs_option(engine: Any, loaded: Any, text: str) -> None:

@@ -30,7 +30,7 @@ from ...facts.dax import from_facts as dax_facts
 from ...plan import Change, Problem
 from ...state import OwnedRegion
 from ...util.dataclass import dataclass
-from ...util.units import format_size
+from ...util.quantities import format_size
 from .names import CXL, KIND, ident, key, rules_of, target
 
 if TYPE_CHECKING:

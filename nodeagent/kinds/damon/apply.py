@@ -21,8 +21,8 @@ from ...plan import Change
 from ...state import OwnedKdamond, Ownership
 from ...util.errors import HostError, NotRecorded
 from ...util.kfmt import parse_list
+from ...util.quantities import format_size
 from ...util.timestamps import rfc3339
-from ...util.units import format_size
 from ..base import ApplyContext
 from .plan import ALL
 from .prime import PRIMING, SCHEMES, final_writes, walk_bytes, walk_index

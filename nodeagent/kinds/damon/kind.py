@@ -237,7 +237,7 @@ def _enable_module(module: str, damon: DamonFacts, target: str) -> list[Change]:
 
 def _unguarded(specs: list[Spec], facts: Facts) -> list[str]:
     """A warning when kdamonds have dest_free schemes and no ``nodeagent guard`` keeps them here."""
-    from ...facts.guard import from_facts as guard_facts
+    from ...facts.guard_heartbeat import from_facts as guard_facts
 
     guarded = [s.name for s in specs if s.guards]
     g = guard_facts(facts)

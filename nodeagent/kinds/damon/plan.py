@@ -32,7 +32,7 @@ from ...plan import Change, Problem
 from ...state import Ownership
 from ...util.dataclass import dataclass
 from ..base import ResourcePlan
-from . import guard
+from . import dest_free
 from .model import diff_writes
 from .spec import Spec
 
@@ -87,7 +87,7 @@ def _kd_data(spec: Spec, index: int, writes: list[tuple[str, str]], command: str
 def _in_place(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned | None,
               can_commit: bool = True) -> Change | None:
     """Build, update or start ``spec`` inside existing slot ``index`` (no count change)."""
-    spec = guard.resolve(spec, kd.config)  # a guarded scheme between its thresholds stays as it is
+    spec = dest_free.resolve(spec, kd.config)  # a guarded scheme between its thresholds stays as it is
     change = _in_slot(spec, index, kd, mine, replaces, can_commit)
     return _follows(change, spec, kd.config) if mine and kd.running else change
 
@@ -97,7 +97,7 @@ def _in_slot(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned | 
     writes = diff_writes(spec.writes, kd.config)
     target = f"damon.{spec.name}"
     base = f"kdamond {index}"
-    how = "\n      ".join([spec.how, *guard.reasons(spec, writes, kd.config)])
+    how = "\n      ".join([spec.how, *dest_free.reasons(spec, writes, kd.config)])
     if mine and kd.running and not can_commit:  # 5.18: no `commit` yet, so an update is stop, stage, on
         if not writes:
             return None
@@ -136,7 +136,7 @@ def _follows(change: Change | None, spec: Spec, observed: dict[str, str]) -> Cha
     if change is None or not writes or any(p not in paths for p, _ in writes):
         return change
     nodes = sorted({g.node for g in spec.guards if g.path in dict(writes)})
-    why = "; ".join(guard.reasons(spec, writes, observed))
+    why = "; ".join(dest_free.reasons(spec, writes, observed))
     return replace(change, data=change.data + (("follows", "the free memory of " + ", ".join(
         f"node{n}" for n in nodes) + (f" ({why})" if why else "")),))
 

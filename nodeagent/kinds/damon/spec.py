@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from ...facts.damon import DamonFacts
 from ...facts.damon_caps import ACTION_OPS, since_of
 from ...util.dataclass import dataclass
-from ...util.units import approx_size, format_duration_us, format_size
-from . import guard, model, prime
+from ...util.quantities import approx_size, format_duration_us, format_size
+from . import dest_free, model, prime
 from .model import CORE_FILTER_TYPES
 from .nodes import NodeClasses, Pairing
 
@@ -156,8 +156,8 @@ class Spec:
     summary: str
     #: The scheme files of the priming configuration the kdamond starts with (:mod:`.prime`), or nothing.
     prime: tuple[tuple[str, str], ...] = ()
-    #: The schemes paused while their destination is nearly full (:mod:`.guard`), with what the plan decided.
-    guards: tuple[guard.Guard, ...] = ()
+    #: The schemes paused while their destination is nearly full (:mod:`.dest_free`), with what the plan decided.
+    guards: tuple[dest_free.Guard, ...] = ()
 
     @property
     def writes(self) -> tuple[tuple[str, str], ...]:
@@ -375,7 +375,7 @@ def scheme_writes(path: tuple, s: Scheme, kd: Kdamond, dest: int | None, goal_no
 def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Checker,
                  mem: dict[int, tuple[int, int]] | None = None) -> Spec | None:
     """The kdamond of pairing ``p``; ``mem``: ``(free, total)`` bytes of each online node, which the schemes
-    with ``dest_free`` follow (:mod:`.guard`)."""
+    with ``dest_free`` follow (:mod:`.dest_free`)."""
     base = ("damon", "kdamonds", index)
     mon = kd.monitoring
     if kd.operations not in chk.caps["operations"]:
@@ -401,7 +401,7 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
     written: list[Scheme] = []  # the profile's scheme behind each scheme written
     scheme_of: list[int] = []  # the profile's scheme index of each scheme written (pairing repeats some)
     actions: list[str] = []
-    guards: list[guard.Guard] = []
+    guards: list[dest_free.Guard] = []
     for j, (s, dests) in enumerate(zip(kd.schemes, p.dests, strict=True)):
         goal_nodes = [_goal_node(g.node, p, dests, nc, chk, base + ("schemes", j, "quota", "goals", i))
                       for i, g in enumerate(s.quota.goals if s.quota else [])]
@@ -410,11 +410,11 @@ def kdamond_spec(index: int, kd: Kdamond, p: Pairing, nc: NodeClasses, chk: Chec
             sm = scheme_model(base + ("schemes", j), s, kd, d, goal_nodes, chk)
             what = s.action + (f" → node{d}" if d is not None else "")
             if free is not None and d is not None:
-                g = guard.guard_for(len(schemes), s.action, d, (mem or {}).get(d), free.pause_below,
+                g = dest_free.guard_for(len(schemes), s.action, d, (mem or {}).get(d), free.pause_below,
                                     free.resume_above, str(sm.access.sz.min))
                 guards.append(g)
                 if g.state == "pause":
-                    sm = sm.with_min_size(int(guard.PAUSED))
+                    sm = sm.with_min_size(int(dest_free.PAUSED))
                     what += f" (paused: node{d} has {approx_size(g.free or 0)} free)"
             schemes.append(sm)
             written.append(s)

@@ -21,7 +21,7 @@ from ...facts.damon import KDAMONDS, from_facts, retry_busy
 from ...facts.damon import gather as gather_damon
 from ...host import Host
 from ...state import Ownership
-from .guard import PAUSED
+from .dest_free import PAUSED
 from .model import STATS
 from .plan import owned_kdamonds
 

@@ -45,7 +45,7 @@ from ...facts.dax import DaxDevice, DaxFacts, from_facts
 from ...host import Host
 from ...plan import Change, Problem
 from ...state import Original, Ownership, PlanState
-from ...util.units import format_size
+from ...util.quantities import format_size
 from ...util.vocab import ZONE_KERNEL_NAME
 from ..base import ApplyContext, Kind, PlanContext, ResourcePlan, projection_of
 from .split import effective, find, join_change, region_of, size_of, split_change

@@ -18,8 +18,8 @@ from ...plan import Change
 from ...state import OwnedDevice, Ownership
 from ...util.errors import ChangeSkipped, CommandError, HostError, MissingError, NotRecorded
 from ...util.kfmt import parse_hex
+from ...util.quantities import format_size
 from ...util.timestamps import rfc3339
-from ...util.units import format_size
 from ..base import ApplyContext
 from . import daxctl as _daxctl
 from . import state_label

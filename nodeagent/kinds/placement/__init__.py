@@ -37,7 +37,7 @@ from ...host import Host
 from ...plan import Change, Problem
 from ...util.errors import HostError
 from ...util.kfmt import parse_meminfo
-from ...util.units import format_size
+from ...util.quantities import format_size
 from ..base import ApplyContext, Kind, PlanContext, ResourcePlan, projection_of
 from .advice import advisories, fast_nodes
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ...util.dataclass import dataclass
-from ...util.units import approx_size
+from ...util.quantities import approx_size
 from .prime import NOWHERE, SCHEMES
 
 if TYPE_CHECKING:

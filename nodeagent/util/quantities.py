@@ -1,4 +1,5 @@
-"""Human units in profiles: sizes (``512MiB``, ``2TiB``), durations (``100ms``, ``2s``), percentages (``94%``).
+"""Quantities in human units, as profiles write them and reports print them: sizes (``512MiB``, ``2TiB``), durations
+(``100ms``, ``2s``), percentages (``94%``).
 
 Each parser accepts a plain number too (bytes, microseconds, percent) and raises ``ValueError`` with a message
 that says what was expected; the profile model turns these into pydantic types.

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.util.units import _DURATION_US, _SIZE_UNITS, parse_duration_us, parse_size
+from nodeagent.util.quantities import _DURATION_US, _SIZE_UNITS, parse_duration_us, parse_size
 
 decimals = st.tuples(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 6)).map(
     lambda t: f"{t[0]}.{t[1]:0{t[2]}d}" if t[2] else str(t[0]))
