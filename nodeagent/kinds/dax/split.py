@@ -41,7 +41,7 @@ from typing import Any
 
 from ...facts.dax import DaxDevice, DaxFacts, DaxRegion, block_ids
 from ...plan import Change
-from ...util.units import format_size
+from ...util.quantities import format_size
 from ...util.vocab import ZONE_KERNEL_NAME
 
 KIND = "dax"
