@@ -217,9 +217,8 @@ def test_shipped_profile_on_6_12_runs_both_kdamonds_with_fixed_quotas(make_node,
     assert not plan["problems"]
     # no quota goal a 6.12 kernel cannot run, so no note about one (per-node goals are mem-tier-*'s, from 6.16)
     assert not any("needs 6.16" in w for w in plan["warnings"]), plan["warnings"]
-    # the one advisory: MGLRU's min_ttl_ms is left at 0 (no value measured for the shipped profile yet)
-    assert [w.split(":")[0] for w in plan["warnings"] if w.startswith("advisory")] == [
-        "advisory demotion-without-oom-guard"]
+    # no advisory: the profile sets MGLRU's min_ttl_ms (the OOM guard) to the advisory's fix
+    assert [w.split(":")[0] for w in plan["warnings"] if w.startswith("advisory")] == []
     assert main(["--root", str(root), "apply", "--yes", "--skip-checks", "all", SHIPPED]) == 0
     writes = _damon_writes(root)
     actions = {v for p, v in writes.items() if p.endswith("/schemes/0/action")}
