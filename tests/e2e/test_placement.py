@@ -216,7 +216,7 @@ def test_shipped_profile_on_6_12_runs_both_kdamonds_with_fixed_quotas(make_node,
     root = make_node("qemu-placement")
     plan = plan_json(root, SHIPPED, capsys)
     assert not plan["problems"]
-    # no quota goal a 6.12 kernel cannot run, so no note about one (per-node goals are mem-tier-*'s, from 6.16)
+    # no quota goal a 6.12 kernel cannot run, so no note about one (per-node goals are the opt-in recipe's, 7.1+)
     assert not any("needs 6.16" in w for w in plan["warnings"]), plan["warnings"]
     # no advisory: the profile sets MGLRU's min_ttl_ms (the OOM guard) to the advisory's fix
     assert [w.split(":")[0] for w in plan["warnings"] if w.startswith("advisory")] == []
