@@ -24,8 +24,9 @@ configuration was applied before it started); on a running node, when the config
 workload keeps running). MiB migrated count from the workload's start, resp. from the start of the apply. Each
 figure is the mean over the last third of the run; a configuration's result is the worst of its runs
 (figures.py). Results (raw guest output per run, results.json, table.md) go to --out. The configurations
-alternate run by run (run 1 of each, then run 2 of each): the host's speed drifts (a `burst` run took 109 s,
-and 25 minutes later, with a lighter profile, 192 s), and alternating spreads that drift over all of them alike.
+alternate run by run (run 1 of each, then run 2 of each in reverse order: A B B A ...): the host's speed drifts
+(a `burst` run took 109 s, and 25 minutes later, with a lighter profile, 192 s), and alternating spreads that
+drift over all of them alike.
 
 TCG runs both vCPUs on host threads: another guest or a test suite on the host slows the kernel's scans, DAMON
 and page migration in wall-clock terms. Run the full benchmark on an otherwise idle host.
@@ -224,7 +225,8 @@ def write_kv_results(out: Path, meta: dict[str, Any], per_run: list[dict[str, An
 def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], assets: harness.Assets,
             out: Path) -> int:
     """The moving-window comparison: every envelope point x start mode x run x configuration (the configurations
-    alternate run by run, so that a change in the host's speed over a sweep falls on all of them alike)."""
+    alternate run by run, in reverse order every second run, so that a change in the host's speed over a sweep
+    falls on all of them alike)."""
     points = [p for p in args.points.split(",") if p]
     workload = build_workload(assets.cache_dir / "placement", "kvwindow")
     print(f"placement benchmark (moving window): kernel {assets.kernel_version}, point(s) {', '.join(points)}, "
@@ -247,7 +249,7 @@ def main_kv(args: argparse.Namespace, configs: list[str], starts: list[str], ass
     for point in points:
         for start in starts:
             for i in range(1, args.runs + 1):
-                for config in configs:
+                for config in (configs if i % 2 else configs[::-1]):   # A B, B A, ...: neither goes first always
                     figs = one_run(config, start, i, args, workload, assets, out, point)
                     keys = ("hot_median", "hot_p10", "hot_lowest", "recover_s", "write_s", "churn", "stranded",
                             "pingpong_mib", "est_ratio", "apply_seconds")

@@ -1,11 +1,13 @@
-"""The shipped profile's DAMON part picks its recipe by kernel release: before 6.16 demote-cold and promote-hot, from
-6.16 the auto-tuned tiering of damo's scripts/mem_tier.sh (intervals goal, a node_mem_free_bp demotion goal and a
-node_mem_used_bp promotion goal on the fast node), with DAMON_STAT disabled first. On simulated h100-cxl nodes of
-each generation: it converges, the next plan is empty, and revert returns the node to how it booted."""
+"""The shipped profile runs demote-cold and promote-hot on every kernel; recipes/mem-tier.yaml is the opt-in that
+replaces them from 7.1 with the auto-tuned tiering of damo's scripts/mem_tier.sh (intervals goal, a node_mem_free_bp
+demotion goal and a node_mem_used_bp promotion goal on the fast node, set above the profile's watermarks, and the
+temporal goal tuner), with DAMON_STAT disabled first. On simulated h100-cxl nodes of each generation: it converges,
+the next plan is empty, and revert returns the node to how it booted."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,18 @@ from nodeagent.facts import gather
 from nodeagent.facts.damon import from_facts
 from nodeagent.host import open_host
 
-PROFILE = str(Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml")
+PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+PROFILE = str(PROFILES / "cxl-inference.yaml")
 STAT = "/sys/module/damon_stat/parameters/enabled"
+
+
+@pytest.fixture
+def mem_tier(tmp_path: Path) -> str:
+    """A profile that opts in: the shipped ones copied (extends stays inside the profile's directory tree)."""
+    shutil.copytree(PROFILES, tmp_path / "profiles")
+    path = tmp_path / "profiles" / "mem-tier-node.yaml"
+    path.write_text("extends: [cxl-inference.yaml, recipes/mem-tier.yaml]\nmetadata: {name: mem-tier-node}\n")
+    return str(path)
 
 
 def run(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str]:
@@ -40,15 +52,15 @@ def kdamonds(root: Path) -> dict[str, Any]:
     return {kd.index: kd for kd in from_facts(gather(open_host(root))).kdamonds}
 
 
-@pytest.mark.parametrize("preset, kernel", [("h100-cxl", "6.16.0"), ("h100-cxl-damon-stat", None),
-                                            ("h100-cxl", "6.19.0"), ("h100-cxl", "7.0.0"), ("h100-cxl", "7.1.0")])
-def test_from_6_16_the_mem_tier_recipe_converges_and_reverts(make_node, capsys, preset, kernel) -> None:
+@pytest.mark.parametrize("preset, kernel", [("h100-cxl", "7.1.0"), ("h100-cxl-damon-stat", "7.1.0"),
+                                            ("h100-cxl", "7.3.0")])
+def test_from_7_1_the_mem_tier_recipe_converges_and_reverts(make_node, capsys, mem_tier, preset, kernel) -> None:
     root = make_node(preset, kernel=kernel)
     k = SimKernel(root)
     stat_at_boot = k.tree.read(STAT) if k.tree.exists(STAT) else None
     assert (stat_at_boot == "Y") == (preset == "h100-cxl-damon-stat")
     boot = boot_state(root)
-    code, out = run(capsys, root, "apply", "--yes", "--allow-disruptive", PROFILE)
+    code, out = run(capsys, root, "apply", "--yes", "--allow-disruptive", mem_tier)
     assert code == 0, out
     if stat_at_boot == "Y":
         assert "damon.module.damon_stat: applied" in out and k.tree.read(STAT) == "N"
@@ -62,12 +74,13 @@ def test_from_6_16_the_mem_tier_recipe_converges_and_reverts(make_node, capsys, 
         s = ctx.schemes[0]
         assert s.quota.bytes == 200 * 2**20 and s.apply_interval_us == 1_000_000
         (goal,) = s.quota.goals or ()
-        want = ("node_mem_free_bp", 50) if s.action == "migrate_cold" else ("node_mem_used_bp", 9970)
+        want = ("node_mem_free_bp", 2000) if s.action == "migrate_cold" else ("node_mem_used_bp", 8020)
         assert (goal.metric, goal.target) == want and goal.nid in (0, 1)  # a fast (DRAM) node
+        assert s.quota.goal_tuner == "temporal"
         young = (s.core_filters or ()) + (s.ops_filters or ())
         assert [(f.type, f.matching, f.allow) for f in young] == [
             ("young", True, s.action == "migrate_hot")]
-    code, out = run(capsys, root, "plan", "--detailed-exitcode", PROFILE)
+    code, out = run(capsys, root, "plan", "--detailed-exitcode", mem_tier)
     assert code == 0, out
     code, out = run(capsys, root, "revert", "--yes", "--allow-disruptive")
     assert code == 0, out
@@ -76,14 +89,17 @@ def test_from_6_16_the_mem_tier_recipe_converges_and_reverts(make_node, capsys, 
         assert k.tree.read(STAT) == stat_at_boot
 
 
-@pytest.mark.parametrize("kernel", [None, "6.15.0"])
-def test_before_6_16_the_profile_keeps_demote_cold_and_promote_hot(make_node, capsys, kernel) -> None:
+@pytest.mark.parametrize("kernel, opt_in", [(None, False), ("6.15.0", False), ("6.16.0", False), ("7.1.0", False),
+                                            ("7.3.0", False), ("6.19.0", True), ("7.0.0", True)])
+def test_the_profile_keeps_demote_cold_and_promote_hot(make_node, capsys, mem_tier, kernel, opt_in) -> None:
+    """The shipped profile on every kernel, the opt-in before 7.1 (no temporal goal tuner)."""
     root = make_node("h100-cxl", kernel=kernel)
-    code, out = run(capsys, root, "--format", "json", "plan", PROFILE)
+    code, out = run(capsys, root, "--format", "json", "plan", mem_tier if opt_in else PROFILE)
     assert code == 0, out
     plan = json.loads(out)
     (change,) = [c for c in plan["changes"] if c["target"] == "damon.kdamonds"]
     names = [kd["name"] for kd in dict(change["data"])["kdamonds"]] if isinstance(change["data"], list) else \
         [kd["name"] for kd in change["data"]["kdamonds"]]
     assert names and all(n.startswith(("demote-cold", "promote-hot")) for n in names), names
-    assert not [c for c in plan["changes"] if c["target"].startswith("damon.module.")]
+    if kernel in (None, "6.15.0"):  # no DAMON_STAT before 6.17: nothing to disable
+        assert not [c for c in plan["changes"] if c["target"].startswith("damon.module.")]

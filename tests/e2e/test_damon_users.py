@@ -149,7 +149,7 @@ def test_damon_stat_enabled_at_boot(make_node, tmp_path, capsys) -> None:
     _, text = run(capsys, root, "status")
     assert f"DAMON users nodeagent does not own: 1\n  {users[0]['description']}\n      {users[0]['effect']}" in text
 
-    # The shipped profile disables DAMON_STAT first on this 6.18 kernel (its mem_tier recipe); revert enables it.
+    # The shipped profile disables DAMON_STAT first on this 6.18 kernel (before its kdamonds); revert enables it.
     repo_profile = str(REPO / "profiles" / "cxl-inference.yaml")
     plan = doc(capsys, root, "plan", repo_profile)
     assert [c["target"] for c in plan["changes"] if c["kind"] == "damon"] == ["damon.module.damon_stat",

@@ -8,6 +8,7 @@ stand-in (node2) online. Measured on a real 6.12 kernel, enabling tiering there 
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -215,11 +216,10 @@ def test_shipped_profile_on_6_12_runs_both_kdamonds_with_fixed_quotas(make_node,
     root = make_node("qemu-placement")
     plan = plan_json(root, SHIPPED, capsys)
     assert not plan["problems"]
-    # no quota goal a 6.12 kernel cannot run, so no note about one (per-node goals are mem-tier-*'s, from 6.16)
+    # no quota goal a 6.12 kernel cannot run, so no note about one (per-node goals are the opt-in recipe's, 7.1+)
     assert not any("needs 6.16" in w for w in plan["warnings"]), plan["warnings"]
-    # the one advisory: MGLRU's min_ttl_ms is left at 0 (no value measured for the shipped profile yet)
-    assert [w.split(":")[0] for w in plan["warnings"] if w.startswith("advisory")] == [
-        "advisory demotion-without-oom-guard"]
+    # no advisory: the profile sets MGLRU's min_ttl_ms (the OOM guard) to the advisory's fix
+    assert [w.split(":")[0] for w in plan["warnings"] if w.startswith("advisory")] == []
     assert main(["--root", str(root), "apply", "--yes", "--skip-checks", "all", SHIPPED]) == 0
     writes = _damon_writes(root)
     actions = {v for p, v in writes.items() if p.endswith("/schemes/0/action")}
@@ -228,22 +228,27 @@ def test_shipped_profile_on_6_12_runs_both_kdamonds_with_fixed_quotas(make_node,
     assert not any(p.endswith("/watermarks/metric") and v != "none" for p, v in writes.items())
 
 
-def test_shipped_profile_on_6_18_bounds_both_directions_with_node_goals(make_node,
-                                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    """From 6.16 the shipped profile runs the mem_tier recipe: a goal on the fast node bounds each direction."""
-    root = make_node("qemu-placement", kernel="6.18.0-nodeagent-sim")
-    plan = plan_json(root, SHIPPED, capsys)
+def test_mem_tier_opt_in_on_7_3_bounds_both_directions_with_node_goals(make_node, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """From 7.1 the opt-in recipe (recipes/mem-tier.yaml) runs damo's mem_tier: a goal on the fast node bounds each
+    direction, above the profile's watermarks (20 % free, 80.2 % used), switched by the temporal tuner."""
+    root = make_node("qemu-placement", kernel="7.3.0-nodeagent-sim")
+    shutil.copytree(Path(SHIPPED).parent, tmp_path / "profiles")
+    opted = tmp_path / "profiles" / "mem-tier-node.yaml"
+    opted.write_text("extends: [cxl-inference.yaml, recipes/mem-tier.yaml]\nmetadata: {name: mem-tier-node}\n")
+    plan = plan_json(root, str(opted), capsys)
     assert not plan["problems"] and not any("left out" in w for w in plan["warnings"])
-    assert main(["--root", str(root), "apply", "--yes", "--skip-checks", "all", SHIPPED]) == 0
+    assert main(["--root", str(root), "apply", "--yes", "--skip-checks", "all", str(opted)]) == 0
     writes = _damon_writes(root)
-    for action, metric, target, allow in (("migrate_hot", "node_mem_used_bp", "9970", "Y"),
-                                          ("migrate_cold", "node_mem_free_bp", "50", "N")):
+    for action, metric, target, allow in (("migrate_hot", "node_mem_used_bp", "8020", "Y"),
+                                          ("migrate_cold", "node_mem_free_bp", "2000", "N")):
         kd = next(p.rsplit("/schemes/0/", 1)[0] for p, v in writes.items()
                   if p.endswith("/schemes/0/action") and v == action)
         goal = f"{kd}/schemes/0/quotas/goals"
         assert writes[f"{goal}/nr_goals"] == "1"
         assert (writes[f"{goal}/0/target_metric"], writes[f"{goal}/0/target_value"], writes[f"{goal}/0/nid"]) == \
             (metric, target, "0")
+        assert writes[f"{kd}/schemes/0/quotas/goal_tuner"] == "temporal"
         # 6.15+ filter layout: the young filters go to ops_filters, with allow Y for promotion, N for demotion
         assert (writes[f"{kd}/schemes/0/ops_filters/0/type"], writes[f"{kd}/schemes/0/ops_filters/0/allow"]) == \
             ("young", allow)

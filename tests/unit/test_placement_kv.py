@@ -154,7 +154,8 @@ def test_a_saved_sweep_with_a_candidate_and_a_dashed_configuration_is_recomputed
 
 
 def test_configurations_alternate_run_by_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A candidate profile runs beside the shipped one, run 1 of each before run 2 of each, with its own profile."""
+    """A candidate profile runs beside the shipped one, run 1 of each before run 2 of each, with its own profile;
+    every second run goes in reverse order (A B B A), so that neither side always runs first."""
     import run as placement_run
 
     candidate = tmp_path / "candidate.yaml"
@@ -177,8 +178,8 @@ def test_configurations_alternate_run_by_run(tmp_path: Path, monkeypatch: pytest
     assert rc == 0
     assert calls == [("burst", "nodeagent", 1, "nodeagent", "cxl-inference.yaml"),
                      ("burst", "candidate", 1, "nodeagent", "candidate.yaml"),
-                     ("burst", "nodeagent", 2, "nodeagent", "cxl-inference.yaml"),
-                     ("burst", "candidate", 2, "nodeagent", "candidate.yaml")]
+                     ("burst", "candidate", 2, "nodeagent", "candidate.yaml"),
+                     ("burst", "nodeagent", 2, "nodeagent", "cxl-inference.yaml")]
 
 
 def test_a_candidate_configuration_needs_its_profile(capsys: pytest.CaptureFixture[str]) -> None:
