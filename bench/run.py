@@ -16,7 +16,7 @@ one nodeagent run (the order alternates), so a neighbour that loads the CPU slow
 - When run as root the timed phase runs in a private mount namespace with ``/sys`` and ``/proc`` remounted
   read-only: damo cannot change this machine's DAMON, and nodeagent works on its simulated roots only.
 
-    python bench/run.py [--pairs 11] [--quick] [--no-huge] [--json FILE]
+    python bench/run.py [--pairs 11] [--quick] [--no-huge] [--h100-only] [--json FILE]
 
 Exit status 1 when a target is missed. Everything lives under ``<cache>/bench`` (``$NODEAGENT_CACHE`` or
 ``~/.cache/nodeagent``): the venvs, the wheel, and the simulated nodes (the 1,000,000-block node takes a few
@@ -337,6 +337,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="5 pairs, no first apply, no 1,000,000-block node")
     ap.add_argument("--no-huge", action="store_true", help="skip the 1,000,000-block node")
     ap.add_argument("--no-first-apply", action="store_true", help="skip the 131,072-block first apply")
+    ap.add_argument("--h100-only", action="store_true",
+                    help="only the three converged h100-cxl targets (no stress node, no 1,000,000-block node)")
     ap.add_argument("--json", metavar="FILE", help="also write every figure as JSON to FILE")
     args = ap.parse_args()
     pairs = 5 if args.quick else args.pairs
@@ -351,9 +353,9 @@ def main() -> int:
     profile = str(PROFILE)
 
     h100 = nodes.fresh("h100-cxl", "p.get('h100-cxl')")
-    stress = nodes.reused("stress", "p.large()")
+    stress = None if args.h100_only else nodes.reused("stress", "p.large()")
     huge = None
-    if not (args.quick or args.no_huge):
+    if not (args.quick or args.no_huge or args.h100_only):
         per_dev = HUGE_BLOCKS // 8 * 128 * 1024**2
         huge = nodes.reused("huge", f"p.large(8, {per_dev}, name='huge')")
     for root in (h100, stress, huge):
@@ -370,14 +372,15 @@ def main() -> int:
                rusage_dir),
         paired("h100-cxl converged: apply --yes PROFILE", 2.2, damo,
                [na, *on, str(h100), "apply", "--yes", profile], pairs, rusage_dir),
-        paired("stress (139,264 blocks): plan PROFILE", 2.5, damo, [na, *on, str(stress), "plan", profile], pairs,
-               rusage_dir),
-        gather_row(venv, stress, pairs, rusage_dir),
     ]
+    if stress is not None:
+        rows += [paired("stress (139,264 blocks): plan PROFILE", 2.5, damo, [na, *on, str(stress), "plan", profile],
+                        pairs, rusage_dir),
+                 gather_row(venv, stress, pairs, rusage_dir)]
     if huge is not None:
         rows.append(paired(f"{HUGE_BLOCKS:,} blocks: plan PROFILE", 3.0, damo,
                            [na, *on, str(huge), "plan", profile], max(3, pairs // 2), rusage_dir))
-    if not (args.quick or args.no_first_apply):
+    if not (args.quick or args.no_first_apply or args.h100_only):
         rows += first_apply(nodes, na, rusage_dir)
     shutil.rmtree(rusage_dir, ignore_errors=True)
 

@@ -41,6 +41,10 @@ class Ctx:
     document: Any = None
     #: What went wrong when a command ends with a failing exit code of its own (checks failed, partial apply).
     failure: tuple[str, str | None] | None = None
+    #: The command line is this process's own (``main()`` without ``argv``): the process ends with the command.
+    process: bool = False
+    #: ... and the command is one of :data:`_ONE_SHOT`: :func:`main` ends the process itself (:func:`_end_process`).
+    one_shot: bool = False
 
     @property
     def host(self) -> Host:
@@ -143,6 +147,14 @@ def _consent(yes: bool, question: str, command: str, show: Any = None) -> bool:
     if show is not None:
         show()
     return click.confirm(question, default=False, err=not sys.stdout.isatty())
+
+
+#: The commands that do one thing and end (the timer's ``drift --record``, a reviewer's ``plan``, ``apply``...). As
+#: the process's own command, one of them runs without the cyclic garbage collector: what it allocates is freed by
+#: reference counting, and what a cycle holds is freed when the process ends, moments later, so a collection
+#: (dozens of them while a command imports its modules) finds nothing worth its cost. Loops (``watch``, ``guard``,
+#: ``run``, ``metrics serve``) and every other command keep it.
+_ONE_SHOT = frozenset({"apply", "check", "drift", "facts", "history", "plan", "status", "validate"})
 
 
 profile_arg = click.argument("profile", required=False, type=click.Path(dir_okay=True, path_type=str))
@@ -251,6 +263,10 @@ def cli(cx: click.Context, root: str, simulate: str | None, fmt: str, lock_timeo
         cx.obj = Ctx()
         cx.call_on_close(cx.obj.flush)
     cx.obj.root, cx.obj.simulate, cx.obj.fmt, cx.obj.lock_timeout = root, simulate, fmt, lock_timeout
+    if cx.obj.process:  # main() paused the collector: a command that does not end soon gets it back
+        cx.obj.one_shot = cx.invoked_subcommand in _ONE_SHOT
+        if not cx.obj.one_shot:
+            gc.enable()
 
 
 @cli.command()
@@ -644,13 +660,51 @@ def _fail(ctx: Ctx, code: int, message: str, hint: str | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point. Exceptions map to exit codes here and nowhere else."""
+    """Entry point. Exceptions map to exit codes here and nowhere else.
+
+    Without ``argv`` the command line is the process's own: what start-up made (modules, classes) lives to its end,
+    so no collection walks it again (``gc.freeze``); the collector is paused until the command is known (it stays
+    paused for a one-shot command, :data:`_ONE_SHOT`), and a one-shot command ends the process when it is done
+    (:func:`_end_process`). A caller passing ``argv`` keeps its collections and its process as they were."""
+    if argv is None:
+        gc.freeze()
+        gc.disable()
+    ctx = Ctx(process=argv is None)
+    code = _main(ctx, sys.argv[1:] if argv is None else argv)
+    if ctx.one_shot:
+        _end_process(code)
+    return code
+
+
+def _end_process(code: int) -> None:
+    """End this process with ``code`` as the interpreter would, less its teardown: the exit handlers run
+    (``atexit``), stdout and stderr are flushed, then ``os._exit``. The teardown would free every object and module
+    one by one (about a tenth of a ``drift --record``), and nothing of nodeagent's waits for it: every state and
+    journal file is written, fsynced and closed before the command returns, the state lock is a descriptor the
+    kernel releases. Returns (the interpreter ends the process) while another thread runs, which the interpreter
+    would wait for, or when a stream cannot be flushed, which it reports its own way."""
+    import atexit
+    import threading
+
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's: what its own teardown calls
+    if run_exit_handlers is None or threading.active_count() > 1:
+        return
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        run_exit_handlers()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code)
+
+
+def _main(ctx: Ctx, args: list[str]) -> int:
     from .args import global_value
 
-    args = sys.argv[1:] if argv is None else argv
-    if argv is None:  # the process's own command: what start-up made (modules, classes) lives to its end, so
-        gc.freeze()  # no collection walks it again (a caller passing argv keeps its collections as they were)
-    ctx = Ctx()
     try:  # the --format asked for, for errors click raises before it has processed any option
         ctx.fmt = global_value(cli, args, "--format", "text")
     except Exception:  # noqa: BLE001 (a malformed command line: click reports it below)

@@ -202,8 +202,8 @@ def _link_name(host: Host, path: str) -> str | None:
 
 def _real(host: Host, path: str) -> str:
     """The kernel path a sysfs link resolves to (``/sys/devices/...``), root-relative."""
-    real = os.path.realpath(host.fs.local(path))
     root = host.fs.real_root
+    real = os.path.realpath(root + path if root != "/" else path)
     return "/" + os.path.relpath(real, root) if root != "/" else real
 
 

@@ -74,7 +74,7 @@ def cli_check(host: Host, facts: CxlFacts) -> tuple[str | None, list[str]]:
     exe = host.commands.which("cxl")
     if exe is None or not facts.present:
         return None, []
-    shown = exe if host.is_real else "/" + os.path.relpath(exe, host.root)
+    shown = exe if host.is_real else "/" + os.path.relpath(exe, host.root_dir)
     try:
         res = host.run(["cxl", "list", "-M", "-D", "-R", "-i"], timeout=30)
     except CommandError as exc:

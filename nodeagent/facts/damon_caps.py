@@ -15,7 +15,6 @@ Versions are those of the upstream merge (damo's feature list and the kernel's o
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..util.dataclass import dataclass
@@ -118,8 +117,11 @@ MODULES: dict[str, DamonModuleInfo] = {
 
 
 def normalize(relpath: str) -> str:
-    """``contexts/0/schemes/12/target_nid`` → ``contexts/*/schemes/*/target_nid``."""
-    return re.sub(r"(?<=/)\d+(?=/|$)|^\d+(?=/)", "*", relpath)
+    """``contexts/0/schemes/12/target_nid`` → ``contexts/*/schemes/*/target_nid``: each path component that is a
+    number becomes ``*`` (a path of one component is left as it is). Split, not a regular expression: it runs for
+    every file of every kdamond in every command that gathers facts."""
+    parts = relpath.split("/")
+    return relpath if len(parts) == 1 else "/".join("*" if p.isdecimal() else p for p in parts)
 
 
 def fnmatchcase(name: str, pattern: str) -> bool:

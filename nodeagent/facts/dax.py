@@ -305,7 +305,7 @@ def gather(host: Host) -> dict[str, Any]:
     meminfo = parse_meminfo(host.read_opt("/proc/meminfo") or "")
     daxctl = host.commands.which("daxctl")
     if daxctl and not host.is_real:  # as the node sees it, not where this host keeps the root
-        daxctl = "/" + os.path.relpath(daxctl, host.root)
+        daxctl = "/" + os.path.relpath(daxctl, host.root_dir)
     return {
         "devices": [asdict(d) for d in devices], "block_size": block_size, "daxctl": daxctl,
         "udev_rule": _udev_rule(host), "daxctl_conf": _daxctl_conf(host),

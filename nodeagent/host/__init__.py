@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..util.dataclass import dataclass
@@ -18,6 +17,8 @@ from .commands import CommandResult, CommandRunner
 from .fs import RootedFS, WriteRecord, map_oserror
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .probes import CopyRun, StatVfs
 
 __all__ = ["Host", "open_host", "CommandResult", "CopyRun", "StatVfs", "WriteRecord", "map_oserror", "SIM_MARKER"]
@@ -31,7 +32,9 @@ SIM_FAULTS = "faults.json"
 
 @dataclass
 class Host:
-    root: Path
+    #: The root as given (``--root``); :attr:`root` is the same as a ``Path``. nodeagent's own code uses this
+    #: string: pathlib is not loaded by a command that does not need it.
+    root_dir: str
     fs: RootedFS
     commands: CommandRunner
     simulated: bool
@@ -43,9 +46,16 @@ class Host:
         return self.probe_cache(key, run) if self.probe_cache is not None else run()
 
     @property
+    def root(self) -> Path:
+        """The root as a ``Path``."""
+        from pathlib import Path
+
+        return Path(self.root_dir)
+
+    @property
     def is_real(self) -> bool:
         """True when this is the machine's own root, where root privileges matter."""
-        return os.path.realpath(self.root) == "/"
+        return os.path.realpath(self.root_dir) == "/"
 
     # Shorthands for the common calls.
     def read(self, path: str) -> str:
@@ -77,7 +87,7 @@ class _SimWriter:
     """The simulated machine's kernel behind a simulated root (:mod:`nodeagent.host.machine`), loaded at the first
     write: a read-only command never loads the plugin."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: str) -> None:
         self.root = root
         self._kernel: Any = None
 
@@ -92,33 +102,33 @@ class _SimWriter:
         """Before nodeagent replaces, appends to or renames one of its own files on the simulated node: the
         machine plugin's injected faults apply to those writes too. Without a fault file
         this is one ``stat``: taking the state lock (``drift --record``) does not load the simulator."""
-        if (self.root / SIM_MARKER / SIM_FAULTS).exists():
+        if os.path.exists(os.path.join(self.root, SIM_MARKER, SIM_FAULTS)):
             from .machine import plugin
 
             plugin().check_fault(self.root, path)
 
 
 def open_host(root: str | os.PathLike[str] = "/") -> Host:
-    path = Path(root)
-    if not path.is_dir():
+    path = os.fspath(root) or "."  # (as pathlib reads "")
+    if not os.path.isdir(path):
         raise UsageError(f"--root {root}: not a directory", hint="give the directory under which /sys and /proc are")
-    simulated = (path / SIM_MARKER / "meta.json").is_file()
+    simulated = os.path.isfile(os.path.join(path, SIM_MARKER, "meta.json"))
     if simulated:
         _recover(path)
     writer = _SimWriter(path) if simulated else None
-    return Host(root=path, fs=RootedFS(path, writer), commands=CommandRunner(path, simulated), simulated=simulated)
+    return Host(root_dir=path, fs=RootedFS(path, writer), commands=CommandRunner(path, simulated), simulated=simulated)
 
 
 #: A simulated node's record of a write in progress (``inflight.<pid>.json`` under ``SIM_MARKER``).
 SIM_INFLIGHT = "inflight."
 
 
-def _recover(root: Path) -> None:
+def _recover(root: str) -> None:
     """A simulated node whose writer was killed in the middle of a write (its in-flight record is left) is repaired
     by its machine plugin's ``recover`` before nodeagent reads it, as a real kernel never shows a half-made write.
     Without such a record this is one ``listdir``: the plugin is not loaded."""
     try:
-        names = os.listdir(root / SIM_MARKER)
+        names = os.listdir(os.path.join(root, SIM_MARKER))
     except OSError:
         return
     if not any(n.startswith(SIM_INFLIGHT) for n in names):

@@ -23,7 +23,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import field
-from pathlib import Path
 
 from ..util.dataclass import dataclass
 from ..util.errors import CommandError
@@ -160,7 +159,7 @@ class CommandResult:
 
 @dataclass
 class CommandRunner:
-    root: Path
+    root: str
     simulated: bool
     log: list[CommandResult] = field(default_factory=list)
 
@@ -174,11 +173,11 @@ class CommandRunner:
             return None
         inside = os.path.realpath(self.root) + "/"
         for d in ROOTED_PATH:
-            cand = self.root / d / name
+            cand = _under(self.root, d, name)
             # A simulated root's own fake, never a link out of it to this machine's binary (which would act on
             # this machine's kernel).
-            if cand.is_file() and os.access(cand, os.X_OK) and os.path.realpath(cand).startswith(inside):
-                return str(cand)
+            if os.path.isfile(cand) and os.access(cand, os.X_OK) and os.path.realpath(cand).startswith(inside):
+                return cand
         return None
 
     def run(self, argv: list[str], *, timeout: float = 120.0, ok_codes: tuple[int, ...] | None = None,
@@ -189,7 +188,7 @@ class CommandRunner:
         if exe is None:
             if os.path.realpath(self.root) != "/" and not self.simulated:
                 raise CommandError(
-                    f"refusing to run {name} for root {self.root}: a host binary would act on this machine, "
+                    f"refusing to run {name} for root {_under(self.root)}: a host binary would act on this machine, "
                     "not on the node under --root", hint="use --root / on the node itself, or a simulated root")
             raise CommandError(f"{name}: command not found", hint=f"install the package that provides {name}")
         import sh  # imported here: 100 ms of import that only commands need
@@ -241,6 +240,13 @@ class CommandRunner:
             raise CommandError(f"{' '.join(argv)} exited {result.returncode}: {msg}", path=exe,
                                returncode=result.returncode, stderr=result.stderr)
         return result
+
+
+def _under(root: str, *names: str) -> str:
+    """``str(pathlib.PurePosixPath(root, *names))`` for plain relative ``names``: a path under the root spelled
+    as it always was (``./node//`` is ``node``), without loading pathlib for it."""
+    anchor = "//" if root.startswith("//") and not root.startswith("///") else "/" if root.startswith("/") else ""
+    return anchor + "/".join([*(p for p in root.split("/") if p not in ("", ".")), *names]) or "."
 
 
 def child_alive(pid: int) -> bool:

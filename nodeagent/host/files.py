@@ -16,10 +16,13 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..util.errors import HostError, UsageError
 from .fs import file_kind, map_oserror, read_bounded, replace_at
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: A profile file (and each file it extends, and an inline profile): far above any real one, which is a few KiB.
 MAX_PROFILE_BYTES = 1024 * 1024
@@ -98,6 +101,8 @@ _EXAMPLES = {"--metrics-textfile": "/var/lib/node_exporter/textfile_collector/no
 
 @contextmanager
 def _target_dir(path: str | os.PathLike[str], option: str) -> Iterator[tuple[int, str]]:
+    from pathlib import Path  # (not loaded by the commands that write no operator file)
+
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     name = target.name
@@ -148,4 +153,6 @@ def write_operator_file(path: str | os.PathLike[str], data: str, mode: int = 0o6
                 raise UsageError(f"{option} {path}: is a directory", hint="give a file name") from None
             err: HostError = map_oserror(exc, str(path), "write")
             raise err from None
+    from pathlib import Path
+
     return Path(path)

@@ -19,8 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from functools import cache
-from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..util.dataclass import dataclass
 from ..util.errors import (
@@ -34,6 +33,9 @@ from ..util.errors import (
     RejectedError,
     UsageError,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _KD = r"/sys/kernel/mm/damon/admin/kdamonds"
 _CTX = _KD + r"/[0-9]+/contexts/[0-9]+"
@@ -323,9 +325,9 @@ class RootedFS:
     check and the use. Only regular files are read, at most :data:`MAX_READ` bytes.
     """
 
-    def __init__(self, root: Path, writer: Writer | None = None) -> None:
-        self.root = Path(root)
-        self._real_root = os.path.realpath(self.root)
+    def __init__(self, root: str | os.PathLike[str], writer: Writer | None = None) -> None:
+        self._root = os.fspath(root) or "."  # (as pathlib reads "")
+        self._real_root = os.path.realpath(self._root)
         self._writer = writer
         self.write_log: list[WriteRecord] = []
         self._root_fd: int | None = None
@@ -337,6 +339,13 @@ class RootedFS:
 
     # -- paths ---------------------------------------------------------------------------------------
     @property
+    def root(self) -> Path:
+        """The root as given, as a ``Path`` (pathlib is loaded for whoever asks: messages, the simulator)."""
+        from pathlib import Path
+
+        return Path(self._root)
+
+    @property
     def real_root(self) -> str:
         """The root's own path with its symlinks resolved (``os.path.realpath``), as when the root was opened."""
         return self._real_root
@@ -346,6 +355,8 @@ class RootedFS:
         opening (that is :meth:`_resolve`'s)."""
         if not path.startswith("/"):
             raise ValueError(f"kernel paths are absolute: {path!r}")
+        from pathlib import Path
+
         return self.root / path[1:] if self._real_root != "/" else Path(path)
 
     def _rootfd(self) -> int:

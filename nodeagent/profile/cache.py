@@ -19,19 +19,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from . import shipped
 from .resolved import ResolvedProfile, from_record, sha256, to_record
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-def cache_dir() -> Path:
+
+def cache_dir() -> str:
     if os.environ.get("NODEAGENT_CACHE"):
-        return Path(os.environ["NODEAGENT_CACHE"]) / "profiles"
+        return os.path.join(os.environ["NODEAGENT_CACHE"], "profiles")
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "nodeagent" / "profiles"
+    return os.path.join(base, "nodeagent", "profiles")
 
 
 def _dist_version(name: str) -> str:
@@ -49,7 +50,7 @@ def _dist_version(name: str) -> str:
     return "?"
 
 
-def _model_code(here: Path = Path(__file__).parent) -> str:
+def _model_code(here: str = os.path.dirname(__file__)) -> str:
     """The size and modification time of each file of the code that validates and records a profile (this
     ``profile`` package, ``resolved.py`` with it) — what python itself checks its bytecode cache against — so
     that a checkout or an upgrade that changes the model without changing ``__version__`` validates again."""
@@ -60,10 +61,10 @@ def _model_code(here: Path = Path(__file__).parent) -> str:
         return ""
     for n in names:
         try:
-            st = os.stat(here / n)
+            st = os.stat(os.path.join(here, n))
         except OSError:
             continue
-        out.append(f"{here.name}/{n}:{st.st_size}:{st.st_mtime_ns}")
+        out.append(f"{os.path.basename(here)}/{n}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(out)
 
 
@@ -95,8 +96,8 @@ def _sha(path: str) -> str | None:
 ABSENT = "absent"
 
 
-def _entry_path(path: Path) -> Path:
-    return cache_dir() / (sha256(str(path).encode())[:32] + ".json")
+def _entry_path(path: str | os.PathLike[str]) -> str:
+    return os.path.join(cache_dir(), sha256(os.fspath(path).encode())[:32] + ".json")
 
 
 def chain_files(path: Path) -> dict[str, str]:
@@ -104,6 +105,8 @@ def chain_files(path: Path) -> dict[str, str]:
     bare name that resolved to a shipped profile (already validated, so the ``extends`` values are known to be
     good; read with plain YAML, positions are not needed here)."""
     import yaml
+
+    from . import shipped
 
     out: dict[str, str] = {}
     todo = [path.resolve()]
@@ -127,7 +130,7 @@ def lookup(path: str | Path) -> ResolvedProfile | None:
     """The cached profile at ``path`` if its entry is still good, else ``None``."""
     if os.environ.get("NODEAGENT_PROFILE_CACHE") == "0":
         return None
-    real = Path(path).resolve()
+    real = os.path.realpath(path)  # (as Path.resolve(), without loading pathlib)
     from ..host.files import read_regular_stat
 
     try:
@@ -141,7 +144,7 @@ def lookup(path: str | Path) -> ResolvedProfile | None:
         return None
     rec = entry.get("profile")
     files = rec.get("files") if isinstance(rec, dict) else None
-    if not isinstance(files, dict) or str(real) not in files:
+    if not isinstance(files, dict) or real not in files:
         return None
     if any((_sha(f) or ABSENT) != digest for f, digest in files.items()):
         return None
@@ -155,10 +158,12 @@ def store(path: str | Path, loaded: Any) -> None:
     """Keep ``loaded`` (just validated from ``path``) for the next run; never fails the command."""
     if os.environ.get("NODEAGENT_PROFILE_CACHE") == "0":
         return
+    from pathlib import Path  # only on a miss, like YAML and pydantic
+
     real = Path(path).resolve()
     try:
         entry = {"versions": versions(), "shown": str(path), "profile": to_record(loaded, chain_files(real))}
-        target = _entry_path(real)
+        target = Path(_entry_path(str(real)))
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         import tempfile  # only on a miss (it loads random and shutil)
 

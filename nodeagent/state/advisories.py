@@ -13,11 +13,11 @@ check mode); ``plan``, ``drift`` and every dry run only read the file (see ``doc
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from ..profile.resolved import sha256
 from ..util.timestamps import rfc3339
 from .records import FORMAT, Record, _version
 from .shape import _obj, _stamp, _str
@@ -36,7 +36,7 @@ _NUMBER = re.compile(r"(?<![A-Za-z_\d.])\d+(?:\.\d+)*")
 def advisory_id(text: str) -> str:
     """A stable id for an advisory's text: its words and names, not the numbers that stand alone in it."""
     norm = " ".join(_NUMBER.sub("#", text).split())
-    return hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return sha256(norm.encode("utf-8", "surrogatepass"))[:16]
 
 
 def key(profile: str, digest: str, kernel: str) -> str:

@@ -23,7 +23,8 @@ sim = ("nodeagent_sim", "nodeagent_sim_machine")  # the simulator's distribution
 third = sorted({m.split(".")[0] for m in sys.modules} - std - {"nodeagent", *sim, "__main__",
                                                               "sitecustomize", "_distutils_hack", "usercustomize"})
 ours = sorted(m for m in sys.modules if m in ("nodeagent", *sim) or m.startswith(("nodeagent.", "nodeagent_sim.")))
-print("\\nMODULES " + json.dumps({"rc": rc, "third_party": third, "ours": ours}))
+openssl = sorted(m for m in ("_hashlib", "_ssl") if m in sys.modules)  # libcrypto, loaded by hashlib
+print("\\nMODULES " + json.dumps({"rc": rc, "third_party": third, "ours": ours, "openssl": openssl}))
 """
 
 
@@ -40,7 +41,8 @@ def probe(args: list[str], cache: Path) -> dict[str, list[str]]:
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES "))
     out = json.loads(line.removeprefix("MODULES "))
     assert out["rc"] in (0, 3), proc.stdout + proc.stderr
-    return {"third_party": [m for m in out["third_party"] if not m.startswith("_")], "ours": out["ours"]}
+    return {"third_party": [m for m in out["third_party"] if not m.startswith("_")], "ours": out["ours"],
+            "openssl": out["openssl"]}
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +94,16 @@ def test_read_only_commands_load_none_of_nodeagent_s_heavy_parts(node: tuple[Pat
     heavy = tuple(p for p in heavy if p != "nodeagent.facts.cxl")
     ours = probe(["--root", str(root), *args], cache)["ours"]
     assert [m for m in ours if any(m == p or m.startswith(p + ".") for p in heavy)] == []
+
+
+@pytest.mark.parametrize("args", [
+    ["drift"], ["drift", "--record", PROFILE], ["plan", PROFILE], ["status"],
+], ids=" ".join)
+def test_read_only_commands_do_not_load_openssl(node: tuple[Path, Path], args: list[str]) -> None:
+    """hashlib loads OpenSSL's libcrypto, which costs more than a converged drift's plan: the digests of the
+    profile cache and of the advisories are CPython's own sha256 (nodeagent.profile.resolved.sha256)."""
+    root, cache = node
+    assert probe(["--root", str(root), *args], cache)["openssl"] == []
 
 
 def test_a_profile_without_cxl_regions_plans_without_the_cxl_bus(node: tuple[Path, Path], tmp_path: Path) -> None:

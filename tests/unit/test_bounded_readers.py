@@ -108,7 +108,7 @@ def test_the_chain_is_read_through_the_bounded_reader(cached: tuple[Path, Path],
 @pytest.mark.parametrize("kind", [*KINDS, "nested"])
 def test_a_hostile_cache_entry_is_a_miss(cached: tuple[Path, Path], kind: str) -> None:
     top, _ = cached
-    entry = cache._entry_path(top.resolve())
+    entry = Path(cache._entry_path(top.resolve()))
     if kind == "nested":
         entry.write_text("[" * 100_000)
     else:

@@ -96,7 +96,8 @@ def test_values_at_the_edge_of_the_type_still_plan(tmp_path, capsys) -> None:
     assert code == 0 and "aggregation intervals for" not in out.out + out.err, out.out + out.err
 
 
-@pytest.mark.parametrize(("file", "ctype"), [
+#: Numeric kdamond files and the kernel's type of each.
+FILES = [
     ("refresh_ms", "unsigned int"),
     ("contexts/nr_contexts", "int"),
     ("contexts/0/monitoring_attrs/intervals/aggr_us", "unsigned long"),
@@ -112,10 +113,30 @@ def test_values_at_the_edge_of_the_type_still_plan(tmp_path, capsys) -> None:
     ("contexts/0/schemes/0/ops_filters/0/damon_target_idx", "int"),
     ("contexts/0/schemes/0/core_filters/1/addr_end", "unsigned long"),
     ("contexts/0/schemes/0/filters/nr_filters", "int"),
-])
+]
+
+
+@pytest.mark.parametrize(("file", "ctype"), FILES)
 def test_every_numeric_kdamond_file_has_the_kernel_s_type(file, ctype) -> None:
     found = kernel_type(file)
     assert found is not None and found[0] == ctype
+
+
+def test_a_lookup_tries_only_the_patterns_whose_plain_text_the_file_has() -> None:
+    """kernel_type skips a rule whose pattern's plain runs the file lacks: every file a pattern of the table matches
+    holds its runs, so the answer is the whole table's, in its order."""
+    from nodeagent.kinds.damon.spec import KERNEL_TYPE_RULES, _plain_runs
+
+    assert _plain_runs("a|b") == () and _plain_runs("(a|b)c") == ("c",) and _plain_runs(r"ab*c\.d") == ("a", "c", "d")
+    assert _plain_runs("[0-9a-f]{4}") == ()
+    files = [f for f, _ in FILES] + ["state", "contexts/0/schemes/0/action", "contexts/0/schemes/0/filters/0/min",
+                                    "contexts/0/schemes/3/watermarks/interval_us", "contexts/0/targets/nr_targets"]
+    for file in files:
+        whole = next(((c, f, m.groups()) for rx, c, f in KERNEL_TYPES if (m := rx.fullmatch(file))), None)
+        found = kernel_type(file)
+        assert (found and (found[0], found[1], found[2].groups())) == whole, file
+    for rx, _, _ in KERNEL_TYPE_RULES:  # each run is plain text of the pattern outside its groups
+        assert all(run in rx for run in _plain_runs(rx)), rx
 
 
 def test_the_type_table_only_names_types_with_ranges() -> None:

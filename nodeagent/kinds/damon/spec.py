@@ -99,12 +99,44 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+def _plain_runs(rx: str) -> tuple[str, ...]:
+    """The runs of plain characters of ``rx`` outside its groups: every string the pattern matches contains each."""
+    runs, run, depth, i = [], "", 0, 0
+    while i < len(rx):
+        c = rx[i]
+        if c in "*+?{" and run:  # its last character may be absent or repeated
+            run = run[:-1]
+        if depth == 0 and (c.isalnum() or c in "_/-"):
+            run += c
+        elif depth == 0 and c == "|":  # an alternative of the whole pattern: nothing is common to all
+            return ()
+        else:
+            runs.append(run)
+            run = ""
+            depth += (c in "([{") - (c in ")]}")
+            i += c == "\\"  # an escape (\d, \.) is not plain
+        i += 1
+    return tuple(r for r in (*runs, run) if r)
+
+
+@cache
+def _runs(i: int) -> tuple[str, ...]:
+    return _plain_runs(KERNEL_TYPE_RULES[i][0])
+
+
+@cache
+def _compiled(i: int) -> re.Pattern[str]:
+    return re.compile(KERNEL_TYPE_RULES[i][0])
+
+
 def kernel_type(file: str) -> tuple[str, tuple[str, ...], re.Match[str]] | None:
-    """The C type of the kdamond file ``file`` (relative to the kdamond) and the profile field behind it."""
-    for rx, ctype, field in kernel_types():
-        m = rx.fullmatch(file)
-        if m:
-            return ctype, field, m
+    """The C type of the kdamond file ``file`` (relative to the kdamond) and the profile field behind it. A rule
+    whose pattern's plain text ``file`` lacks is not tried, so a lookup compiles only the patterns that can match."""
+    for i, (_, ctype, field) in enumerate(KERNEL_TYPE_RULES):
+        if all(run in file for run in _runs(i)):
+            m = _compiled(i).fullmatch(file)
+            if m:
+                return ctype, field, m
     return None
 
 
