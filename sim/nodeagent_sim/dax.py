@@ -242,17 +242,22 @@ def attach(k: SimKernel, name: str, driver: str) -> None:
         bind(k, name, driver)
 
 
-def unplug(k: SimKernel, name: str) -> None:
-    """The device goes away (region torn down, expander removed): only a devdax or unbound device can."""
-    if driver_of(k, name) == "kmem":
-        raise ebusy(f"{name} is system-ram")
+def _remove_files(k: SimKernel, name: str) -> None:
+    """A device's sysfs directory, its bus link and its ``/dev`` node go (its state entry is the caller's)."""
     rel = _device_rel(k, name)
-    unbind(k, name)
     dev = devnodes.dev_of(k, rel)
     if dev is not None:
         devnodes.remove(k, *dev, name)
     k.tree.remove_tree(rel)
     k.tree.local(f"{BUS}/devices/{name}").unlink()
+
+
+def unplug(k: SimKernel, name: str) -> None:
+    """The device goes away (region torn down, expander removed): only a devdax or unbound device can."""
+    if driver_of(k, name) == "kmem":
+        raise ebusy(f"{name} is system-ram")
+    unbind(k, name)
+    _remove_files(k, name)
     state = k.state()
     state.get("dax", {}).pop(name, None)
     k.save_state(state)
@@ -501,12 +506,7 @@ def _delete(k: SimKernel, path: str, value: str) -> None:
         raise OSError(errno.ENXIO, os.strerror(errno.ENXIO) + f" ({name!r} is not a device of region {rid})")
     if driver_of(k, name) is not None or k.state()["dax"][name]["size"] or name.endswith(".0"):
         raise ebusy(f"{name} is bound, has a size, or is the region's device 0")
-    rel = _device_rel(k, name)
-    dev = devnodes.dev_of(k, rel)
-    if dev is not None:
-        devnodes.remove(k, *dev, name)
-    k.tree.remove_tree(rel)
-    k.tree.local(f"{BUS}/devices/{name}").unlink()
+    _remove_files(k, name)
     state = k.state()
     state["dax"].pop(name)
     reg = state["dax_regions"][str(rid)]
