@@ -156,3 +156,23 @@ def test_intervals_the_kernel_tuned_are_not_drift(make_node, capsys, mem_tier, k
     code, out = run(capsys, root, "--format", "json", "plan", node)
     changes = [c for c in json.loads(out)["changes"] if c["target"].startswith("damon.")]
     assert len(changes) == len(pids) and all(c["op"] == "update" for c in changes), out
+
+
+def test_the_verify_after_apply_does_not_see_tuned_intervals_as_drift(make_node, capsys, mem_tier,
+                                                                       monkeypatch) -> None:
+    """On a slow node (7.3.4 under QEMU TCG) a refresh_ms passes between a kdamond's start and the apply's verify:
+    the verify's re-plan sees the intervals the kernel tuned, and the apply still converges."""
+    from nodeagent_sim import damon as simdamon
+    write = SimKernel.write
+
+    def slow(self: SimKernel, path: str, value: str) -> None:
+        write(self, path, value)
+        if path.startswith(simdamon.lay.KDAMONDS) and path.endswith("/state") and value.strip() in ("on", "commit"):
+            simdamon.tick(self)  # the kernel's refresh_ms work runs right after the kdamond (re)started
+
+    monkeypatch.setattr(SimKernel, "write", slow)
+    root = make_node("h100-cxl", kernel="7.3.0")
+    code, out = run(capsys, root, "apply", "--yes", "--allow-disruptive", mem_tier)
+    assert code == 0 and "Result: converged." in out, out
+    assert all(kd.tree.context is not None and kd.tree.context.attrs.sample_us > 5000
+               for kd in kdamonds(root).values())  # the files show tuned intervals
