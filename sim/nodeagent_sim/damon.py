@@ -220,8 +220,12 @@ def snapshot(k: SimKernel, base: str) -> tuple[dict[str, Any] | None, str | None
                         "sz_min": int(_read(k, f"{ap}/sz/min")),
                         "nr_accesses": [int(_read(k, f"{ap}/nr_accesses/{n}")) for n in ("min", "max")],
                         "filters": filters})
+    goal = [int(_read(k, f"{iv}/intervals_goal/{n}")) for n in ("access_bp", "aggrs", "min_sample_us",
+                                                                 "max_sample_us")]
     return {"operations": ops, "regions": regions, "min_regions": lo, "schemes": schemes,
-            "addr_unit": int(_read(k, f"{ctx}/addr_unit", "1"))}, None
+            "addr_unit": int(_read(k, f"{ctx}/addr_unit", "1")),
+            # the running intervals (kdamond_tune_intervals moves them) and the intervals goal
+            "intervals": [sample, aggr], "aggr_samples": aggr // sample if sample else 0, "intervals_goal": goal}, None
 
 
 def _target_nid(k: SimKernel, sb: str) -> int:
@@ -291,6 +295,9 @@ def _state(k: SimKernel, path: str, value: str) -> None:
         _refresh_stats(k, state, base, kd)
     elif cmd == "update_schemes_effective_quotas":  # as of the last quota reset: a commit shows up later
         _refresh_effective(k, base, kd)
+    elif cmd == "update_tuned_intervals":
+        _tune_intervals(kd)
+        _show_intervals(k, base, kd)
     elif cmd == "commit_schemes_quota_goals" and not any(s["goals"] for s in kd["snapshot"]["schemes"]):
         raise einval("no quota goals")
     k.save_state(state)
@@ -301,6 +308,28 @@ def _refresh_effective(k: SimKernel, base: str, kd: dict[str, Any]) -> None:
         p = f"{base}/contexts/0/schemes/{i}/quotas/effective_bytes"
         if k.tree.exists(p):
             k.tree.set(p, eff)
+
+
+def _tune_intervals(kd: dict[str, Any]) -> None:
+    """Time passes with an intervals goal enabled (``aggrs`` non-zero): ``kdamond_tune_intervals`` (6.15) moves the
+    sampling interval within [min_sample_us, max_sample_us] and sets the aggregation interval to it times
+    ``aggr_samples`` (fixed at commit). The simulated memory shows fewer accesses than the goal asks for, so the
+    kernel's feedback loop widens the sampling interval, at most 2x per tuning."""
+    snap = kd["snapshot"]
+    _, aggrs, lo, hi = snap.get("intervals_goal") or (0, 0, 0, 0)
+    if not aggrs:
+        return
+    sample = max(lo, min(hi, snap["intervals"][0] * 2))
+    snap["intervals"] = [sample, sample * snap["aggr_samples"]]
+
+
+def _show_intervals(k: SimKernel, base: str, kd: dict[str, Any]) -> None:
+    """``damon_sysfs_upd_tuned_intervals``: the sysfs interval files show the running (tuned) ones."""
+    if "intervals" not in kd["snapshot"]:
+        return
+    iv = f"{base}/contexts/0/monitoring_attrs/intervals"
+    for name, v in zip(("sample_us", "aggr_us"), kd["snapshot"]["intervals"], strict=True):
+        k.tree.set(f"{iv}/{name}", v)
 
 
 def _refresh_stats(k: SimKernel, state: dict[str, Any], base: str, kd: dict[str, Any]) -> None:
@@ -324,8 +353,9 @@ def tick(k: SimKernel) -> None:
         for index, kd in d["kdamonds"].items():
             base = f"{lay.KDAMONDS}/{index}"
             if kd["running"] and int(_read(k, f"{base}/refresh_ms")) > 0:
-                # damon_sysfs_refresh_ms_fn (6.17): the statistics and the effective quotas alike (the tuned
-                # intervals too, which the simulator does not tune: they stay the committed ones)
+                # damon_sysfs_repeat_call_fn (6.17): the tuned intervals, the statistics and the effective quotas
+                _tune_intervals(kd)
+                _show_intervals(k, base, kd)
                 _refresh_stats(k, state, base, kd)
                 _refresh_effective(k, base, kd)
         k.save_state(state)

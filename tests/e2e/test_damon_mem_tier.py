@@ -103,3 +103,76 @@ def test_the_profile_keeps_demote_cold_and_promote_hot(make_node, capsys, mem_ti
     assert names and all(n.startswith(("demote-cold", "promote-hot")) for n in names), names
     if kernel in (None, "6.15.0"):  # no DAMON_STAT before 6.17: nothing to disable
         assert not [c for c in plan["changes"] if c["target"].startswith("damon.module.")]
+
+
+def _tuned(root: Path) -> list[tuple[int, int]]:
+    return [(kd.tree.context.attrs.sample_us, kd.tree.context.attrs.aggr_us)
+            for kd in kdamonds(root).values() if kd.tree.context is not None]
+
+
+GOAL = "{access: 4%, aggregations: 3, min_sample: 5ms, max_sample: 10s}"
+
+
+def _node(mem_tier: str, kernel: str, monitoring: str = "") -> str:
+    """mem_tier's node profile; before 7.1 (the recipe keeps demote-cold and promote-hot there) with the recipe's
+    intervals goal on those. ``monitoring``: more of each kdamond's monitoring (a flow mapping's inside)."""
+    names = ("mem-tier-demote", "mem-tier-promote") if kernel >= "7.1" else ("demote-cold", "promote-hot")
+    goal = "" if kernel >= "7.1" else f"intervals_goal: {GOAL}, "
+    if not goal and not monitoring:
+        return mem_tier
+    path = Path(mem_tier).with_name("goal-node.yaml")
+    path.write_text(Path(mem_tier).read_text() + "damon:\n  kdamonds:\n" + "".join(
+        f"    - name: {n}\n      monitoring: {{{goal}{monitoring}}}\n" for n in names))
+    return str(path)
+
+
+@pytest.mark.parametrize("kernel", ["6.17.0", "7.3.0"])
+def test_intervals_the_kernel_tuned_are_not_drift(make_node, capsys, mem_tier, kernel) -> None:
+    """With an intervals goal the kernel retunes sample_us and aggr_us (keeping their ratio) and, every refresh_ms
+    (6.17+), shows the tuned pair in sysfs: a running kdamond is still converged, and only a profile that changes
+    the intervals or the goal plans a commit."""
+    from nodeagent_sim.damon import tick
+    root = make_node("h100-cxl", kernel=kernel)
+    node = _node(mem_tier, kernel)
+    code, out = run(capsys, root, "apply", "--yes", "--allow-disruptive", node)
+    assert code == 0, out
+    written = _tuned(root)
+    pids = {i: kd.pid for i, kd in kdamonds(root).items()}
+    tick(SimKernel(root))  # refresh_ms passes: the kernel shows the intervals it tuned
+    tuned = _tuned(root)
+    assert tuned != written and all(a // s == wa // ws for (s, a), (ws, wa) in zip(tuned, written, strict=True))
+    code, out = run(capsys, root, "plan", "--detailed-exitcode", node)
+    assert code == 0, out
+    code, out = run(capsys, root, "--format", "json", "drift", node)
+    assert code == 0 and json.loads(out)["converged"], out
+    code, out = run(capsys, root, "status")
+    assert code == 0 and "treated as not managed" not in out, out
+    code, out = run(capsys, root, "apply", "--yes", node)
+    assert code == 0 and "No changes: the node matches the profile" in out, out
+    assert {i: kd.pid for i, kd in kdamonds(root).items()} == pids and _tuned(root) == tuned
+    # the profile's intervals change (the ratio kept, the tuned pair inside the goal's range): committed again
+    (s, a), *_ = written
+    node = _node(mem_tier, kernel, f"sample: {3 * s}us, aggregate: {3 * a}us")
+    code, out = run(capsys, root, "--format", "json", "plan", node)
+    changes = [c for c in json.loads(out)["changes"] if c["target"].startswith("damon.")]
+    assert len(changes) == len(pids) and all(c["op"] == "update" for c in changes), out
+
+
+def test_the_verify_after_apply_does_not_see_tuned_intervals_as_drift(make_node, capsys, mem_tier,
+                                                                       monkeypatch) -> None:
+    """On a slow node (7.3.4 under QEMU TCG) a refresh_ms passes between a kdamond's start and the apply's verify:
+    the verify's re-plan sees the intervals the kernel tuned, and the apply still converges."""
+    from nodeagent_sim import damon as simdamon
+    write = SimKernel.write
+
+    def slow(self: SimKernel, path: str, value: str) -> None:
+        write(self, path, value)
+        if path.startswith(simdamon.lay.KDAMONDS) and path.endswith("/state") and value.strip() in ("on", "commit"):
+            simdamon.tick(self)  # the kernel's refresh_ms work runs right after the kdamond (re)started
+
+    monkeypatch.setattr(SimKernel, "write", slow)
+    root = make_node("h100-cxl", kernel="7.3.0")
+    code, out = run(capsys, root, "apply", "--yes", "--allow-disruptive", mem_tier)
+    assert code == 0 and "Result: converged." in out, out
+    assert all(kd.tree.context is not None and kd.tree.context.attrs.sample_us > 5000
+               for kd in kdamonds(root).values())  # the files show tuned intervals

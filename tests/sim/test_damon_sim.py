@@ -206,3 +206,33 @@ def test_foreign_writes_monitor_the_region_given(make_node) -> None:
     assert writes[f"{C}/targets/0/regions/0/end"] == str(6 << 30)
     assert start_foreign(k, region=(4 << 30, 6 << 30)) == 77
     assert k.tree.read(f"{C}/targets/0/regions/0/start") == str(4 << 30)
+
+
+@pytest.mark.parametrize("kernel, refresh", [("6.15.0", False), ("7.3.0", True)])
+def test_an_intervals_goal_retunes_the_intervals_the_files_show(make_node, kernel: str, refresh: bool) -> None:
+    """kdamond_tune_intervals: the sampling interval moves within the goal's bounds, the aggregation interval
+    keeps its committed ratio to it; sysfs shows them on update_tuned_intervals or (6.17+) every refresh_ms."""
+    k = SimKernel(make_node("qemu-3node", kernel=kernel))
+    _paddr_kdamond(k)
+    iv = f"{C}/monitoring_attrs/intervals"
+    for name, v in [("sample_us", "5000"), ("aggr_us", "100000"), ("intervals_goal/access_bp", "400"),
+                    ("intervals_goal/aggrs", "3"), ("intervals_goal/min_sample_us", "5000"),
+                    ("intervals_goal/max_sample_us", "15000")]:
+        k.write(f"{iv}/{name}", v)
+    if refresh:
+        k.write(f"{K}/0/refresh_ms", "1000")
+    k.write(f"{K}/0/state", "on")
+    seen = []
+    for _ in range(3):
+        if refresh:
+            tick(k)
+        else:
+            k.write(f"{K}/0/state", "update_tuned_intervals")
+        seen.append((k.tree.read(f"{iv}/sample_us"), k.tree.read(f"{iv}/aggr_us")))
+    assert seen == [("10000", "200000"), ("15000", "300000"), ("15000", "300000")]  # max_sample_us caps it
+    k.write(f"{iv}/intervals_goal/aggrs", "0")  # a goal with aggrs 0 is off: a commit stops the tuning
+    k.write(f"{iv}/sample_us", "5000")
+    k.write(f"{iv}/aggr_us", "100000")
+    k.write(f"{K}/0/state", "commit")
+    k.write(f"{K}/0/state", "update_tuned_intervals")
+    assert (k.tree.read(f"{iv}/sample_us"), k.tree.read(f"{iv}/aggr_us")) == ("5000", "100000")

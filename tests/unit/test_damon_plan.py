@@ -17,7 +17,7 @@ from nodeagent.facts.damon import DamonFacts, Kdamond, from_facts
 from nodeagent.host import open_host
 from nodeagent.kinds.base import PlanContext
 from nodeagent.kinds.damon.kind import DamonResource, build_specs
-from nodeagent.kinds.damon.model import diff_writes
+from nodeagent.kinds.damon.model import diff_writes, untuned
 from nodeagent.kinds.damon.nodes import NodeClasses, pair
 from nodeagent.kinds.damon.plan import owned_kdamonds
 from nodeagent.kinds.damon.stats import read_stats, refresh_stats
@@ -67,6 +67,40 @@ def test_diff_writes_rewrites_everything_below_a_changed_count() -> None:
     assert diff_writes(desired, observed) == [("schemes/0/quotas/weights/nr_accesses_permil", "5")]
     observed["schemes/nr_schemes"] = "2"
     assert diff_writes(desired, observed) == list(desired)  # the count resets all of scheme 0: write it all
+
+
+IV = "contexts/0/monitoring_attrs/intervals"
+TUNED = {f"{IV}/sample_us": "5000", f"{IV}/aggr_us": "100000", f"{IV}/intervals_goal/access_bp": "400",
+         f"{IV}/intervals_goal/aggrs": "3", f"{IV}/intervals_goal/min_sample_us": "5000",
+         f"{IV}/intervals_goal/max_sample_us": "10000000"}
+
+
+@pytest.mark.parametrize("sample, aggr, goal, committed, same", [
+    ("40000", "800000", {}, None, True),  # tuned within the bounds, the ratio (20) kept
+    ("10000000", "200000000", {}, TUNED, True),  # at max_sample_us, committed as the profile wants
+    ("20000000", "400000000", {}, None, False),  # above max_sample_us: not the kernel's doing
+    ("4000", "80000", {}, None, False),  # below min_sample_us
+    ("40000", "400000", {}, None, False),  # another ratio: someone wrote aggr_us
+    ("40000", "800000", {"aggrs": "0"}, None, False),  # aggrs 0: the kernel does not tune
+    ("40000", "800000", {"access_bp": "500"}, None, False),  # another goal runs
+    ("40000", "800000", {}, {**TUNED, f"{IV}/sample_us": "2500", f"{IV}/aggr_us": "50000"}, False),  # profile moved
+])
+def test_intervals_the_kernel_tuned_read_as_the_desired_ones(sample, aggr, goal, committed, same) -> None:
+    desired = dict(TUNED, **{f"{IV}/intervals_goal/{k}": v for k, v in goal.items()})
+    observed = dict(TUNED, **{f"{IV}/sample_us": sample, f"{IV}/aggr_us": aggr})
+    if "aggrs" in goal:
+        observed[f"{IV}/intervals_goal/aggrs"] = "0"
+    writes = diff_writes(tuple(desired.items()), untuned(desired, observed, committed))
+    assert (writes == []) == same, writes
+    if not same and not goal:
+        assert [p for p, _ in writes] == [f"{IV}/sample_us", f"{IV}/aggr_us"]
+
+
+def test_a_stopped_kdamond_with_tuned_intervals_is_still_nodeagents() -> None:
+    observed = dict(TUNED, **{f"{IV}/sample_us": "40000", f"{IV}/aggr_us": "800000"})
+    damon = DamonFacts(True, 1, (Kdamond(0, "off", -1, observed, {}),), {}, {}, {}, (), None)
+    owned, notes = owned_kdamonds(damon, {"damon": {"kdamonds": {"0": {"name": "a", "pid": None, "config": TUNED}}}})
+    assert list(owned) == [0] and not notes
 
 
 def test_conversions_pairing_and_pending_dax_nodes(make_node, tmp_path) -> None:

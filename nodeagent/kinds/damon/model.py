@@ -55,6 +55,48 @@ def diff_writes(desired: Files | tuple[tuple[str, str], ...], observed: Mapping[
     return out
 
 
+#: A context's interval files, relative to the kdamond (one context: ``contexts/0``).
+_INTERVALS = re.compile(r"(contexts/\d+/monitoring_attrs/intervals)/sample_us")
+
+
+def untuned(desired: Mapping[str, str], observed: Mapping[str, str],
+            committed: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``observed`` with the intervals the kernel tuned read as the ``desired`` ones, for comparing a running
+    kdamond with what nodeagent wants (:func:`diff_writes`).
+
+    With an intervals goal enabled (``intervals_goal/aggrs`` non-zero: mm/damon/core.c ``kdamond_fn`` tunes only
+    then), ``kdamond_tune_intervals`` moves the sampling interval within [``min_sample_us``, ``max_sample_us``] and
+    sets the aggregation interval to it times ``aggr_samples``, which ``damon_set_attrs`` fixed at commit as
+    ``aggr_us / sample_us`` (integer division); sysfs shows the tuned pair after ``update_tuned_intervals`` or,
+    from 6.17, every ``refresh_ms`` (``damon_sysfs_repeat_call_fn``). Such a pair is what the kernel does with the
+    desired one, not drift: it reads as desired when the goal files match and, if ``committed`` (the files
+    nodeagent last wrote) is given, the desired intervals and goal are the committed ones, so that a profile that
+    changes them still plans a commit."""
+    out = dict(observed)
+    for path in desired:
+        m = _INTERVALS.fullmatch(path)
+        if m is None:
+            continue
+        iv = m.group(1)
+        names = [f"{iv}/{n}" for n in ("sample_us", "aggr_us")]
+        goal = [f"{iv}/intervals_goal/{n}" for n in ("access_bp", "aggrs", "min_sample_us", "max_sample_us")]
+        if any(p not in desired or observed.get(p) != desired[p] for p in goal):
+            continue  # no goal, or another one: the kernel tunes toward what it has, which is drift
+        if committed is not None and any(committed.get(p) != desired[p] for p in names + goal):
+            continue  # the profile changed the intervals or the goal since nodeagent committed them
+        try:
+            want_sample, want_aggr, seen_sample, seen_aggr, aggrs, lo, hi = (
+                int(v) for v in (desired[names[0]], desired[names[1]], observed.get(names[0], ""),
+                                 observed.get(names[1], ""), desired[goal[1]], desired[goal[2]], desired[goal[3]]))
+        except ValueError:
+            continue
+        if not aggrs or not want_sample:
+            continue
+        if lo <= seen_sample <= hi and seen_aggr == seen_sample * (want_aggr // want_sample):
+            out[names[0]], out[names[1]] = desired[names[0]], desired[names[1]]
+    return out
+
+
 def _yn(value: bool) -> str:
     return "Y" if value else "N"
 

@@ -33,7 +33,7 @@ from ...state import Ownership
 from ...util.dataclass import dataclass
 from ..base import ResourcePlan
 from . import dest_free
-from .model import diff_writes
+from .model import diff_writes, untuned
 from .spec import Spec
 
 KIND = "damon"
@@ -45,6 +45,8 @@ class Owned:
     name: str | None  # None: a slot nodeagent emptied (it may reuse it, or drop it with the count)
     pid: int | None
     kdamond: Kdamond
+    #: The files nodeagent last wrote there (its record): what the kernel's tuning started from.
+    written: dict[str, str] | None = None
 
 
 def owned_kdamonds(damon: DamonFacts, ownership: Ownership | dict[str, Any] | None
@@ -56,7 +58,8 @@ def owned_kdamonds(damon: DamonFacts, ownership: Ownership | dict[str, Any] | No
         kd = damon.kdamond(index)
         if kd is None:
             continue  # the slot is gone (reboot, or someone rewrote nr_kdamonds): nothing to own
-        same_config = all(kd.config.get(k) == v for k, v in rec.config.items())
+        seen = untuned(rec.config, kd.config)  # intervals the kernel tuned are still the ones written
+        same_config = all(seen.get(k) == v for k, v in rec.config.items())
         # A kdamond nodeagent was building when its run stopped holds part of its configuration, and is nodeagent's
         # to finish as long as nobody started it since.
         building = rec.building and not kd.running
@@ -67,7 +70,7 @@ def owned_kdamonds(damon: DamonFacts, ownership: Ownership | dict[str, Any] | No
             notes.append(f"{kd.describe()} no longer holds the configuration nodeagent wrote for "
                          f"{rec.name}: treated as not managed by nodeagent")
         else:
-            owned[kd.index] = Owned(kd.index, rec.name, kd.pid if kd.running else None, kd)
+            owned[kd.index] = Owned(kd.index, rec.name, kd.pid if kd.running else None, kd, dict(rec.config))
     return owned, notes
 
 
@@ -85,25 +88,28 @@ def _kd_data(spec: Spec, index: int, writes: list[tuple[str, str]], command: str
 
 
 def _in_place(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned | None,
-              can_commit: bool = True) -> Change | None:
-    """Build, update or start ``spec`` inside existing slot ``index`` (no count change)."""
+              can_commit: bool = True, written: dict[str, str] | None = None) -> Change | None:
+    """Build, update or start ``spec`` inside existing slot ``index`` (no count change). ``written``: the files
+    nodeagent last wrote to its own kdamond there, from which the kernel may have tuned the intervals."""
     spec = dest_free.resolve(spec, kd.config)  # a guarded scheme between its thresholds stays as it is
-    change = _in_slot(spec, index, kd, mine, replaces, can_commit)
-    return _follows(change, spec, kd.config) if mine and kd.running else change
+    # the running kdamond's intervals as the kernel tuned them (intervals goal) are the committed ones, not drift
+    observed = untuned(spec.config, kd.config, written) if mine and kd.running else kd.config
+    change = _in_slot(spec, index, kd, observed, mine, replaces, can_commit)
+    return _follows(change, spec, observed) if mine and kd.running else change
 
 
-def _in_slot(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned | None,
+def _in_slot(spec: Spec, index: int, kd: Kdamond, observed: dict[str, str], mine: bool, replaces: Owned | None,
              can_commit: bool) -> Change | None:
-    writes = diff_writes(spec.writes, kd.config)
+    writes = diff_writes(spec.writes, observed)
     target = f"damon.{spec.name}"
     base = f"kdamond {index}"
-    how = "\n      ".join([spec.how, *dest_free.reasons(spec, writes, kd.config)])
+    how = "\n      ".join([spec.how, *dest_free.reasons(spec, writes, observed)])
     if mine and kd.running and not can_commit:  # 5.18: no `commit` yet, so an update is stop, stage, on
         if not writes:
             return None
         return Change(KIND, target, "update", f"running (pid {kd.pid})", spec.summary,
                       reason=f"{how}\n      this kernel has no online commit (5.19): stop {base}, stage "
-                      f"{len(writes)} file(s), state=on (a new pid): {_changed(writes, kd.config)}",
+                      f"{len(writes)} file(s), state=on (a new pid): {_changed(writes, observed)}",
                       path=_path(index), before_label=f"{base} running, pid {kd.pid}",
                       after_label=f"{base} restarted", data=_kd_data(spec, index, writes, "on", None, kd.pid))
     if mine and kd.running:
@@ -111,7 +117,7 @@ def _in_slot(spec: Spec, index: int, kd: Kdamond, mine: bool, replaces: Owned | 
             return None
         return Change(KIND, target, "update", f"running (pid {kd.pid})", spec.summary,
                       reason=f"{how}\n      stage {len(writes)} file(s) in {base}, then commit (pid {kd.pid} "
-                      f"must survive): {_changed(writes, kd.config)}", path=_path(index),
+                      f"must survive): {_changed(writes, observed)}", path=_path(index),
                       before_label=f"{base} running, pid {kd.pid}", after_label=f"{base} committed, same pid",
                       data=_kd_data(spec, index, writes, "commit", kd.pid))
     if mine:
@@ -193,7 +199,7 @@ def plan_kdamonds(specs: list[Spec], damon: DamonFacts, ownership: Ownership | d
             continue
         mine = owner is not None and owner.name == s.name
         ch = _in_place(s, index, kd, mine, owner if owner is not None and owner.name and not mine else None,
-                       damon.has("commit"))
+                       damon.has("commit"), owner.written if mine and owner is not None else None)
         if ch is None:
             rp.unchanged.append(f"damon.{s.name}")
         elif ch.detail("command") == "on" and starts_blocked:
