@@ -44,6 +44,10 @@ def _plain(value: Any) -> str:
 
 #: Where NUMA balancing's scan and promotion tunables live since 5.13 (debugfs; sysctls before).
 NUMA_BALANCING_DEBUGFS = "/sys/kernel/debug/sched/numa_balancing"
+#: Why an MGLRU tuning can be missing on a kernel new enough to have it, and the fix.
+LRU_GEN_MISSING = ("the kernel is built without CONFIG_LRU_GEN: it runs the classic LRU, which has no min_ttl_ms",
+                   "nothing to set on this kernel (the placement check warns only where MGLRU runs), or remove "
+                   "the key from the profile")
 DEBUGFS_MISSING = ("a debugfs file: debugfs is not mounted at /sys/kernel/debug, or the kernel refuses it (lockdown, "
                    "as Secure Boot sets it; debugfs=off; before 6.14, a kernel without CONFIG_SCHED_DEBUG)",
                    "mount debugfs (`mount -t debugfs debugfs /sys/kernel/debug`, as systemd's sys-kernel-debug.mount "
@@ -60,9 +64,10 @@ class Knob:
     label: Callable[[Any], str] = _plain
     value_since: dict[Any, str] = field(default_factory=dict)  # values that need a newer kernel
     disruptive: bool = False
-    #: A best-effort knob (a debugfs file: no ABI) — why it can be missing on a kernel new enough to have it, and
-    #: the fix. Such a knob the kernel does not offer (for any reason, an old kernel too) is left out of the plan
-    #: with a warning; None: an ordinary knob, whose absence is a blocking problem.
+    #: A best-effort knob (a debugfs file: no ABI; a tuning of a feature the kernel can be built without) — why
+    #: it can be missing on a kernel new enough to have it, and the fix. Such a knob the kernel does not offer (for
+    #: any reason, an old kernel too) is left out of the plan with a warning; None: an ordinary knob, whose absence
+    #: is a blocking problem.
     missing: tuple[str, str] | None = None
     #: The integer range the kernel takes, by release: ``((since, lo, hi), ...)`` oldest first; the last entry
     #: whose release the node runs (or is newer than) applies. The profile's own bounds are the newest kernel's;
@@ -177,8 +182,10 @@ KNOBS: tuple[Knob, ...] = (
     # to a jiffy.
     Knob("kernel.lru_gen.enabled", "/sys/kernel/mm/lru_gen/enabled", "6.1", _lru_gen_caps, _lru_gen_format,
          _lru_gen_label, matches=_lru_gen_matches),
+    # min_ttl_ms tunes MGLRU only: a kernel built without CONFIG_LRU_GEN (the classic LRU) has no such guard to set,
+    # and the profile's value is left out there with a warning; `enabled` itself stays a blocking problem.
     Knob("kernel.lru_gen.min_ttl_ms", "/sys/kernel/mm/lru_gen/min_ttl_ms", "6.1", _int,
-         matches=_jiffies_ms_matches),
+         matches=_jiffies_ms_matches, missing=LRU_GEN_MISSING),
     # NUMA balancing's scanner (kernel/sched/fair.c task_numa_work): every scan period it marks the next scan_size
     # MiB of a task's address space for hint faults — in memory-tiering mode only the pages on lower tiers —, and
     # a page that faults within hot_threshold of being marked is promoted, to its node strictly (__GFP_THISNODE).

@@ -223,7 +223,7 @@ def test_plan_warns_while_no_guard_keeps_the_dest_free_schemes(applied, capsys) 
     # said in full by the apply: counted in one line, not repeated on every run
     code, out, err = run(capsys, root, "plan", profile)
     assert "no `nodeagent guard`" not in out and re.search(
-        r"\(\d+ advisories already shown for this profile and kernel; see `nodeagent plan --advice`\)", out)
+        r"\(\d+ advisor(?:y|ies) already shown for this profile and kernel; see `nodeagent plan --advice`\)", out)
     beat = root / "var/lib/nodeagent/guard.json"
     beat.write_text(json.dumps({"pid": 4242, "profile": "cxl-inference", "time": time.time()}))
     assert "no `nodeagent guard`" not in run(capsys, root, "plan", "-v", profile)[1]

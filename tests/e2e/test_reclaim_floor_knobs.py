@@ -75,12 +75,37 @@ def test_lru_gen_true_is_met_by_the_main_switch(make_node, tmp_path: Path, capsy
 
 
 def test_lru_gen_missing_before_6_1_is_a_problem(make_node, tmp_path: Path, capsys) -> None:
+    """Before 6.1 there is no multi-gen LRU: turning it on cannot be done (a problem); its min_ttl_ms guard has
+    nothing to tune, so it is left out with a warning naming the release."""
     root = make_node("qemu-3node", kernel="5.15.0-nodeagent-sim")
     prof = tmp_path / "p.yaml"
-    prof.write_text(HEAD + "kernel:\n  lru_gen: {min_ttl_ms: 1000}\n")
+    prof.write_text(HEAD + "kernel:\n  lru_gen: {enabled: true, min_ttl_ms: 1000}\n")
     code, plan = plan_json(root, prof, capsys)
     (p,) = plan["problems"]
-    assert "introduced in 6.1" in p["message"]
+    assert p["target"] == "kernel.lru_gen.enabled" and "introduced in 6.1" in p["message"]
+    (w,) = [w for w in plan["warnings"] if "kernel.lru_gen.min_ttl_ms" in w]
+    assert "introduced in 6.1" in w and "left out" in w
+
+
+def test_min_ttl_left_out_on_a_kernel_built_without_lru_gen(make_node, tmp_path: Path, capsys) -> None:
+    """A 6.x kernel built without CONFIG_LRU_GEN has no /sys/kernel/mm/lru_gen: the shipped profile's min_ttl_ms
+    is left out with the reason (the plan still applies everything else), while asking for MGLRU itself is a
+    problem."""
+    root = make_node("qemu-3node")
+    SimKernel(root).tree.remove_tree("/sys/kernel/mm/lru_gen")
+    prof = tmp_path / "p.yaml"
+    prof.write_text(HEAD + "kernel:\n  lru_gen: {min_ttl_ms: 1000}\n  watermark_scale_factor: 400\n")
+    code, plan = plan_json(root, prof, capsys)
+    assert plan["problems"] == [] and [c["target"] for c in plan["changes"]] == ["kernel.watermark_scale_factor"]
+    (w,) = [w for w in plan["warnings"] if "kernel.lru_gen.min_ttl_ms" in w]
+    assert "built without CONFIG_LRU_GEN" in w and "left out" in w
+    code, out, err = run(["--root", str(root), "apply", "--yes", "--skip-checks", "all", str(prof)], capsys)
+    assert code == 0, out + err
+    assert not (root / "sys/kernel/mm/lru_gen").exists()
+    prof.write_text(HEAD + "kernel:\n  lru_gen: {enabled: true}\n")
+    code, plan = plan_json(root, prof, capsys)
+    (p,) = plan["problems"]
+    assert p["target"] == "kernel.lru_gen.enabled" and "does not exist" in p["message"]
 
 
 def test_watermark_scale_factor_above_1000_refused_at_plan_time_before_5_17(make_node, tmp_path: Path,
