@@ -108,8 +108,8 @@ realkernel-extra: $(STAMP)
 # write; each followed by the next apply. Hours on 2 cores.
 .PHONY: fault-sweep
 fault-sweep: $(STAMP) kill-sweep
-	NODEAGENT_FAULT_SWEEP=full $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_faults_signals.py \
-		tests/e2e/test_faults_errors.py
+	NODEAGENT_FAULT_SWEEP=full scripts/readonly-kernel-ns.sh $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/e2e/test_faults_signals.py tests/e2e/test_faults_errors.py
 
 # The kill sweep (tests/e2e/kill_sweep.py; `make test` runs 6 apply and 3 revert kills): SIGKILL of an apply or a
 # revert at a random moment (seeded: SEED=N repeats a sweep; the seed is printed), on h100-cxl-memdevs, h100-cxl and
