@@ -256,9 +256,9 @@ def _owned_region(root: Path) -> dict | None:
     return json.loads(p.read_text()).get("cxl_region", {}).get("0x4c454f0002+0x4c454f0001") if p.exists() else None
 
 
-def _dpa(root: Path) -> dict[str, str]:
+def _dpa(root: Path) -> dict[str, int]:
     base = root / "sys/bus/cxl/devices"
-    return {d: (base / d / "dpa_size").read_text().strip() for d in ("decoder2.0", "decoder3.0")}
+    return {d: int((base / d / "dpa_size").read_text(), 16) for d in ("decoder2.0", "decoder3.0")}
 
 
 # (the write the apply is killed right before — the fault rule's regex and how many such writes pass — or None:
@@ -276,7 +276,13 @@ STEPS = {
 }
 
 
-@pytest.mark.parametrize("step", list(STEPS))
+#: ``make test``'s share (``make fault-sweep``, NODEAGENT_FAULT_SWEEP=full, runs every step): DPA outside any region
+#: (the kill sweep's seed-53 failure), half the targets of an interleave set, a region made but not on record.
+SAMPLE = ("after the second dpa_size", "after target0", "after bind")
+FULL = os.environ.get("NODEAGENT_FAULT_SWEEP") == "full"
+
+
+@pytest.mark.parametrize("step", list(STEPS) if FULL else list(SAMPLE))
 def test_a_region_creation_killed_at_each_step_is_finished_by_the_next_apply(step: str, make_node,
                                                                            tmp_path: Path) -> None:
     """Killed anywhere in making a region, the apply leaves a record saying nodeagent was building it (written
@@ -337,5 +343,4 @@ def test_dpa_no_record_names_is_still_refused_as_someone_elses(make_node, tmp_pa
     msgs = [p["message"] for p in plan["problems"]]
     assert any("256MiB of its RAM capacity (DPA) allocated to an endpoint decoder outside any region" in m
                for m in msgs), msgs
-    code, _ = _apply_pair(root, tmp_path / "w")
-    assert _dpa(root)["decoder2.0"] != "0" and code != 0
+    assert _dpa(root)["decoder2.0"] == 256 * 1024**2

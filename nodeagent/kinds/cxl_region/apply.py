@@ -214,16 +214,25 @@ def delete(host: Host, change: Change, actx: ApplyContext) -> str:
         for pos in range(max(len(change.detail("decoders", ())), int(ways) if ways.isdigit() else 0)):
             if (host.read_opt(f"{base}/target{pos}") or "").strip():
                 host.write(f"{base}/target{pos}", "")
-        if (host.read_opt(f"{base}/size") or "0x0").strip() not in ("0", "0x0"):
+        if _nonzero(host.read_opt(f"{base}/size")):
             host.write(f"{base}/size", "0")
     for dec in sorted(change.detail("decoders", ()), key=lambda d: -int(d.split(".")[1])):
-        if (host.read_opt(f"{CXL}/{dec}/dpa_size") or "0").strip() not in ("0", "0x0"):
+        if _nonzero(host.read_opt(f"{CXL}/{dec}/dpa_size")):
             host.write(f"{CXL}/{dec}/dpa_size", "0")
     if there:
         host.write(f"{CXL}/{root}/delete_region", region)
     _disown(actx, change)
     what = f"{region} torn down" if there else "the DPA it had allocated freed"
     return what + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _nonzero(text: str | None) -> bool:
+    """A size attribute that holds something (``0x0``, ``0x0000000000000000`` — %pa — and absent do not); one
+    that does not read as a number is taken as holding something (the write says what the kernel thinks)."""
+    try:
+        return int((text or "0").strip(), 0) != 0
+    except ValueError:
+        return True
 
 
 def _disown(actx: ApplyContext, change: Change) -> None:
