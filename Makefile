@@ -114,7 +114,8 @@ fault-sweep: $(STAMP) kill-sweep
 # The kill sweep (tests/e2e/kill_sweep.py; `make test` runs 6 apply and 3 revert kills): SIGKILL of an apply or a
 # revert at a random moment (seeded: SEED=N repeats a sweep; the seed is printed), on h100-cxl-memdevs, h100-cxl and
 # qemu-3node, each followed by an apply that must converge and an empty plan (a revert also by a revert that gives
-# back the node as booted). Prints the counts; about 30 minutes on 2 cores.
+# back the node as booted). Prints the counts; about 30 minutes on 2 cores. JOBS=N runs N at once (the same runs).
 .PHONY: kill-sweep
 kill-sweep: $(STAMP)
-	scripts/readonly-kernel-ns.sh $(BIN)/python -m tests.e2e.kill_sweep --applies 108 --reverts 56 $(if $(SEED),--seed $(SEED))
+	scripts/readonly-kernel-ns.sh $(BIN)/python -m tests.e2e.kill_sweep --applies 108 --reverts 56 $(if $(SEED),--seed $(SEED)) \
+		$(if $(JOBS),--jobs $(JOBS))
