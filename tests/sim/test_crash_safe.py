@@ -344,3 +344,30 @@ def test_dpa_no_record_names_is_still_refused_as_someone_elses(make_node, tmp_pa
     assert any("256MiB of its RAM capacity (DPA) allocated to an endpoint decoder outside any region" in m
                for m in msgs), msgs
     assert _dpa(root)["decoder2.0"] == 256 * 1024**2
+
+
+def test_a_region_target_write_cut_short_reads_as_never_made(make_node, tmp_path: Path) -> None:
+    """The simulated kernel sets decoder2.0's ``region`` before the region's ``target0`` and its private state: killed
+    in between (a kill sweep's find), recovery puts the decoder back out of the region its state says does not hold
+    it, and the next apply tears down the half-made region and makes it."""
+    root = make_node("qemu-cxl")
+    root.with_suffix(".yaml").write_text(PAIR)
+    orig = Tree.set
+
+    def apply() -> None:
+        def cut(self: Tree, path: str, content: str | int) -> None:
+            orig(self, path, content)
+            if path.endswith("decoder2.0/region") and str(content).startswith("region"):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        Tree.set = cut  # type: ignore[method-assign]
+        fs._main(_pair(root, "apply", "--yes", "--skip-checks", "all"))
+
+    killed(apply, tmp_path / "w")
+    dec = root / "sys/bus/cxl/devices/decoder2.0/region"
+    assert dec.read_text().strip() == "region0"  # the tree is ahead of the private state
+    recovered(root)
+    assert dec.read_text().strip() == ""
+    code, out = _apply_pair(root, tmp_path / "w")
+    assert code == 0, out
+    assert _plan_pair(root, tmp_path / "w")["changes"] == []
