@@ -5,8 +5,11 @@ Create (what ``cxl create-region -t ram`` does, drivers/cxl/core/region.c): read
 ``interleave_ways`` → each member's endpoint decoder ``mode=ram`` and ``dpa_size`` (decoder id order) → the
 region's ``size`` → ``targetN`` in position order → ``commit=1`` → bind it to ``cxl_region`` (commit alone makes
 no DAX device) → wait for dax_cxl's ``daxN.0`` and kmem taking it. The memdevs are re-read first and named by
-serial: if one moved to another name since the plan, the change is refused. A step the kernel refuses undoes
-what this change made, in the teardown order, so no half-made region stays.
+serial: if one moved to another name since the plan, the change is refused. Before the first kernel write the
+region is on record as nodeagent's, ``building`` (root decoder, name, endpoint decoders, DPA, pid), and once it is
+made as nodeagent's region: a run stopped anywhere in between leaves what the next plan tears down before it makes
+the region (:func:`.plan.plan_leftovers`). A step the kernel refuses undoes what this change made, in the teardown
+order; what the kernel refuses to undo stays on record, and the failure says what it is.
 
 Delete (teardown): the DAX memory offline and the device back to devdax (daxctl, as the DAX kind does it) →
 ``commit=0`` (releases cxl_region: the DAX device goes) → ``targetN`` emptied → ``size=0`` → each decoder's
