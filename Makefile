@@ -105,16 +105,17 @@ realkernel-extra: $(STAMP)
 # The exhaustive fault sweep (tests/e2e/test_faults_*.py; `make test` runs one signal before every write of a
 # small-block node, 50 sampled h100-cxl points, an errno at every kind of write): every signal (KILL, TERM, INT)
 # before every write of the small node, a signal before every write of an h100-cxl apply, every errno at every
-# write; each followed by the next apply. Hours on 2 cores.
+# write, a kill after every step of a CXL region's creation; each followed by the next apply. Hours on 2 cores.
 .PHONY: fault-sweep
 fault-sweep: $(STAMP) kill-sweep
-	NODEAGENT_FAULT_SWEEP=full $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_faults_signals.py \
-		tests/e2e/test_faults_errors.py
+	NODEAGENT_FAULT_SWEEP=full scripts/readonly-kernel-ns.sh $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/e2e/test_faults_signals.py tests/e2e/test_faults_errors.py tests/sim/test_crash_safe.py
 
 # The kill sweep (tests/e2e/kill_sweep.py; `make test` runs 6 apply and 3 revert kills): SIGKILL of an apply or a
 # revert at a random moment (seeded: SEED=N repeats a sweep; the seed is printed), on h100-cxl-memdevs, h100-cxl and
 # qemu-3node, each followed by an apply that must converge and an empty plan (a revert also by a revert that gives
-# back the node as booted). Prints the counts; about 30 minutes on 2 cores.
+# back the node as booted). Prints the counts; about 30 minutes on 2 cores. JOBS=N runs N at once (the same runs).
 .PHONY: kill-sweep
 kill-sweep: $(STAMP)
-	scripts/readonly-kernel-ns.sh $(BIN)/python -m tests.e2e.kill_sweep --applies 108 --reverts 56 $(if $(SEED),--seed $(SEED))
+	scripts/readonly-kernel-ns.sh $(BIN)/python -m tests.e2e.kill_sweep --applies 108 --reverts 56 $(if $(SEED),--seed $(SEED)) \
+		$(if $(JOBS),--jobs $(JOBS))

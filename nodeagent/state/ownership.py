@@ -61,11 +61,16 @@ class OwnedRegion(NamedTuple):
     root: str | None
     time: str | None
     dax: list[str] = []  # the DAX devices it got (their ownership records go with it)
+    #: Recorded before the creation's first kernel write, gone once it is made: what it sets up besides the region
+    #: (``{"decoders": [endpoint decoders], "dpa_size": bytes each, "pid": the apply's}``), so that what a run
+    #: stopped half-way leaves is known as nodeagent's own (the next plan tears it down and makes the region).
+    building: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"members": self.members, "serials": self.serials, "ways": self.ways,
-                "granularity": self.granularity, "rule": self.rule, "region": self.region, "root": self.root,
-                "time": self.time, "dax": self.dax}
+        d = {"members": self.members, "serials": self.serials, "ways": self.ways,
+             "granularity": self.granularity, "rule": self.rule, "region": self.region, "root": self.root,
+             "time": self.time, "dax": self.dax}
+        return {**d, "building": self.building} if self.building is not None else d
 
     @classmethod
     def from_json(cls, d: Any, where: str) -> OwnedRegion:
@@ -79,7 +84,18 @@ class OwnedRegion(NamedTuple):
                    _str(d.get("region"), f"{where}.region"), _str(d.get("root"), f"{where}.root"),
                    _stamp(d.get("time"), f"{where}.time"),
                    [str(_str(x, f"{where}.dax[{i}]", optional=False)) for i, x in enumerate(_list(d.get("dax"),
-                                                                                                   f"{where}.dax"))])
+                                                                                                   f"{where}.dax"))],
+                   _building(d.get("building"), f"{where}.building"))
+
+
+def _building(v: Any, where: str) -> dict[str, Any] | None:
+    """An :class:`OwnedRegion`'s ``building`` (absent in a file written before it existed)."""
+    if v is None:
+        return None
+    v = _obj(v, where)
+    return {"decoders": [str(_str(x, f"{where}.decoders[{i}]", optional=False))
+                         for i, x in enumerate(_list(v.get("decoders"), f"{where}.decoders"))],
+            "dpa_size": _int(v.get("dpa_size"), f"{where}.dpa_size"), "pid": _int(v.get("pid"), f"{where}.pid")}
 
 
 class Ownership(Record):

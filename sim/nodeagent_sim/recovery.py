@@ -88,6 +88,7 @@ def recover(root: Path | str) -> list[dict[str, Any]]:
                         k._write_locked(path, str(rec.get("value", "")))
                     except OSError:
                         pass  # it would have failed: nothing of it took effect but what the repairs below mend
+            repair_region_positions(k)
             for _, rec in found:
                 path = rec.get("path")
                 if isinstance(path, str) and _BIND_REGION.search(path):
@@ -102,6 +103,37 @@ def recover(root: Path | str) -> list[dict[str, Any]]:
                     pass
         ownfiles.append(root, "writes.log", json.dumps({"recover": [r for _, r in found]}) + "\n")
     return [r for _, r in found]
+
+
+def repair_region_positions(k: SimKernel) -> None:
+    """A CXL region write cut short (``targetN``, ``size``) changes the tree before the private state: each region's
+    ``targetN`` files, the endpoint decoders' ``region`` and the region's size and HPA are made what the private state
+    (of before that write) says, so the write reads as never made — never a decoder in a region that does not hold
+    it (which no ``dpa_size`` write could free)."""
+    from . import cxl
+
+    regions = (k.state().get("cxl") or {}).get("regions") or {}
+    held: dict[str, str] = {}
+    for region, info in regions.items():
+        if not k.tree.local(f"{cxl.DEV}/{region}").is_symlink():
+            continue
+        base = cxl._path(k, region)
+        targets = info.get("targets") or {}
+        held.update({name: region for name in targets.values()})
+        for pos in range(int(info.get("ways") or 0)):
+            path, want = f"{base}/target{pos}", targets.get(str(pos), "")
+            if k.tree.exists(path) and k.tree.read(path).strip() != want:
+                k.tree.set(path, want)
+        if info.get("state", cxl.IDLE) < cxl.INTERLEAVE_ACTIVE and int(cxl._read(k, region, "size") or "0", 0):
+            cxl._set(k, region, "size", "0x0")
+            cxl._set(k, region, "resource", cxl._hex(cxl.NO_ADDR))
+    base = k.tree.local(cxl.DEV)
+    for name in sorted(os.listdir(base)) if base.is_dir() else ():
+        if not re.fullmatch(r"decoder\d+\.\d+", name) or not k.tree.exists(f"{cxl.DEV}/{name}/dpa_size"):
+            continue  # (an endpoint decoder has DPA)
+        now, want = cxl._read(k, name, "region"), held.get(name, "")
+        if now != want and (now in regions or want):  # (a region firmware committed is no state's: left alone)
+            cxl._set(k, name, "region", want)
 
 
 def redo_region_bind(k: SimKernel, path: str, region: str) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import clone
-from tests.e2e.fault_sweep import PROFILE, _code, _fork, _main, _read, run_forked
+from tests.e2e.fault_sweep import PROFILE, _code, _fork, _main, run_forked
 
 PRESETS = ("h100-cxl-memdevs", "h100-cxl", "qemu-3node")
 
@@ -144,7 +144,8 @@ def _killed(root: Path, verb: str, delay: float, group: bool, out: Path) -> tupl
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _read(out, remove=True)
+    for ext in (".stdout", ".stderr"):  # (a kill that lands before the child opened them leaves none)
+        Path(f"{out}{ext}").unlink(missing_ok=True)
     code = _code(status)
     return code == -signal.SIGKILL, code
 
@@ -197,19 +198,48 @@ class Counts:
                 f"{len(self.failures)} failures")
 
 
+def _one_apart(node: Node, verb: str, delay: float, group: bool, work: Path) -> Run:
+    """:func:`one` in a work directory of its own (a sweep with ``jobs``), removed unless a failure was kept."""
+    work.mkdir(parents=True, exist_ok=True)
+    r = one(node, verb, delay, group, work)
+    if not r.problems:
+        shutil.rmtree(work, ignore_errors=True)
+    return r
+
+
+def _runs(work: Path, nodes: dict[str, Node], plan: list[tuple[str, float, bool, str]], jobs: int) -> Any:
+    """The runs of ``plan`` ((verb, delay, group, preset) each), one at a time or ``jobs`` at once, as they end."""
+    if jobs <= 1:
+        for verb, delay, group, preset in plan:
+            yield one(nodes[preset], verb, delay, group, work)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as ex:
+        futures = [ex.submit(_one_apart, nodes[preset], verb, delay, group, work / f"run-{n}")
+                   for n, (verb, delay, group, preset) in enumerate(plan)]
+        for f in as_completed(futures):
+            yield f.result()
+
+
 def sweep(work: Path, applies: int, reverts: int, seed: int, presets: tuple[str, ...] = PRESETS,
-          log: Any = None) -> dict[str, Counts]:
-    """``applies`` apply kills and ``reverts`` revert kills, spread over ``presets`` in turn."""
+          log: Any = None, jobs: int = 1) -> dict[str, Counts]:
+    """``applies`` apply kills and ``reverts`` revert kills, spread over ``presets`` in turn; ``jobs`` at a time
+    (the same runs, the same delays for a seed, whatever ``jobs`` is)."""
     rng = random.Random(seed)
     nodes = {p: prepare(p, work) for p in presets}
     counts = {"apply": Counts(), "revert": Counts()}
     # interleaved (apply, apply, revert, ...): a sweep stopped early has counted both
-    plan = sorted([("apply", i) for i in range(applies)] + [("revert", i) for i in range(reverts)],
-                  key=lambda p: p[1] / max(applies if p[0] == "apply" else reverts, 1))
-    for verb, i in plan:
+    order = sorted([("apply", i) for i in range(applies)] + [("revert", i) for i in range(reverts)],
+                   key=lambda p: p[1] / max(applies if p[0] == "apply" else reverts, 1))
+    plan = []
+    for verb, i in order:
         node = nodes[presets[i % len(presets)]]
         span = node.apply_s if verb == "apply" else node.revert_s
-        r = one(node, verb, rng.uniform(0.0, span * 1.05), bool(i % 2), work)
+        plan.append((verb, rng.uniform(0.0, span * 1.05), bool(i % 2), node.preset))
+    for r in _runs(work, nodes, plan, jobs):
+        verb = r.verb
         c = counts[verb]
         c.runs += 1
         c.landed += r.killed
@@ -228,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--preset", action="append", help=f"(repeatable; default: {', '.join(PRESETS)})")
     ap.add_argument("--work", type=Path, default=None, help="where the nodes go (default: a temporary directory)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (default 1; the runs and delays are the "
+                    "seed's whatever it is)")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     print(f"kill sweep: seed {seed}", flush=True)
@@ -237,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="kill-sweep-", dir=base))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        counts = sweep(work, args.applies, args.reverts, seed, tuple(args.preset or PRESETS), log=sys.stdout)
+        counts = sweep(work, args.applies, args.reverts, seed, tuple(args.preset or PRESETS), log=sys.stdout,
+                       jobs=args.jobs)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

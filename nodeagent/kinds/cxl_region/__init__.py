@@ -105,16 +105,18 @@ class CxlRegionResource(Kind):
         what it was (revert cannot make it again: it says so)."""
         if change.op not in ("create", "delete"):
             return None
+        made = change.op == "delete" and not change.detail("leftovers", False)  # (leftovers: nodeagent's own)
         return change.target, Original(KIND, change.path, {
-            "region": change.before_label if change.op == "delete" else None,
+            "region": change.before_label if made else None,
             "serials": list(change.detail("serials", ())), "members": list(change.detail("idents", ()))})
 
     def revert(self, target: str, original: Original, facts: Facts, state: PlanState) -> list[Change]:
         """Pure: a region nodeagent made torn down in the kernel's order (disruptive while its memory is online);
         none when it is gone already. A region nodeagent tore down is not made again (ValueError says how)."""
+        from .names import key_of
         from .revert import plan_revert
 
-        return plan_revert(facts, target, original)
+        return plan_revert(facts, target, original, state.ownership.regions.get(key_of(target)))
 
     def forget(self, target: str, ownership: Ownership) -> None:
         """After a revert: the region's ownership record, and those of the DAX devices it had, go."""

@@ -5,8 +5,11 @@ Create (what ``cxl create-region -t ram`` does, drivers/cxl/core/region.c): read
 ``interleave_ways`` → each member's endpoint decoder ``mode=ram`` and ``dpa_size`` (decoder id order) → the
 region's ``size`` → ``targetN`` in position order → ``commit=1`` → bind it to ``cxl_region`` (commit alone makes
 no DAX device) → wait for dax_cxl's ``daxN.0`` and kmem taking it. The memdevs are re-read first and named by
-serial: if one moved to another name since the plan, the change is refused. A step the kernel refuses undoes
-what this change made, in the teardown order, so no half-made region stays.
+serial: if one moved to another name since the plan, the change is refused. Before the first kernel write the
+region is on record as nodeagent's, ``building`` (root decoder, name, endpoint decoders, DPA, pid), and once it is
+made as nodeagent's region: a run stopped anywhere in between leaves what the next plan tears down before it makes
+the region (:func:`.plan.plan_leftovers`). A step the kernel refuses undoes what this change made, in the teardown
+order; what the kernel refuses to undo stays on record, and the failure says what it is.
 
 Delete (teardown): the DAX memory offline and the device back to devdax (daxctl, as the DAX kind does it) →
 ``commit=0`` (releases cxl_region: the DAX device goes) → ``targetN`` emptied → ``size=0`` → each decoder's
@@ -15,6 +18,7 @@ Delete (teardown): the DAX memory offline and the device back to devdax (daxctl,
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from typing import Any
@@ -55,6 +59,7 @@ def create(host: Host, change: Change, actx: ApplyContext) -> str:
     _memdevs_now(host, change)
     root = change.detail("root")
     name = (host.read(f"{CXL}/{root}/create_ram_region") or "").strip()
+    before = _building(actx, change, name)  # nodeagent's, before its first kernel write
     done: list[tuple[str, str]] = []  # undo steps, newest last
 
     def w(path: str, value: str, undo: tuple[str, str] | None = None) -> None:
@@ -79,10 +84,17 @@ def create(host: Host, change: Change, actx: ApplyContext) -> str:
         if host.fs.readlink(f"{base}/driver") is None:
             host.write(f"{BUS}/drivers/cxl_region/bind", name)
     except HostError as exc:
-        _undo(host, done)
-        raise HostError(f"{change.target}: the kernel refused a step of creating {name}: {exc.render()}; what was "
-                        "made was torn down again", path=exc.path, hint="see `dmesg | grep cxl` for the kernel's "
-                        "reason") from None
+        left = _undo(host, done)
+        if not left:
+            try:
+                _restore(actx, change, before)
+            except HostError:
+                pass  # (the record says building; the next plan finds nothing left of it)
+        made = ("what was made was torn down again" if not left else
+                f"undoing it failed at {'; '.join(left)}: the ownership record names what is left, and the next "
+                "apply tears it down and makes the region")
+        raise HostError(f"{change.target}: the kernel refused a step of creating {name}: {exc.render()}; {made}",
+                        path=exc.path, hint="see `dmesg | grep cxl` for the kernel's reason") from None
     dax = _wait_dax(host, name)
     actx.scratch[SCRATCH + key(change.detail("idents"))] = dax
     _own(actx, change, name, dax)
@@ -110,21 +122,55 @@ def _wait_dax(host: Host, region: str) -> str:
         time.sleep(0.1)
 
 
-def _undo(host: Host, done: list[tuple[str, str]]) -> None:
+def _undo(host: Host, done: list[tuple[str, str]]) -> list[str]:
+    """The undo steps, newest first; those the kernel refused (``path=value: why``)."""
+    left = []
     for path, value in reversed(done):
         try:
             host.write(path, value)
-        except HostError:
-            pass
+        except HostError as exc:
+            left.append(f"{path}={value!r}: {exc.message}")
+    return left
+
+
+def _record(change: Change, region: str, dax: list[str], building: dict[str, Any] | None = None) -> OwnedRegion:
+    return OwnedRegion(list(change.detail("idents")), [int(s) for s in change.detail("serials")],
+                       change.detail("ways"), change.detail("granularity"), change.detail("rule"), region,
+                       change.detail("root"), rfc3339(), dax, building)
+
+
+def _building(actx: ApplyContext, change: Change, region: str) -> OwnedRegion | None:
+    """Before the creation's first kernel write: the region on record as nodeagent's, being built — its root
+    decoder, name, the endpoint decoders it sets and their DPA, this run's pid (a run stopped anywhere in it leaves
+    what the next plan tears down, :func:`.plan.plan_leftovers`). The record it replaces (None: none)."""
+    if actx.state is None:
+        return None
+    building = {"decoders": list(change.detail("decoders", ())), "dpa_size": change.detail("dpa_size"),
+                "pid": os.getpid()}
+    with actx.state.edit(Ownership) as owned:
+        k = key(change.detail("idents"))
+        before = owned.regions.get(k)
+        owned.regions[k] = _record(change, region, [], building)
+    return before
+
+
+def _restore(actx: ApplyContext, change: Change, before: OwnedRegion | None) -> None:
+    """A creation the kernel refused and that was undone in full: the record is what it was before."""
+    if actx.state is None:
+        return
+    with actx.state.edit(Ownership) as owned:
+        k = key(change.detail("idents"))
+        if before is None:
+            owned.regions.pop(k, None)
+        else:
+            owned.regions[k] = before
 
 
 def _own(actx: ApplyContext, change: Change, region: str, dax: str) -> None:
     if actx.state is None:
         return
     with actx.state.edit(Ownership) as owned:
-        owned.regions[key(change.detail("idents"))] = OwnedRegion(
-            list(change.detail("idents")), [int(s) for s in change.detail("serials")], change.detail("ways"),
-            change.detail("granularity"), change.detail("rule"), region, change.detail("root"), rfc3339(), [dax])
+        owned.regions[key(change.detail("idents"))] = _record(change, region, [dax])
 
 
 def forget_region(owned: Ownership, set_key: str) -> None:
@@ -145,33 +191,51 @@ def online(host: Host, change: Change, actx: ApplyContext) -> str:
 
 
 def delete(host: Host, change: Change, actx: ApplyContext) -> str:
+    """Tear a region down in the kernel's order, each step only where it is not undone already. ``leftovers``:
+    what a creation of nodeagent's stopped half-way left (the region, if it got that far, and the endpoint
+    decoders' DPA, :func:`.plan.plan_leftovers`)."""
     from ..dax.apply import apply_change
 
     region, root = change.detail("region"), change.detail("root")
-    base = f"{CXL}/{region}"
-    if not host.fs.exists(base):
+    leftovers = bool(change.detail("leftovers", False))
+    base = f"{CXL}/{region}" if region else None
+    there = base is not None and host.fs.exists(base)
+    if not there and not leftovers:
         raise MissingError(f"{region} is gone since the plan was made", hint="run `nodeagent plan` again")
     notes = []
-    for name, online_blocks, zones, mode in change.detail("dax", ()):
-        if mode == "system-ram":  # offline, then devdax: kmem lets the range go only with its memory offline
-            steps = ("offline", "to-devdax") if online_blocks else ("to-devdax",)
-            dax = Change("dax", name, "reconfigure", mode, "devdax", path=f"/sys/bus/dax/devices/{name}",
-                         data=(("steps", steps), ("from_mode", mode), ("from_online", online_blocks),
-                               ("from_zones", dict(zones)), ("zone", None)))
-            notes.append(apply_change(host, dax, replace(actx, state=None)))
-    if change.detail("committed") or (host.read_opt(f"{base}/commit") or "").strip() == "1":
-        host.write(f"{base}/commit", "0")
-    decoders = list(change.detail("decoders", ()))
-    for pos in range(len(decoders)):
-        if (host.read_opt(f"{base}/target{pos}") or "").strip():
-            host.write(f"{base}/target{pos}", "")
-    if (host.read_opt(f"{base}/size") or "0x0").strip() not in ("0", "0x0"):
-        host.write(f"{base}/size", "0")
-    for dec in sorted(decoders, key=lambda d: -int(d.split(".")[1])):
-        host.write(f"{CXL}/{dec}/dpa_size", "0")
-    host.write(f"{CXL}/{root}/delete_region", region)
+    if there and base is not None:
+        for name, online_blocks, zones, mode in change.detail("dax", ()):
+            if mode == "system-ram":  # offline, then devdax: kmem lets the range go only with its memory offline
+                steps = ("offline", "to-devdax") if online_blocks else ("to-devdax",)
+                dax = Change("dax", name, "reconfigure", mode, "devdax", path=f"/sys/bus/dax/devices/{name}",
+                             data=(("steps", steps), ("from_mode", mode), ("from_online", online_blocks),
+                                   ("from_zones", dict(zones)), ("zone", None)))
+                notes.append(apply_change(host, dax, replace(actx, state=None)))
+        if (host.read_opt(f"{base}/commit") or "").strip() == "1":
+            host.write(f"{base}/commit", "0")
+        ways = (host.read_opt(f"{base}/interleave_ways") or "").strip()
+        for pos in range(max(len(change.detail("decoders", ())), int(ways) if ways.isdigit() else 0)):
+            if (host.read_opt(f"{base}/target{pos}") or "").strip():
+                host.write(f"{base}/target{pos}", "")
+        if _nonzero(host.read_opt(f"{base}/size")):
+            host.write(f"{base}/size", "0")
+    for dec in sorted(change.detail("decoders", ()), key=lambda d: -int(d.split(".")[1])):
+        if _nonzero(host.read_opt(f"{CXL}/{dec}/dpa_size")):
+            host.write(f"{CXL}/{dec}/dpa_size", "0")
+    if there:
+        host.write(f"{CXL}/{root}/delete_region", region)
     _disown(actx, change)
-    return f"{region} torn down" + (f" ({'; '.join(notes)})" if notes else "")
+    what = f"{region} torn down" if there else "the DPA it had allocated freed"
+    return what + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _nonzero(text: str | None) -> bool:
+    """A size attribute that holds something (``0x0``, ``0x0000000000000000`` — %pa — and absent do not); one
+    that does not read as a number is taken as holding something (the write says what the kernel thinks)."""
+    try:
+        return int((text or "0").strip(), 0) != 0
+    except ValueError:
+        return True
 
 
 def _disown(actx: ApplyContext, change: Change) -> None:

@@ -154,6 +154,8 @@ class Ctx:
     block_size: int | None
     online_policy: str | None
     torn: set[str] = field(default_factory=set)  # regions this plan tears down
+    freed: set[str] = field(default_factory=set)  # endpoint decoders whose DPA this plan frees outside a region
+    half: set[str] = field(default_factory=set)  # regions nodeagent's stopped creations left, torn down by this plan
     changes: list[Change] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -230,7 +232,8 @@ def select(c: Ctx, i: int, rule: Any, claimed: set[str]) -> list[list[Memdev]]:
     else:  # without_region: memdevs no region uses, and those of regions this rule made before (ownership)
         mine = {x for rec in c.owned.values() if rec.rule == rule.name for x in rec.members}
         cands = [m for m in cxl.memdevs if m.name not in claimed
-                 and (region_of(cxl, m) is None or (c.ident(m) in mine and _owned_region(c, region_of(cxl, m))))]
+                 and (region_of(cxl, m) is None or (c.ident(m) in mine and _owned_region(c, region_of(cxl, m)))
+                      or getattr(region_of(cxl, m), "name", None) in c.half)]
     # in the order of what identifies them across boots (serial, else PCI function), never of memN
     cands.sort(key=lambda m: (0, m.serial, "") if c.ident(m).startswith("0x") else (1, 0, c.ident(m)))
     if rule.ways == 1:
@@ -273,7 +276,7 @@ def plan_set(c: Ctx, i: int, rule: Any, members: list[Memdev]) -> None:
                      memdevs=members)
             return
     regions = {r.name: r for m in members if (r := region_of(cxl, m)) is not None}
-    if len(regions) == 1:
+    if len(regions) == 1 and not set(regions) & c.half:  # (a region left half-made is made again)
         (r,) = regions.values()
         root = cxl.decoder(r.root_decoder)
         want_gran = rule.granularity or (root.interleave_granularity if root else None)  # absent: the window's
@@ -285,7 +288,8 @@ def plan_set(c: Ctx, i: int, rule: Any, members: list[Memdev]) -> None:
     before = len(c.changes)
     for r in regions.values():
         plan_teardown(c, r, f"rule {rule.name}: {_describe_want(rule, members)}")
-    gated = any(ch.disruptive for ch in c.changes[before:])
+    gated = any(ch.disruptive for ch in c.changes[before:]) or any(
+        ch.disruptive and ch.op == "delete" and ch.target == tgt for ch in c.changes[:before])
     start = len(c.changes)
     plan_create(c, i, rule, members, tgt)
     if gated:  # the new region needs the old one gone: it waits for --allow-disruptive with it
@@ -309,12 +313,17 @@ def plan_teardown(c: Ctx, r: Region, why: str) -> None:
     if r.name in c.torn:
         return
     c.torn.add(r.name)
+    c.changes.append(_teardown(c, r, why))
+
+
+def _teardown(c: Ctx, r: Region, why: str, idents: list[str] | None = None, serials: list[int] | None = None,
+              decoders: list[str] | None = None) -> Change:
     dax = dax_facts(c.facts)
     devs = [d for d in dax.devices if d.name in r.dax_devices]
     online = sum(d.blocks_online for d in devs)
-    serials = [_serial_of(c.cxl, n) or 0 for n in r.memdevs]
-    idents = [c.ident_of(n) for n in r.memdevs]
-    decoders = [t for t in r.targets if t]
+    serials = serials if serials is not None else [_serial_of(c.cxl, n) or 0 for n in r.memdevs]
+    idents = idents if idents is not None else [c.ident_of(n) for n in r.memdevs]
+    decoders = decoders if decoders is not None else [t for t in r.targets if t]
     reason = f"{why}; {r.name} is {region_label(r)}"
     if online:
         reason += (f"; its {online} online memory blocks ({', '.join(d.name for d in devs)}) must go offline first, "
@@ -323,19 +332,65 @@ def plan_teardown(c: Ctx, r: Region, why: str) -> None:
         reason += "; not done without --allow-disruptive"
     dpa = {d.name: d for d in c.cxl.decoders if d.name in decoders}
     nodes = sorted({d.target_node for d in devs if d.target_node is not None})
-    c.changes.append(Change(
-        KIND, target(idents), "delete", region_label(r), "none", reason=reason, disruptive=bool(online),
-        path=f"{CXL}/{r.name}", before_label=region_label(r), after_label="no region",
-        devices=(*r.memdevs, r.name, *(d.name for d in devs)), nodes=tuple(nodes),
-        data=(("region", r.name), ("root", r.root_decoder), ("memdevs", tuple(r.memdevs)),
-              ("serials", tuple(serials)), ("idents", tuple(idents)), ("decoders", tuple(decoders)),
-              ("dax", tuple((d.name, d.blocks_online, dict(d.zones), d.mode) for d in devs)),
-              ("dpa", tuple(sorted((n, d.dpa_size or 0) for n, d in dpa.items()))),
-              ("committed", r.committed))))
     for w in c.windows:
         if w.decoder.name == r.root_decoder:
             w.taken = [t for t in w.taken if t != (r.start or 0, r.size)]
             c.pool.give(w.decoder.name, int(r.name[6:]))
+    return Change(
+        KIND, target(idents), "delete", region_label(r), "none", reason=reason, disruptive=bool(online),
+        path=f"{CXL}/{r.name}", before_label=region_label(r), after_label="no region",
+        devices=(*(m for m in r.memdevs if m), r.name, *(d.name for d in devs)), nodes=tuple(nodes),
+        data=(("region", r.name), ("root", r.root_decoder), ("memdevs", tuple(r.memdevs)),
+              ("serials", tuple(serials)), ("idents", tuple(idents)), ("decoders", tuple(decoders)),
+              ("dax", tuple((d.name, d.blocks_online, dict(d.zones), d.mode) for d in devs)),
+              ("dpa", tuple(sorted((n, d.dpa_size or 0) for n, d in dpa.items()))),
+              ("committed", r.committed)))
+
+
+def plan_leftovers(c: Ctx, rec: OwnedRegion) -> None:
+    """What a creation of nodeagent's left when its run stopped half-way (its record says ``building``), torn
+    down in the kernel's order so that the creation after it finds the memdevs bare: the region it was making,
+    where the kernel has it under the recorded root decoder with no target but the recorded decoders, and the DPA
+    of the recorded endpoint decoders (of the recorded size) that no other region holds. Only what the record
+    names: DPA no record names stays someone else's (:func:`plan_create` refuses it)."""
+    b = rec.building
+    if b is None:
+        return
+    names = set(b.get("decoders") or ())
+    r = next((x for x in c.cxl.regions if x.name == rec.region), None)
+    if r is not None and (r.root_decoder != rec.root or r.type != "ram" or not {t for t in r.targets if t} <= names):
+        c.warnings.append(f"{target(rec.members)}: nodeagent was making {rec.region} when its run (pid "
+                          f"{b.get('pid')}) stopped, but {region_label(r)} is not what it began: left as it is")
+        r = None
+    decs = [d for d in c.cxl.decoders if d.name in names and d.kind == "endpoint" and d.dpa_size
+            and d.region in (None, r.name if r is not None else None)
+            and b.get("dpa_size") in (None, d.dpa_size)]
+    if r is None and not decs:
+        return  # nothing of it is left (a reboot, or the run stopped before its first write)
+    freed = sorted({d.name for d in decs} | ({t for t in r.targets if t} if r is not None else set()),
+                   key=_decoder_order)
+    c.freed |= set(freed)
+    on = [m.name for d in decs for m in c.cxl.memdevs if m.endpoint == d.port]
+    left = ", ".join(f"{d.name} ({format_size(d.dpa_size or 0)} of DPA)" for d in decs)
+    why = (f"nodeagent's creation of {rec.region or 'a region'} over {', '.join(rec.members)} stopped half-way (run "
+           f"pid {b.get('pid')}, {rec.time or 'time unknown'})" + (f"; {left} left outside any region" if left and
+                                                                   r is None else ""))
+    if r is not None:
+        c.torn.add(r.name)
+        c.half.add(r.name)
+        ch = _teardown(c, r, why + "; torn down before it is made again", list(rec.members), list(rec.serials),
+                       freed)
+        c.changes.append(replace(ch, devices=tuple(dict.fromkeys((*ch.devices, *on))),
+                                 data=(*ch.data, ("leftovers", True))))
+        return
+    c.changes.append(Change(
+        KIND, target(rec.members), "delete", f"DPA of {', '.join(freed)} outside any region", "none",
+        reason=why + "; freed before the region is made again", path=f"{CXL}/{freed[-1]}/dpa_size",
+        before_label=f"DPA of {', '.join(freed)} outside any region", after_label="DPA freed",
+        devices=tuple(dict.fromkeys(on)),
+        data=(("region", None), ("root", rec.root), ("memdevs", tuple(on)), ("serials", tuple(rec.serials)),
+              ("idents", tuple(rec.members)), ("decoders", tuple(freed)), ("dax", ()),
+              ("dpa", tuple((d.name, d.dpa_size or 0) for d in decs)), ("committed", False), ("leftovers", True))))
 
 
 def _free_decoder(c: Ctx, m: Memdev) -> tuple[str | None, int]:
@@ -343,7 +398,7 @@ def _free_decoder(c: Ctx, m: Memdev) -> tuple[str | None, int]:
     decoders of it hold outside the regions this plan tears down."""
     decs = sorted((d for d in c.cxl.decoders if d.kind == "endpoint" and d.port == m.endpoint),
                   key=lambda d: int(d.name.split(".")[1]))
-    kept = [d for d in decs if (d.dpa_size or 0) and d.region not in c.torn]
+    kept = [d for d in decs if (d.dpa_size or 0) and d.region not in c.torn and d.name not in c.freed]
     used = sum(d.dpa_size or 0 for d in kept if d.mode == "ram")
     last = max((int(d.name.split(".")[1]) for d in kept), default=-1)
     free = next((d.name for d in decs if int(d.name.split(".")[1]) > last), None)
@@ -552,6 +607,8 @@ def plan(loaded: LoadedProfile, facts: Facts, owned: dict[str, OwnedRegion], all
                                   hint="load the CXL modules (modprobe -a cxl_acpi cxl_pci cxl_mem), or remove "
                                        "memory.cxl from the profile", blocking=False))
         return c
+    for _, rec in sorted(c.owned.items()):  # first, what nodeagent's own stopped creations left half-made
+        plan_leftovers(c, rec)
     claimed: set[str] = set()
     for i, rule in enumerate(rules):
         sets = select(c, i, rule, claimed)
