@@ -105,7 +105,7 @@ class Ownership(Record):
 
     __slots__ = ("dax", "kdamonds", "regions")
     FILE = "ownership.json"
-    KEYED = (("damon", "kdamonds"), ("dax",))
+    KEYED = (("damon", "kdamonds"), ("dax",), ("cxl_region",))
     HOLDS = "nodeagent's record of"
 
     def __init__(self, dax: dict[str, OwnedDevice] | None = None,
@@ -156,7 +156,8 @@ class Ownership(Record):
         damon = data.get("damon") if isinstance(data.get("damon"), dict) else {}
         kds = damon.get("kdamonds") if isinstance(damon.get("kdamonds"), dict) else {}
         dax = data.get("dax") if isinstance(data.get("dax"), dict) else {}
-        return [f"kdamond {k}" for k in kds] + [str(d) for d in dax]
+        regions = data.get("cxl_region") if isinstance(data.get("cxl_region"), dict) else {}
+        return [f"kdamond {k}" for k in kds] + [str(d) for d in dax] + [f"CXL region {r}" for r in regions]
 
     @classmethod
     def coerce(cls, value: Ownership | dict[str, Any] | None) -> Ownership:

@@ -132,6 +132,27 @@ def test_a_writing_run_sets_a_bad_file_aside(store: StateStore) -> None:
     assert not store.read(Ownership) and json.loads(path.read_text())["format"] == FORMAT
 
 
+def test_a_bad_region_record_loses_only_itself(store: StateStore) -> None:
+    """A CXL region's record is salvaged like a kdamond's or a DAX device's: one bad record goes, named; the other
+    regions, kdamonds and devices stay nodeagent's."""
+    good = {"members": ["0x1"], "serials": [1], "ways": 1, "granularity": 4096, "rule": "r", "region": "region0",
+            "root": "decoder0.0", "time": None, "dax": ["dax0.0"]}
+    path = put(store, "ownership.json", {"format": FORMAT, "dax": {"dax0.0": {"mode": "system-ram"}},
+                                         "damon": {"kdamonds": {"0": {"name": "demote"}}},
+                                         "cxl_region": {"0x1": good, "0x2": {"members": "mem1"}}})
+    with store.locked(5):
+        own = store.ownership()
+    assert list(own.regions) == ["0x1"] and list(own.dax) == ["dax0.0"] and list(own.kdamonds) == [0]
+    assert "lost: cxl_region.0x2" in store.warnings[0], store.warnings
+    assert list(json.loads(path.read_text())["cxl_region"]) == ["0x1"]
+
+
+def test_a_file_beyond_salvage_names_its_regions(store: StateStore) -> None:
+    put(store, "ownership.json", {"format": 99, "cxl_region": {"0x1": {}}})
+    store.read(Ownership)
+    assert "nodeagent's record of CXL region 0x1 with it" in store.warnings[0], store.warnings
+
+
 @pytest.mark.parametrize(("name", "data", "lost"), [
     ("ownership.json", {"format": 99, "damon": {"kdamonds": {"0": {}}}, "dax": {"dax0.0": {}}},
      "nodeagent's record of kdamond 0, dax0.0 with it"),
