@@ -100,7 +100,7 @@ bench-placement-kv: $(STAMP)
 .PHONY: realkernel-extra
 realkernel-extra: $(STAMP)
 	NODEAGENT_RK_EXTRA=1 scripts/readonly-kernel-ns.sh $(BIN)/python -m pytest -q -p no:cacheprovider -m realkernel \
-		tests/realkernel/test_cxl_one_memdev.py $(PYTEST_ARGS)
+		tests/realkernel/test_cxl_one_memdev.py tests/realkernel/test_cxl_maru_part.py $(PYTEST_ARGS)
 
 # The exhaustive fault sweep (tests/e2e/test_faults_*.py; `make test` runs one signal before every write of a
 # small-block node, 50 sampled h100-cxl points, an errno at every kind of write): every signal (KILL, TERM, INT)

@@ -187,7 +187,10 @@ def online(host: Host, change: Change, actx: ApplyContext) -> str:
     name = actx.scratch.get(SCRATCH + str(change.detail("region_key")))
     if name is None:
         raise ChangeSkipped(f"{change.target}: its region was not created in this apply")
-    return apply_change(host, replace(change, kind="dax", target=name, path=f"/sys/bus/dax/devices/{name}"), actx)
+    # the DAX kind's own op (a split, for a Maru part of the region), which its verification reads
+    op = change.detail("dax_op") or change.op
+    return apply_change(host, replace(change, kind="dax", op=op, target=name, path=f"/sys/bus/dax/devices/{name}"),
+                        actx)
 
 
 def delete(host: Host, change: Change, actx: ApplyContext) -> str:

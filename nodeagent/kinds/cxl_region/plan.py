@@ -573,7 +573,7 @@ def _online_change(c: Ctx, dev: DaxDevice, tgt: str, data: tuple, devices: tuple
     """The DAX rules' decision for the DAX device the region will have (dax_cxl makes ``dax<region id>.0``; kmem
     takes it with its blocks offline under ``auto_online_blocks: offline``), carried out by the DAX kind's apply
     once the device is there."""
-    from ..dax import assign, diff_device
+    from ..dax import assign, diff_device, matches, split
 
     rules = tuple(c.loaded.profile.memory.dax or ())
     chosen, _ = assign(rules, [dev]) if rules else ({}, [])
@@ -582,7 +582,21 @@ def _online_change(c: Ctx, dev: DaxDevice, tgt: str, data: tuple, devices: tuple
         c.warnings.append(f"{dev.name} (the DAX device of {tgt}) matches no memory.dax rule: it stays as kmem "
                           "leaves it (system-ram, its blocks offline)")
         return None
-    got = diff_device(rule, dev)
+    got: Change | Problem | None
+    # the rule itself, not the rest it gives daxN.0 once split: part of the region for Maru is split off before
+    # any of it is onlined
+    whole = next((r for r in rules if matches(r, dev)), None)
+    if whole is not None and split.region_of(whole) == dev.region:
+        sp = split.planned(whole, rules.index(whole), dev)
+        if sp.state == "invalid":
+            where = c.loaded.where("memory", "dax", sp.index, "size")
+            c.problems.append(Problem("dax", dev.name, f"memory.dax rule {whole.name!r} ({where}): {sp.why}",
+                                      hint=sp.hint))
+            return None
+        got = split.split_change(sp)
+        got = replace(got, data=(*got.data, ("dax_op", "split")))
+    else:
+        got = diff_device(rule, dev)
     if not isinstance(got, Change):
         return None
     keep = tuple(kv for kv in data if kv[0] in ("memdevs", "serials", "idents", "region"))

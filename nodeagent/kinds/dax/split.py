@@ -155,6 +155,18 @@ def _invalid(size: int, reg: DaxRegion, first: DaxDevice) -> tuple[str, str] | N
     return None
 
 
+def planned(rule: Any, index: int, dev: DaxDevice) -> Split:
+    """Pure: what a ``size`` rule finds in the DAX device a CXL region this plan creates will have (dax_cxl's
+    ``daxN.0`` over the whole region, which kmem takes with its blocks offline): a dynamic region, unsplit — or
+    a ``size`` it cannot take. Planning the split with the region, rather than once its device is onlined whole,
+    keeps the rest's blocks offline until the split is made: one apply, and nothing disruptive."""
+    reg = DaxRegion(dev.region, dev.size, dev.align, True, 0, None)
+    bad = _invalid(int(rule.size), reg, dev)
+    if bad:
+        return Split(rule, index, dev.region, "invalid", dev, why=bad[0], hint=bad[1])
+    return Split(rule, index, dev.region, "unsplit", dev)
+
+
 def view(splits: list[Split], devices: list[DaxDevice], block_size: int | None) -> list[DaxDevice]:
     """Pure: ``devices`` as they will be once the unsplit regions are split (for the projection): the first
     device shrunk to the rest, and the Maru device made, both not yet bound."""
@@ -242,5 +254,5 @@ def join_change(dev: DaxDevice, was: dict[str, Any], dax: DaxFacts, why: str) ->
                   nodes=(dev.target_node,) if dev.target_node is not None else (), requires=requires)
 
 
-__all__ = ["RestRule", "Split", "effective", "find", "join_change", "region_of", "rest_rule", "size_of",
+__all__ = ["RestRule", "Split", "effective", "find", "join_change", "planned", "region_of", "rest_rule", "size_of",
            "split_change", "steps_to_mode", "steps_to_unbind", "view"]
