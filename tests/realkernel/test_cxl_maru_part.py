@@ -255,3 +255,23 @@ def test_the_captured_maru_split_is_the_simulators(tmp_path: Path) -> None:
     assert_same("the kernel's answers after the split", probes, sim["probes"].stdout)
     render = json.loads((harness.CAPTURED_DIR / f"{PREFIX}-render.json").read_text())
     assert_same("what Maru is given", render["maru"], sim["render"].doc()["maru"])
+
+
+def test_the_split_is_planned_with_the_region_it_splits(tmp_path: Path) -> None:
+    """On ``qemu-cxl-1md`` (no capture needed): the plan made before the region exists shows the split of its
+    device — not the whole device onlined, which would leave the split disruptive for the second stage — and one
+    apply converges with nothing disruptive."""
+    root = cxl_sim_root(tmp_path, f"{PREFIX}-plan", PRESET)
+    try:
+        sim = run_sim(root, [Agent("plan", f"plan {PROFILE}"), Agent("apply", APPLY.format(profile=PROFILE)),
+                             Agent("facts", "facts")])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    (planned,) = [c for c in sim["plan"].doc()["changes"] if c["target"] == "dax1.0"]
+    assert planned["after_label"] == "devdax 128MiB for Maru + 128MiB system-ram/movable", planned
+    assert not planned["disruptive"] and planned["needs"] == ["region@0x4c454f0001"], planned
+    result = sim["apply"].doc()
+    assert (sim["apply"].rc, result["status"]) == (0, "converged"), json.dumps(result, indent=1)[-3000:]
+    assert all("planned again" not in (o.get("message") or "") for o in result["outcomes"]), result["outcomes"]
+    assert _dax(sim["facts"].doc()) == {"dax1.0": ("system-ram", 128 * MiB, NODE, {"Movable": 1}, 1),
+                                        "dax1.1": ("devdax", 128 * MiB, NODE, {}, 0)}
