@@ -91,6 +91,16 @@ PROBES = ((f"{REG1}/create", "1"), ("/sys/bus/dax/devices/dax1.1/size", "0"), (f
           (f"{REG1}/create", "2"))
 
 
+#: The region's and its endpoint decoder's attributes (where a teardown stops, the kernel's state shows why).
+REGION_STATE = (f"C={CXL}; for a in commit interleave_ways size resource mode target0; do "
+                "echo \"region1/$a=$(cat $C/region1/$a 2>&1)\"; done; "
+                "echo \"region1/driver=$(readlink $C/region1/driver)\"; for a in mode dpa_size dpa_resource start size; "
+                "do echo \"decoder2.0/$a=$(cat $C/decoder2.0/$a 2>&1)\"; done; ls $C | tr '\\n' ' '")
+#: A teardown by hand, in the kernel's order, after nodeagent's revert (each write's answer)
+TEARDOWN = ((f"{CXL}/region1/commit", "0"), (f"{CXL}/region1/target0", ""), (f"{CXL}/region1/size", "0"),
+            (f"{CXL}/decoder2.0/dpa_size", "0"), (f"{CXL}/decoder0.0/delete_region", "region1"))
+
+
 def profile_b(where: Path) -> Path:
     """Phase B's profile (a template: the guest puts its region's id in): the split alone, no ``cxl:``."""
     doc = yaml.safe_load(PROFILE.read_text())
@@ -114,8 +124,12 @@ def steps(profile: Path, template: Path) -> list[Any]:
         Agent("plan-again", f"plan {profile}"),
         Agent("facts-split", "facts"),
         Agent("render", f"render serving --engine lmcache {profile}"),
+        Setup("region-split", REGION_STATE),
         Agent("revert", "revert --yes --allow-disruptive"),
         Setup("shown-reverted", SHOW),
+        Setup("region-reverted", REGION_STATE),
+        Writes("teardown", TEARDOWN),
+        Setup("region-torn-down", REGION_STATE),
         Agent("facts-reverted", "facts"),
         # phase B: a region that is not nodeagent's
         Setup("make-region", MAKE_REGION.replace("{template}", str(template))),
@@ -126,7 +140,7 @@ def steps(profile: Path, template: Path) -> list[Any]:
         Agent("revert-b", "revert --yes --allow-disruptive"),
         Setup("shown-b-joined", SHOW),
         Agent("facts-b-joined", "facts"),
-        Setup("dmesg", "dmesg | grep -iE 'dax|cxl|kmem|memory' | tail -60"),
+        Setup("dmesg", "dmesg | grep -v '^\\[ *[0-9]\\.' | tail -80"),
     ]
 
 
@@ -153,7 +167,8 @@ def _capture(real: dict[str, Outcome]) -> None:
     for step in ("facts-bare", "facts-split", "facts-reverted", "facts-b-joined"):
         (out / f"{PREFIX}-{step}.json").write_text(json.dumps(_kept(real[step].doc()), indent=1) + "\n")
     for step in ("shown-split", "shown-reverted", "shown-b-bare", "shown-b-split", "shown-b-joined", "probes",
-                 "make-region", "block-size"):
+                 "make-region", "block-size", "region-split",
+                 "region-reverted", "teardown", "region-torn-down", "dmesg"):
         o = real[step]
         (out / f"{PREFIX}-{step}.txt").write_text(o.stdout + (f"@@stderr\n{o.stderr}" if o.stderr.strip() else ""))
     for step in ("apply", "apply-b", "revert", "revert-b", "render"):
