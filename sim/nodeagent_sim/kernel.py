@@ -230,7 +230,12 @@ class SimKernel:
 
     # -- the write path ------------------------------------------------------------------------------
     def write(self, path: str, value: str) -> None:
-        """Write ``value`` to kernel attribute ``path`` as ``echo value > path`` would."""
+        """Write ``value`` to kernel attribute ``path``: its bytes, as ``printf %s value > path`` would (the rules
+        read a value with or without the newline ``echo`` adds). A write of no bytes to a sysfs attribute changes
+        nothing and succeeds: ``sysfs_kf_write`` returns 0 before the attribute's store sees it (seen on a 6.12
+        guest: an empty write to a CXL region's ``targetN`` left the target attached)."""
+        if value == "" and path.startswith("/sys/") and not path.startswith("/sys/fs/cgroup/"):
+            return
         held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if HOLD_SIGNALS else None
         try:
             with self.locked():

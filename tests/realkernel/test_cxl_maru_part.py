@@ -17,6 +17,7 @@ The boot (one) is not in ``make test``: ``make realkernel-extra`` runs it (``NOD
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -94,8 +95,8 @@ PROBES = ((f"{REG1}/create", "1"), ("/sys/bus/dax/devices/dax1.1/size", "0"), (f
 #: The region's and its endpoint decoder's attributes (where a teardown stops, the kernel's state shows why).
 REGION_STATE = (f"C={CXL}; for a in commit interleave_ways size resource mode target0; do "
                 "echo \"region1/$a=$(cat $C/region1/$a 2>&1)\"; done; "
-                "echo \"region1/driver=$(readlink $C/region1/driver)\"; for a in mode dpa_size dpa_resource start size; "
-                "do echo \"decoder2.0/$a=$(cat $C/decoder2.0/$a 2>&1)\"; done; ls $C | tr '\\n' ' '")
+                "echo \"region1/driver=$(readlink $C/region1/driver)\"; for a in mode dpa_size dpa_resource start size;"
+                " do echo \"decoder2.0/$a=$(cat $C/decoder2.0/$a 2>&1)\"; done; ls $C | tr '\\n' ' '")
 #: A teardown by hand, in the kernel's order, after nodeagent's revert (each write's answer)
 TEARDOWN = ((f"{CXL}/region1/commit", "0"), (f"{CXL}/region1/target0", ""), (f"{CXL}/region1/size", "0"),
             (f"{CXL}/decoder2.0/dpa_size", "0"), (f"{CXL}/decoder0.0/delete_region", "region1"))
@@ -290,3 +291,31 @@ def test_the_split_is_planned_with_the_region_it_splits(tmp_path: Path) -> None:
     assert all("planned again" not in (o.get("message") or "") for o in result["outcomes"]), result["outcomes"]
     assert _dax(sim["facts"].doc()) == {"dax1.0": ("system-ram", 128 * MiB, NODE, {"Movable": 1}, 1),
                                         "dax1.1": ("devdax", 128 * MiB, NODE, {}, 0)}
+
+
+def test_a_write_of_no_bytes_reaches_no_store(tmp_path: Path) -> None:
+    """sysfs drops a write of 0 bytes (``sysfs_kf_write`` returns 0 before the store): on the 6.12 guest an empty
+    write to ``region1/target0`` left the target attached, and the region's ``size`` then answered EBUSY. The
+    simulator does the same; a newline (``echo > target0``) detaches."""
+    from nodeagent_sim import SimKernel
+
+    root = cxl_sim_root(tmp_path, f"{PREFIX}-empty", PRESET)
+    try:
+        k = SimKernel(root)
+        reg = f"{CXL}/region1"
+        for path, value in ((f"{CXL}/decoder0.0/create_ram_region", "region1"),
+                            (f"{reg}/interleave_granularity", "256"), (f"{reg}/interleave_ways", "1"),
+                            (f"{reg}/size", "268435456"),
+                            (f"{CXL}/decoder2.0/mode", "ram"), (f"{CXL}/decoder2.0/dpa_size", "268435456"),
+                            (f"{reg}/target0", "decoder2.0")):
+            k.write(path, value)
+        k.write(f"{reg}/target0", "")
+        assert k.tree.read(f"{reg}/target0") == "decoder2.0"
+        with pytest.raises(OSError) as busy:
+            k.write(f"{reg}/size", "0")
+        assert busy.value.errno == errno.EBUSY
+        k.write(f"{reg}/target0", "\n")
+        assert k.tree.read(f"{reg}/target0") == ""
+        k.write(f"{reg}/size", "0")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -144,7 +144,7 @@ def sim_writes(root: Path, writes: Sequence[tuple[str, str]]) -> str:
     lines = []
     for path, value in writes:
         try:
-            k.write(path, value)
+            k.write(path, value or "\n")  # as the guest's `echo "$2" > "$1"`: an empty value is a newline
             lines.append(f"{path} ok")
         except OSError as exc:
             lines.append(f"{path} {os.strerror(exc.errno) if exc.errno else exc}")

@@ -230,7 +230,7 @@ def test_the_dax_presets_have_a_whole_bus(make_node: Callable[..., Path]) -> Non
     assert c.missing_modules == [] and [(r.name, r.memdevs, r.decode_state, r.driver) for r in c.regions] == [
         ("region0", ["mem0"], "commit", "cxl_region"), ("region1", ["mem1"], "commit", "cxl_region")]
     k = SimKernel(root)
-    for path, value in ((f"{DEV}/region0/commit", "0"), (f"{DEV}/region0/target0", ""),
+    for path, value in ((f"{DEV}/region0/commit", "0"), (f"{DEV}/region0/target0", "\n"),
                         (f"{DEV}/decoder3.0/dpa_size", "0"), (f"{DEV}/decoder0.0/delete_region", "region0")):
         k.write(path, value)
     after = cxlfacts.from_facts(gather(open_host(root)))

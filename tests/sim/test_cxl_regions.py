@@ -120,7 +120,7 @@ def test_an_interleave_set_by_serial_in_position_order(tmp_path: Path) -> None:
 def tear_down_region0(root: Path) -> SimKernel:
     """Someone else tears region0 (mem1's, decoder3.0) down, in the kernel's order."""
     k = SimKernel(root)
-    for path, value in (("/sys/bus/cxl/devices/region0/commit", "0"), ("/sys/bus/cxl/devices/region0/target0", ""),
+    for path, value in (("/sys/bus/cxl/devices/region0/commit", "0"), ("/sys/bus/cxl/devices/region0/target0", "\n"),
                         ("/sys/bus/cxl/devices/region0/size", "0"), ("/sys/bus/cxl/devices/decoder3.0/dpa_size", "0"),
                         ("/sys/bus/cxl/devices/decoder0.0/delete_region", "region0")):
         k.write(path, value)

@@ -38,6 +38,11 @@ DAX_TIMEOUT = 30.0
 SCRATCH = "cxl_region:dax:"  # + set key → the DAX device the region got
 
 
+#: What detaches a region's target: store_targetN detaches on a newline alone. An empty write never reaches it
+#: (sysfs drops a write of 0 bytes and reports success), which left the target attached and the region's size
+#: write answering EBUSY (seen on a 6.12 guest).
+DETACH = "\n"
+
 def _memdevs_now(host: Host, change: Change) -> dict[str, str]:
     """``{memdev: endpoint}`` of the change's memdevs (by identity) as the node names them now (refused if they
     moved)."""
@@ -79,7 +84,7 @@ def create(host: Host, change: Change, actx: ApplyContext) -> str:
             w(f"{CXL}/{dec}/dpa_size", str(change.detail("dpa_size")), (f"{CXL}/{dec}/dpa_size", "0"))
         w(f"{base}/size", str(change.detail("size")), (f"{base}/size", "0"))
         for pos, dec in enumerate(decoders):
-            w(f"{base}/target{pos}", dec, (f"{base}/target{pos}", ""))
+            w(f"{base}/target{pos}", dec, (f"{base}/target{pos}", DETACH))
         w(f"{base}/commit", "1", (f"{base}/commit", "0"))
         if host.fs.readlink(f"{base}/driver") is None:
             host.write(f"{BUS}/drivers/cxl_region/bind", name)
@@ -219,7 +224,7 @@ def delete(host: Host, change: Change, actx: ApplyContext) -> str:
         ways = (host.read_opt(f"{base}/interleave_ways") or "").strip()
         for pos in range(max(len(change.detail("decoders", ())), int(ways) if ways.isdigit() else 0)):
             if (host.read_opt(f"{base}/target{pos}") or "").strip():
-                host.write(f"{base}/target{pos}", "")
+                host.write(f"{base}/target{pos}", DETACH)
         if _nonzero(host.read_opt(f"{base}/size")):
             host.write(f"{base}/size", "0")
     for dec in sorted(change.detail("decoders", ()), key=lambda d: -int(d.split(".")[1])):
