@@ -373,7 +373,12 @@ def _decommit(k: SimKernel, region: str) -> None:
     if k.tree.local(f"{_path(k, region)}/driver").is_symlink():
         _unbind_region(k, region)
     info = _region_state(k, region)
-    for d in info.get("switch", {}).values():
+    # a passthrough decoder has nothing to reset: it keeps the range the region gave it, after the teardown too
+    # (6.12 guest, layout cxl-1md: decoder1.0 read start 0x1d0000000, size 256 MiB with region1 gone)
+    through = set(k.state()["cxl"].get("passthrough", ()))
+    for port, d in info.get("switch", {}).items():
+        if port in through:
+            continue
         _set(k, d, "start", "0x0")
         _set(k, d, "size", "0x0")
     for port in _ports_of(k, info):
