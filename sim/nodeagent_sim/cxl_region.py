@@ -438,7 +438,11 @@ def add_dax(k: SimKernel, region: str) -> str:
     state = k.state()
     state.setdefault("dax", {})[name] = {"start": start, "size": size, "node": node}
     k.save_state(state)
-    simdax.attach(k, name, "kmem")  # dax_cxl marks the range kmem's: it binds at once
+    # dax_cxl marks the range kmem's and it binds at once — unless device_dax's id table names the device
+    # (dax_bus_match tries the id tables before the type, device_dax first): daxctl's devdax reconfigure left it
+    # there, and on the 6.12 guest region1's dax1.0 came back devdax after a teardown that had made it devdax
+    ids = state.get("dax_ids", {})
+    simdax.attach(k, name, "device_dax" if name in ids.get("device_dax", ()) else "kmem")
     return name
 
 

@@ -134,6 +134,10 @@ def steps(profile: Path, template: Path) -> list[Any]:
         Writes("teardown", TEARDOWN),
         Setup("region-torn-down", REGION_STATE),
         Agent("facts-reverted", "facts"),
+        # apply again after the revert: the re-made region's dax1.0 comes up devdax (device_dax's id table)
+        Agent("apply-again", APPLY.format(profile=profile)),
+        Setup("shown-again", SHOW),
+        Agent("revert-again", "revert --yes --allow-disruptive"),
         # phase B: a region that is not nodeagent's
         Setup("make-region", MAKE_REGION.replace("{template}", str(template))),
         Setup("shown-b-bare", SHOW),
@@ -169,12 +173,12 @@ def _capture(real: dict[str, Outcome]) -> None:
     out = harness.CAPTURED_DIR
     for step in ("facts-bare", "facts-split", "facts-reverted", "facts-b-joined"):
         (out / f"{PREFIX}-{step}.json").write_text(json.dumps(_kept(real[step].doc()), indent=1) + "\n")
-    for step in ("shown-split", "shown-reverted", "shown-b-bare", "shown-b-split", "shown-b-joined", "probes",
-                 "make-region", "block-size", "region-split",
+    for step in ("shown-split", "shown-reverted", "shown-again", "shown-b-bare", "shown-b-split", "shown-b-joined",
+                 "probes", "make-region", "block-size", "region-split",
                  "region-reverted", "teardown", "region-torn-down", "dmesg"):
         o = real[step]
         (out / f"{PREFIX}-{step}.txt").write_text(o.stdout + (f"@@stderr\n{o.stderr}" if o.stderr.strip() else ""))
-    for step in ("apply", "apply-b", "revert", "revert-b", "render"):
+    for step in ("apply", "apply-b", "revert", "revert-b", "render", "apply-again"):
         (out / f"{PREFIX}-{step}.json").write_text(json.dumps(real[step].doc(), indent=1) + "\n")
 
 
@@ -226,6 +230,17 @@ def test_revert_gives_back_the_boot_state(maru_part) -> None:  # type: ignore[no
 
 
 @pytest.mark.realkernel
+def test_apply_after_revert_converges_in_one_apply(maru_part) -> None:  # type: ignore[no-untyped-def]
+    real = maru_part
+    again = _ok(real["apply-again"], "apply after revert")
+    assert (real["apply-again"].rc, again["status"]) == (0, "converged"), json.dumps(again["outcomes"], indent=1)
+    listed = _listed(real["shown-again"])
+    assert {n: (d["mode"], d["size"]) for n, d in listed.items()} == {
+        "dax1.0": ("system-ram", 128 * MiB), "dax1.1": ("devdax", 128 * MiB)}
+    assert (real["revert-again"].rc, _ok(real["revert-again"], "revert again")["status"]) == (0, "converged")
+
+
+@pytest.mark.realkernel
 def test_a_region_not_nodeagents_is_split_then_joined(maru_part) -> None:  # type: ignore[no-untyped-def]
     real = maru_part
     assert real["make-region"].rc == 0, real["make-region"].stderr
@@ -248,7 +263,8 @@ def _replay_steps(profile: Path) -> list[Any]:
             Agent("apply", APPLY.format(profile=profile)), Writes("probes", PROBES),
             Agent("plan-again", f"plan {profile}"), Agent("facts-split", "facts"),
             Agent("render", f"render serving --engine lmcache {profile}"),
-            Agent("revert", "revert --yes --allow-disruptive"), Agent("facts-reverted", "facts")]
+            Agent("revert", "revert --yes --allow-disruptive"), Agent("facts-reverted", "facts"),
+            Agent("apply-again", APPLY.format(profile=profile))]
 
 
 def test_the_captured_maru_split_is_the_simulators(tmp_path: Path) -> None:
@@ -283,6 +299,11 @@ def test_the_captured_maru_split_is_the_simulators(tmp_path: Path) -> None:
     assert_same("the kernel's answers after the split", probes, sim["probes"].stdout)
     render = json.loads((harness.CAPTURED_DIR / f"{PREFIX}-render.json").read_text())
     assert_same("what Maru is given", render["maru"], sim["render"].doc()["maru"])
+    # apply after revert, in the same boot: the revert's devdax reconfigure left dax1.0 in device_dax's id table,
+    # so the re-made region's dax1.0 comes up devdax, not kmem's (the guest showed it); the split starts from there
+    again = sim["apply-again"].doc()
+    assert (sim["apply-again"].rc, again["status"]) == (0, "converged"), json.dumps(again["outcomes"], indent=1)
+    assert "(device_dax)" in again["outcomes"][1]["message"], again["outcomes"]
 
 
 def test_a_write_of_no_bytes_reaches_no_store(tmp_path: Path) -> None:

@@ -192,10 +192,22 @@ def online(host: Host, change: Change, actx: ApplyContext) -> str:
     name = actx.scratch.get(SCRATCH + str(change.detail("region_key")))
     if name is None:
         raise ChangeSkipped(f"{change.target}: its region was not created in this apply")
+    from ...facts.dax import read_device
+    from ..dax.split import as_found
+
+    dev = read_device(host, name, _block_size(host))
+    if dev is not None and dev.blocks_online == 0 and dev.mode in ("devdax", "disabled", "system-ram") and (
+            dev.mode, dev.zones) != (change.detail("from_mode"), change.detail("from_zones")):
+        change = as_found(change, dev)  # device_dax took it, not kmem: nothing of it is online either way
     # the DAX kind's own op (a split, for a Maru part of the region), which its verification reads
     op = change.detail("dax_op") or change.op
     return apply_change(host, replace(change, kind="dax", op=op, target=name, path=f"/sys/bus/dax/devices/{name}"),
                         actx)
+
+
+def _block_size(host: Host) -> int:
+    text = (host.read_opt("/sys/devices/system/memory/block_size_bytes") or "").strip()
+    return int(text, 16) if text else 0
 
 
 def delete(host: Host, change: Change, actx: ApplyContext) -> str:

@@ -167,6 +167,26 @@ def planned(rule: Any, index: int, dev: DaxDevice) -> Split:
     return Split(rule, index, dev.region, "unsplit", dev)
 
 
+def as_found(change: Change, dev: DaxDevice) -> Change:
+    """Pure: the change planned for the DAX device a new CXL region gets, from the driver it really has. The plan
+    takes kmem's with its blocks offline (the dax bus matches a CXL device to kmem by type), but device_dax takes
+    it when its id table names the device: ``daxctl reconfigure-device --mode=devdax daxN.M`` puts the name there
+    (``new_id``) and it stays after the region is gone — seen on a 6.12 guest, where apply, revert, apply made
+    region1's ``dax1.0`` come back devdax. With nothing of it online either way, the steps start from there."""
+    want = change.detail("final_mode") or ("devdax" if "to-devdax" in change.detail("steps", ()) else "system-ram")
+    if change.detail("dax_op") == "split":
+        steps = (*steps_to_unbind(dev), "resize", "create", *steps_to_mode(want))
+    elif want == "system-ram":
+        steps = ("online",) if dev.mode == "system-ram" else ("to-system-ram",)
+    else:
+        steps = ("to-devdax",) if dev.mode == "system-ram" else ("enable",) if dev.mode == "disabled" else ()
+    kept = tuple(kv for kv in change.data if kv[0] not in ("steps", "from_mode", "from_online", "from_zones",
+                                                            "final_mode"))
+    return replace(change, before=dev.mode, before_label=dev.mode,
+                   data=(*kept, ("steps", steps), ("from_mode", dev.mode), ("from_online", dev.blocks_online),
+                         ("from_zones", dict(dev.zones)), ("final_mode", want)))
+
+
 def view(splits: list[Split], devices: list[DaxDevice], block_size: int | None) -> list[DaxDevice]:
     """Pure: ``devices`` as they will be once the unsplit regions are split (for the projection): the first
     device shrunk to the rest, and the Maru device made, both not yet bound."""
@@ -254,5 +274,5 @@ def join_change(dev: DaxDevice, was: dict[str, Any], dax: DaxFacts, why: str) ->
                   nodes=(dev.target_node,) if dev.target_node is not None else (), requires=requires)
 
 
-__all__ = ["RestRule", "Split", "effective", "find", "join_change", "planned", "region_of", "rest_rule", "size_of",
-           "split_change", "steps_to_mode", "steps_to_unbind", "view"]
+__all__ = ["RestRule", "Split", "as_found", "effective", "find", "join_change", "planned", "region_of", "rest_rule",
+           "size_of", "split_change", "steps_to_mode", "steps_to_unbind", "view"]
