@@ -23,11 +23,13 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from ...facts import BLOCK_SIZE
 from ...facts.cxl import read as read_cxl
 from ...host import Host
 from ...plan import Change
 from ...state import OwnedRegion, Ownership
 from ...util.errors import ChangeSkipped, HostError, MissingError
+from ...util.kfmt import parse_hex
 from ...util.timestamps import rfc3339
 from ..base import ApplyContext
 from .names import CXL, ident, key
@@ -206,8 +208,8 @@ def online(host: Host, change: Change, actx: ApplyContext) -> str:
 
 
 def _block_size(host: Host) -> int:
-    text = (host.read_opt("/sys/devices/system/memory/block_size_bytes") or "").strip()
-    return int(text, 16) if text else 0
+    text = (host.read_opt(BLOCK_SIZE) or "").strip()
+    return parse_hex(text, BLOCK_SIZE) if text else 0  # a malformed value: the file named, as facts say it
 
 
 def delete(host: Host, change: Change, actx: ApplyContext) -> str:
