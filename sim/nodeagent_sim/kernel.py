@@ -79,6 +79,11 @@ def ebusy(msg: str = "") -> OSError:
     return OSError(errno.EBUSY, os.strerror(errno.EBUSY) + (f" ({msg})" if msg else ""))
 
 
+# Filesystems the kernel mounts under /sys that are not sysfs (their writes reach the file's own handler).
+_NOT_SYSFS = ("/sys/fs/cgroup/", "/sys/kernel/debug/", "/sys/kernel/tracing/", "/sys/kernel/security/",
+              "/sys/kernel/config/", "/sys/fs/bpf/", "/sys/fs/pstore/", "/sys/fs/fuse/connections/")
+
+
 class SimKernel:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
@@ -233,8 +238,10 @@ class SimKernel:
         """Write ``value`` to kernel attribute ``path``: its bytes, as ``printf %s value > path`` would (the rules
         read a value with or without the newline ``echo`` adds). A write of no bytes to a sysfs attribute changes
         nothing and succeeds: ``sysfs_kf_write`` returns 0 before the attribute's store sees it (seen on a 6.12
-        guest: an empty write to a CXL region's ``targetN`` left the target attached)."""
-        if value == "" and path.startswith("/sys/") and not path.startswith("/sys/fs/cgroup/"):
+        guest: an empty write to a CXL region's ``targetN`` left the target attached). Other filesystems mounted
+        under /sys are not sysfs: debugfs hands the empty string to its parser (``kstrtoull("")``: EINVAL), as
+        cgroupfs, tracefs, securityfs and configfs see every write."""
+        if value == "" and path.startswith("/sys/") and not path.startswith(_NOT_SYSFS):
             return
         held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if HOLD_SIGNALS else None
         try:
