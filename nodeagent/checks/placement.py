@@ -3,7 +3,8 @@
 The same advisories ``plan`` prints (:mod:`nodeagent.kinds.placement.advice`), as findings: a stuck fast node
 without a demotion pass, migrate_hot without a young filter or a strict destination, migrate_cold without a young
 filter, DAMON watermarks on system-wide free memory, demotion without promotion and the reverse, DAMON demotion
-with nothing to promote, demotion with the multi-gen LRU and no ``min_ttl_ms`` (the OOM killer never fires).
+with nothing to promote, the multi-gen LRU's ``min_ttl_ms``: 0 under demotion with swap (the OOM killer never fires),
+above 0 without swap (kswapd of a full node with nothing to demote to kills while other nodes have room).
 Each finding carries what was measured and the fix. Severity ``warning`` by default:
 with ``error`` an advisory stops ``apply``.
 

@@ -178,6 +178,8 @@ KNOBS: tuple[Knob, ...] = (
     # The multi-gen LRU (mm/vmscan.c, CONFIG_LRU_GEN): its feature bits (0x0001 the LRU itself, 0x0002 clearing
     # accessed bits in leaf page tables, 0x0004 in non-leaf PMDs), and min_ttl_ms, the working set it never evicts:
     # when every generation is younger than that, kswapd invokes the OOM killer (lru_gen_age_node) — with 0, never.
+    # Anonymous memory counts there only where it can leave the node (swap, or a demotion target): without swap, a
+    # node with nothing to demote to counts as too small once its page cache is gone, and its kswapd kills.
     # min_ttl_ms is kept in jiffies (msecs_to_jiffies on write, jiffies_to_msecs on read): it reads back rounded up
     # to a jiffy.
     Knob("kernel.lru_gen.enabled", "/sys/kernel/mm/lru_gen/enabled", "6.1", _lru_gen_caps, _lru_gen_format,

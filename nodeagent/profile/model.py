@@ -15,7 +15,7 @@ A key that is absent is unmanaged: nodeagent neither sets nor reports it. Exampl
       min_slab_ratio: 5
       watermark_scale_factor: 10            # watermark gap, 1/10,000 of a node: the headroom kswapd keeps
       min_free_kbytes: 67584                # the min watermark those gaps stand on, KiB
-      lru_gen: {enabled: true, min_ttl_ms: 1000}   # multi-gen LRU; min_ttl_ms > 0 lets kswapd OOM-kill
+      lru_gen: {enabled: true, min_ttl_ms: 1000}   # multi-gen LRU; min_ttl_ms > 0: kswapd OOM-kills
       weighted_interleave: {weights: {node0: 3, node2: 1}}   # or {auto: true} (6.16): weights from bandwidth
       numa_balancing_scan_period_max_ms: 60000   # also _scan_delay_ms, _scan_period_min_ms, _scan_size_mb,
                                             #   _hot_threshold_ms (debugfs, sched/numa_balancing/)
@@ -146,8 +146,9 @@ class LruGen(Strict):
     # kstrtouint; kept in jiffies, so it reads back rounded up to a jiffy (the plan allows for that).
     min_ttl_ms: U32 | None = Field(
         None, description="lru_gen/min_ttl_ms: the working set (pages used within this long) the multi-gen LRU never "
-        "evicts; when it cannot keep it, kswapd invokes the OOM killer. 0 (the default): never — with demotion on, "
-        "a node that runs out of memory thrashes instead of killing")
+        "evicts; when it cannot keep it, kswapd invokes the OOM killer. 0 (the default): never — with demotion on and "
+        "swap, a node that runs out of memory thrashes instead of killing. Without swap, above 0, kswapd of a full "
+        "node with nothing to demote to (the CXL node) kills while other nodes have room")
 
 
 def _interleave_node(value: Any) -> int:

@@ -82,10 +82,10 @@ def test_check_mode_report_diff_and_changed(mod: ModuleType, make_node) -> None:
     loaded = load_profile(PROFILE)
     ret, failed = mod.report(engine.apply(loaded, dry_run=True), True, False, True)
     assert failed is None
-    assert ret["status"] == "dry-run" and ret["msg"] == "check mode: 14 change(s) would be made, 2 unchanged"
+    assert ret["status"] == "dry-run" and ret["msg"] == "check mode: 13 change(s) would be made, 2 unchanged"
     # the plan's summary first, as Ansible prints a prepared diff, then one pair per setting
     assert ret["diff"][0]["prepared"].startswith("nodeagent plan for profile cxl-inference on h100-cxl (simulated "
-                                                 "h100-cxl): 14 would "
+                                                 "h100-cxl): 13 would "
                                                  "change, 2 unchanged\n  ~ memory.auto_online_blocks: online -> ")
     # NUMA balancing is applied last (resources/knobs.py LATE): promotion starts once the rest is in place
     assert ret["diff"][-1] == {"before_header": "/proc/sys/kernel/numa_balancing",
@@ -96,7 +96,7 @@ def test_check_mode_report_diff_and_changed(mod: ModuleType, make_node) -> None:
     ret, _ = mod.report(engine.apply(loaded, dry_run=True), True, False, False)
     assert "diff" not in ret  # only in diff mode
     ret, failed = mod.report(engine.apply(loaded), False, False, True)
-    assert failed is None and ret["changed"] and ret["status"] == "converged" and len(ret["diff"]) == 1 + 14
+    assert failed is None and ret["changed"] and ret["status"] == "converged" and len(ret["diff"]) == 1 + 13
     ret, failed = mod.report(engine.apply(loaded), False, False, True)
     assert failed is None and not ret["changed"] and ret["status"] == "unchanged" and "diff" not in ret
 

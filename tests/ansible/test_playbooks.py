@@ -229,7 +229,7 @@ def test_warnings_once_per_profile_and_kernel_even_when_nothing_changes(make_nod
     out = reconcile("--check")  # check mode: said (first time), recorded nothing
     assert "dest_free schemes" in out and "[WARNING]: h100-cxl" in out and not record.exists()
     out = reconcile()
-    assert "dest_free schemes" in out and "demotion-without-oom-guard" not in out  # the profile sets min_ttl_ms
+    assert "dest_free schemes" in out and "oom-guard" not in out  # no swap, min_ttl_ms 0: no OOM-guard advisory
     assert "said: the node matches the profile;" in out and record.exists()
     out = reconcile()
     assert "[WARNING]" not in out, out

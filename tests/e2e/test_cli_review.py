@@ -135,7 +135,7 @@ def test_markdown_review_comment(make_node, tmp_path: Path, capsys) -> None:
     assert code == 2
     assert md.startswith(f"## nodeagent plan review: `{PROFILE}` (profile `cxl-inference`)\n\n"
                          f"Compared with the baseline `{old}` (profile `cxl-inference`).\n")
-    assert "| h100: h100-cxl (simulated h100-cxl) | `6.12.0-nodeagent-sim` | **yes** | 14 |  |  |" in md
+    assert "| h100: h100-cxl (simulated h100-cxl) | `6.12.0-nodeagent-sim` | **yes** | 13 |  |  |" in md
     assert "| added | `kernel.demotion_enabled` | false | (no change) | true |" in md
     assert "**Cannot be done on this node — apply would write nothing here:**" in md
     assert "- ❌ kernel.numa_balancing: value 2 (memory-tiering) needs kernel 5.18" in md

@@ -117,7 +117,7 @@ def test_status_is_the_first_screen(applied: Path, capsys) -> None:
     run(["--root", str(applied), "drift", "--record"], capsys)
     code, out, _ = run(["--root", str(applied), "status"], capsys)
     assert code == 0
-    assert "last apply: profile cxl-inference at" in out and "converged (11 applied, 0 failed, 0 blocked)" in out
+    assert "last apply: profile cxl-inference at" in out and "converged (10 applied, 0 failed, 0 blocked)" in out
     assert "drift: 1 (knob: 1)" in out and "~ kernel.numa_balancing: expected 2 (memory-tiering), actual 1" in out
     assert "since " in out
     assert "managed by nodeagent (revert restores what they were): kernel.demotion_enabled" in out
@@ -146,7 +146,7 @@ def test_revert_restores_originals_and_forgets_them(applied: Path, capsys) -> No
     k = SimKernel(applied)
     code, out, _ = run(["--root", root, "revert", "--dry-run"], capsys)
     assert code == 0 and "~ kernel.numa_balancing  2 (memory-tiering) → 0 (disabled)" in out
-    assert "11 to revert (dry run: nothing was written)." in out
+    assert "10 to revert (dry run: nothing was written)." in out
     assert k.tree.read("/proc/sys/kernel/numa_balancing") == "2"
     code, out, _ = run(["--root", root, "revert", "--yes", "--only", "kernel.numa_balancing"], capsys)
     assert code == 0 and "✓ kernel.numa_balancing: 2 (memory-tiering) → 0 (disabled)" in out

@@ -19,7 +19,7 @@ from .cli_helpers import run
 
 SHIPPED = Path(__file__).resolve().parents[2] / "profiles" / "cxl-inference.yaml"
 GUARD = "no `nodeagent guard` keeps them"
-OOM = "advisory demotion-without-oom-guard"
+OOM = "advisory oom-guard-kills-on-a-full-node"
 COUNTED = "(2 advisories already shown for this profile and kernel; see `nodeagent {}`)"
 RECORD = "var/lib/nodeagent/advisories.json"
 
@@ -30,12 +30,14 @@ def in_full(out: str) -> bool:
 
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The shipped profile with MGLRU's min_ttl_ms back at the kernel's 0: two advisories to show and count (the
-    shipped one sets the OOM guard and draws only the dest_free one)."""
+    """The shipped profile with MGLRU's min_ttl_ms at 1000: two advisories to show and count on a node without
+    swap (the OOM guard that kills when the CXL node fills, and the dest_free one; the shipped profile keeps the
+    kernel's 0 and draws only the dest_free one)."""
     text = SHIPPED.read_text()
-    assert text.count("lru_gen: {min_ttl_ms: 1000}") == 1
+    assert "  lru_gen:" not in text and text.count("  demotion_enabled: true\n") == 1
     path = tmp_path_factory.mktemp("profile") / "cxl-inference.yaml"
-    path.write_text(text.replace("lru_gen: {min_ttl_ms: 1000}", "lru_gen: {min_ttl_ms: 0}")
+    guard = "  demotion_enabled: true\n  lru_gen: {min_ttl_ms: 1000}\n"
+    path.write_text(text.replace("  demotion_enabled: true\n", guard)
                     .replace("extends: [base.yaml]", f"extends: [{SHIPPED.parent / 'base.yaml'}]"))
     return str(path)
 

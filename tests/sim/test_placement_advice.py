@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -22,13 +23,9 @@ DAX = "dax: [{name: all, match: {all: true}, mode: system-ram, zone: movable}]"
 WMARK = ", watermarks: {metric: free_mem_rate, interval: 1s, high: 500, mid: 400, low: 50}"
 
 
-#: MGLRU's OOM guard on, so that only the advisories a test is about show (demotion-without-oom-guard has its own).
-GUARD = ", lru_gen: {min_ttl_ms: 1000}"
-
-
 def ids(tmp_path: Path, root: Path, *, numa: str = "memory-tiering", demotion: bool = True,
         cold: str | None = COLD % YOUNG_COLD, hot: str | None = None, pass_: bool = True,
-        kernel: str = "", dax: bool = True, guard: bool = True) -> list[str]:
+        kernel: str = "", dax: bool = True) -> list[str]:
     """The advisories' ids for a profile built from the arguments; ``dax``: a rule onlines every DAX device as
     ZONE_MOVABLE system RAM (the CXL stand-in becomes the lower tier), as the shipped profile does."""
     kdamonds = []
@@ -40,7 +37,7 @@ def ids(tmp_path: Path, root: Path, *, numa: str = "memory-tiering", demotion: b
         apiVersion: nodeagent/v1
         kind: NodeProfile
         metadata: {{name: advice}}
-        kernel: {{numa_balancing: {numa}, demotion_enabled: {str(demotion).lower()}{kernel}{guard and GUARD or ""}}}
+        kernel: {{numa_balancing: {numa}, demotion_enabled: {str(demotion).lower()}{kernel}}}
         memory: {{{', '.join(m for m in (pass_ and 'demotion_pass: {}', dax and DAX) if m)}}}
         damon: {{kdamonds: [{', '.join(kdamonds)}]}}
         """)
@@ -54,9 +51,20 @@ def node(make_node) -> Path:
     return make_node("qemu-placement")
 
 
+def with_swap(root: Path, mib: int) -> Path:
+    """``root`` with ``mib`` MiB of swap in /proc/meminfo (a swap partition or file: the kernel counts it there)."""
+    from nodeagent_sim import SimKernel
+
+    tree = SimKernel(root).tree
+    lines = [f"{k}:{' ' * max(1, 16 - len(k) - 1)}{mib * 1024:>8} kB" if k in ("SwapTotal", "SwapFree") else line
+             for line in tree.read("/proc/meminfo").splitlines() for k in [line.partition(":")[0]]]
+    tree.set("/proc/meminfo", "\n".join(lines) + "\n")
+    return root
+
+
 def test_the_shipped_profile_draws_no_advisory(make_node) -> None:
-    """The shipped profile turns demotion on and sets MGLRU's min_ttl_ms to the advisory's fix (1000, measured on the
-    placement benchmark): no advisory on any of these nodes."""
+    """The shipped profile turns demotion on and keeps MGLRU's min_ttl_ms at the kernel's 0 (these nodes have no
+    swap: 0 is what keeps kswapd of a full CXL node from killing): no advisory on any of these nodes."""
     for preset, kernel in (("qemu-placement", None), ("qemu-placement-full", None), ("h100-cxl", None),
                            ("qemu-placement", "6.18.0-nodeagent-sim")):
         root = make_node(preset, kernel=kernel)
@@ -64,31 +72,62 @@ def test_the_shipped_profile_draws_no_advisory(make_node) -> None:
         assert [a.id for a in found] == []
 
 
-def test_demotion_with_mglru_and_no_min_ttl_never_ooms(tmp_path: Path, node: Path) -> None:
-    """demotion on + MGLRU on + min_ttl_ms 0 → the advisory, with the reason and the fix; any of the three
-    otherwise → none."""
-    assert ids(tmp_path, node, guard=False) == ["demotion-without-oom-guard"]
-    assert ids(tmp_path, node, guard=False, kernel=", lru_gen: {min_ttl_ms: 0}") == ["demotion-without-oom-guard"]
-    assert ids(tmp_path, node, guard=False, kernel=", lru_gen: {enabled: false}") == []
-    assert ids(tmp_path, node, guard=False, kernel=", lru_gen: {enabled: 6}") == []  # main switch (bit 0) off
-    assert "demotion-without-oom-guard" not in ids(tmp_path, node, demotion=False, guard=False)
+def test_with_swap_demotion_with_mglru_and_no_min_ttl_never_ooms(tmp_path: Path, node: Path) -> None:
+    """Swap + demotion on + MGLRU on + min_ttl_ms 0 → the advisory, with the reason and the fix; any of them
+    otherwise → none (1000, its fix, draws nothing where there is swap)."""
+    swapped = with_swap(node, 512)
+    assert ids(tmp_path, swapped) == ["demotion-without-oom-guard"]
+    assert ids(tmp_path, swapped, kernel=", lru_gen: {min_ttl_ms: 0}") == ["demotion-without-oom-guard"]
+    assert ids(tmp_path, swapped, kernel=", lru_gen: {min_ttl_ms: 1000}") == []
+    assert ids(tmp_path, swapped, kernel=", lru_gen: {enabled: false}") == []
+    assert ids(tmp_path, swapped, kernel=", lru_gen: {enabled: 6}") == []  # main switch (bit 0) off
+    assert "demotion-without-oom-guard" not in ids(tmp_path, swapped, demotion=False)
     path = tmp_path / "p.yaml"
     path.write_text("apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: a}\n"
                     "kernel: {numa_balancing: memory-tiering, demotion_enabled: true}\n"
                     "memory: {dax: [{name: all, match: {all: true}, mode: system-ram, zone: movable}]}\n")
-    (a,) = [a for a in advisories(load_profile(path), gather(open_host(node))) if a.id == "demotion-without-oom-guard"]
+    (a,) = [a for a in advisories(load_profile(path), gather(open_host(swapped)))
+            if a.id == "demotion-without-oom-guard"]
     assert a.where == "kernel.lru_gen.min_ttl_ms"
-    assert "lru_gen_age_node" in a.message and "reclaim progress" in a.message
+    assert "lru_gen_age_node" in a.message and "reclaim progress" in a.message and "512 MiB" in a.message
     assert "linux-cxl" in a.evidence and "min_ttl_ms: 1000" in a.fix
+
+
+def test_without_swap_a_min_ttl_kills_when_the_lowest_tier_fills(tmp_path: Path, node: Path, make_node) -> None:
+    """No swap + MGLRU on + min_ttl_ms above 0 → the other advisory: the node with nothing to demote to (the CXL
+    node, under demotion; every node without it) kills once it alone fills. At 0, or with swap, or MGLRU off, or
+    one memory node: none."""
+    assert ids(tmp_path, node, kernel=", lru_gen: {min_ttl_ms: 1000}") == ["oom-guard-kills-on-a-full-node"]
+    assert ids(tmp_path, node, kernel=", lru_gen: {min_ttl_ms: 1}") == ["oom-guard-kills-on-a-full-node"]
+    assert ids(tmp_path, node) == [] and ids(tmp_path, node, kernel=", lru_gen: {min_ttl_ms: 0}") == []
+    assert ids(tmp_path, node, kernel=", lru_gen: {enabled: false, min_ttl_ms: 1000}") == []
+    assert ids(tmp_path, with_swap(make_node("qemu-placement"), 64), kernel=", lru_gen: {min_ttl_ms: 1000}") == []
+    path = tmp_path / "p.yaml"
+    path.write_text("apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: a}\n"
+                    "kernel: {numa_balancing: memory-tiering, demotion_enabled: true, lru_gen: {min_ttl_ms: 1000}}\n"
+                    "memory: {dax: [{name: all, match: {all: true}, mode: system-ram, zone: movable}]}\n")
+    facts = gather(open_host(node))
+    (a,) = [a for a in advisories(load_profile(path), facts) if a.id == "oom-guard-kills-on-a-full-node"]
+    assert a.where == "kernel.lru_gen.min_ttl_ms" and "min_ttl_ms 1000" in a.message
+    named = re.search(r"without swap: (.*?) ha(?:s|ve) nothing to demote to", a.message)
+    assert named and named.group(1) == "node2"  # the CXL stand-in; the DRAM nodes demote to it
+    assert "global_oom" in a.evidence and "console-excerpt.txt" in a.evidence
+    assert (REPO / a.evidence.rsplit("(", 1)[1].rstrip(")")).is_file()
+    assert "at 0" in a.fix
+    # demotion off: no node has anything to demote to, so every memory node is named
+    path.write_text(path.read_text().replace("demotion_enabled: true", "demotion_enabled: false"))
+    (a,) = [a for a in advisories(load_profile(path), facts) if a.id == "oom-guard-kills-on-a-full-node"]
+    named = re.search(r"without swap: (.*?) ha(?:s|ve) nothing to demote to", a.message)
+    assert named and named.group(1) == "node0, node1, node2"  # node2 comes online by the profile's DAX rule
 
 
 def test_no_oom_guard_advisory_without_a_lower_tier_or_without_mglru(tmp_path: Path, make_node) -> None:
     path = tmp_path / "p.yaml"
-    path.write_text("apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: a}\n"
-                    "kernel: {demotion_enabled: true}\n")
-    for root in (make_node("l40-kvm64"), make_node("workstation")):  # one NUMA node: nothing to demote to
-        found = advisories(load_profile(path), gather(open_host(root)))
-        assert "demotion-without-oom-guard" not in [a.id for a in found]
+    for kernel in ("{demotion_enabled: true}", "{demotion_enabled: true, lru_gen: {min_ttl_ms: 1000}}"):
+        path.write_text(f"apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {{name: a}}\nkernel: {kernel}\n")
+        for root in (make_node("l40-kvm64"), make_node("workstation")):  # one NUMA node: nothing to demote to
+            found = [a.id for a in advisories(load_profile(path), gather(open_host(root)))]
+            assert "demotion-without-oom-guard" not in found and "oom-guard-kills-on-a-full-node" not in found
 
 
 def test_tpp_with_damon_demotion_and_young_filters_is_clean(tmp_path: Path, node: Path) -> None:

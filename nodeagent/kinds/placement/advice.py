@@ -174,26 +174,60 @@ def _node_reclaim(proj: NodeProjection, facts: Facts) -> list[Advisory]:
     return out
 
 
-def _no_oom_guard(proj: NodeProjection, demotion: bool) -> list[Advisory]:
-    """Demotion on (with a lower tier to demote to), the multi-gen LRU on and its min_ttl_ms at 0: a node out of
-    memory thrashes, the OOM killer is never invoked. Demotion counts as reclaim progress (the top tier's pages
-    are gone from it), so direct reclaim keeps reporting progress and the page allocator retries instead of
-    declaring the node out of memory; MGLRU's own trigger — kswapd's ``lru_gen_age_node`` invoking the OOM killer
-    when every generation is younger than min_ttl — is off at 0 (mm/vmscan.c)."""
+def _mglru(proj: NodeProjection) -> bool:
     lru = proj.setting("kernel.lru_gen.enabled")
-    mglru = lru is True or lru == "true" or (isinstance(lru, int) and not isinstance(lru, bool) and bool(lru & 1))
-    if not (demotion and proj.slow and mglru and proj.setting("kernel.lru_gen.min_ttl_ms") == 0):
+    return lru is True or lru == "true" or (isinstance(lru, int) and not isinstance(lru, bool) and bool(lru & 1))
+
+
+def _oom_guard(proj: NodeProjection, facts: Facts, demotion: bool) -> list[Advisory]:
+    """MGLRU's OOM trigger (``min_ttl_ms``), judged by whether the node has swap.
+
+    kswapd's ``lru_gen_age_node`` (mm/vmscan.c) invokes the OOM killer when no memory cgroup on the node it
+    balances has a generation older than min_ttl — or none is big enough to count. Anonymous memory counts only
+    where it can leave the node: to swap, or by demotion to a lower tier. So:
+
+    - with swap, min_ttl_ms 0 under demotion is the thrashing case (demotion counts as reclaim progress, the
+      allocator retries, MGLRU's own trigger is off): ``demotion-without-oom-guard``, fix 1000;
+    - without swap, a node with nothing to demote to (the lowest tier: the CXL node; every node while demotion is
+      off) holds nothing MGLRU counts once its page cache is gone, so with min_ttl_ms above 0 its kswapd invokes
+      the OOM killer — for the whole machine — as soon as that node alone falls under its watermarks, while the
+      other nodes have room: ``oom-guard-kills-on-a-full-node``, fix 0.
+
+    A kernel without the multi-gen LRU (older than 6.1, or built without it) has neither: no advisory there."""
+    lru = reclaim_facts(facts)
+    if lru.lru_gen is None or not _mglru(proj):
         return []
+    swap_kb = lru.swap_total_kb
+    ttl = proj.setting("kernel.lru_gen.min_ttl_ms")
+    if swap_kb and demotion and proj.slow and ttl == 0:
+        return [Advisory(
+            "demotion-without-oom-guard", "kernel.lru_gen.min_ttl_ms",
+            f"demotion is on, this node has swap ({swap_kb // 1024} MiB) and reclaim runs through the multi-gen LRU "
+            "with min_ttl_ms 0: when DRAM and the lower tier are both full, demotion still counts as reclaim progress, "
+            "so the allocator keeps retrying instead of invoking the OOM killer, and MGLRU's own OOM trigger (kswapd, "
+            "lru_gen_age_node) is off while min_ttl_ms is 0 — the node thrashes instead of killing a task",
+            "reported, not measured here: a linux-cxl thread (October 2025) on a DRAM + CXL node with demotion_enabled "
+            "on and min_ttl_ms 0, where the OOM killer was never invoked and the node thrashed",
+            "set kernel.lru_gen.min_ttl_ms: 1000 (the working set of the last second is kept; when it cannot be, "
+            "kswapd invokes the OOM killer — Documentation/admin-guide/mm/multigen_lru.rst)")]
+    if swap_kb or not ttl:
+        return []
+    lowest = sorted(proj.slow) if demotion and proj.slow else sorted(
+        {n.id for n in facts.nodes if n.has_memory} | set(proj.pending))
+    if len({n.id for n in facts.nodes if n.has_memory} | set(proj.pending)) < 2 or not lowest:
+        return []
+    nodes = ", ".join(f"node{n}" for n in lowest)
     return [Advisory(
-        "demotion-without-oom-guard", "kernel.lru_gen.min_ttl_ms",
-        "demotion is on and reclaim runs through the multi-gen LRU with min_ttl_ms 0: when DRAM and the lower tier "
-        "are both full, demotion still counts as reclaim progress, so the allocator keeps retrying instead of "
-        "invoking the OOM killer, and MGLRU's own OOM trigger (kswapd, lru_gen_age_node) is off while min_ttl_ms "
-        "is 0 — the node thrashes instead of killing a task",
-        "reported, not measured here: a linux-cxl thread (October 2025) on a DRAM + CXL node with demotion_enabled "
-        "on and min_ttl_ms 0, where the OOM killer was never invoked and the node thrashed",
-        "set kernel.lru_gen.min_ttl_ms: 1000 (the working set of the last second is kept; when it cannot be, kswapd "
-        "invokes the OOM killer — Documentation/admin-guide/mm/multigen_lru.rst)")]
+        "oom-guard-kills-on-a-full-node", "kernel.lru_gen.min_ttl_ms",
+        f"min_ttl_ms {ttl} on a node without swap: {nodes} {'has' if len(lowest) == 1 else 'have'} nothing to demote "
+        "to, so once its page cache is gone the multi-gen LRU counts nothing there as reclaimable, and its kswapd "
+        "invokes the OOM killer for the whole machine as soon as that node alone is under its watermarks — a CXL "
+        "node full of demoted KV cache kills the serving engine while DRAM has room",
+        "6.12 guest (QEMU), the shipped profile with min_ttl_ms 1000, no swap: the CXL node (1 GiB, the lowest "
+        "tier) filled to 5 % free by a tmpfs bound to it; kswapd2 invoked the OOM killer (global_oom) with 1.8 and "
+        "1.9 GiB free on nodes 0 and 1 and killed every task down to init "
+        "(bench/placement/results/min-ttl-full-lower-tier-6.12/console-excerpt.txt)",
+        "leave kernel.lru_gen.min_ttl_ms at 0 on nodes without swap (the kernel's default), or add swap")]
 
 
 def advisories(loaded: LoadedProfile, facts: Facts, proj: NodeProjection | None = None) -> list[Advisory]:
@@ -269,7 +303,7 @@ def advisories(loaded: LoadedProfile, facts: Facts, proj: NodeProjection | None 
                 "fast node full: a demote-cold scheme with high 500‰ never ran (0 bytes tried, 17-21 % of cold on CXL)",
                 "drop the watermarks (metric: none); on 6.16+ a node_mem_free_bp quota goal targets one node"))
     out.extend(_node_reclaim(proj, facts))
-    out.extend(_no_oom_guard(proj, demotion))
+    out.extend(_oom_guard(proj, facts, demotion))
     if demotion and not tiering and not hot:
         out.append(Advisory(
             "demotion-without-promotion", "kernel.numa_balancing",
