@@ -55,7 +55,7 @@ def test_drift_metrics_carry_the_right_values(make_node, tmp_path: Path, capsys)
     assert m[("nodeagent_last_apply_success", (("profile", "cxl-inference"),))] == 1
     assert m[("nodeagent_last_apply_status", (("profile", "cxl-inference"), ("status", "converged")))] == 1
     assert m[("nodeagent_last_apply_status", (("profile", "cxl-inference"), ("status", "partial")))] == 0
-    assert m[("nodeagent_last_apply_changes", (("outcome", "applied"),))] == 14
+    assert m[("nodeagent_last_apply_changes", (("outcome", "applied"),))] == 13
     assert m[("nodeagent_vmstat_pgpromote_success_total", ())] == 12345
     assert m[("nodeagent_vmstat_pgdemote_kswapd_total", ())] == 678
     assert m[("nodeagent_vmstat_numa_hint_faults_total", ())] == 9
@@ -81,7 +81,7 @@ def test_apply_writes_metrics_and_keeps_check_results(make_node, tmp_path: Path,
     prom.write_text("stale\n")
     assert main(["--root", str(root), "apply", "--yes", "--metrics-textfile", str(prom), PROFILE]) == 0
     m = samples(prom)
-    assert m[("nodeagent_last_apply_changes", (("outcome", "applied"),))] == 11
+    assert m[("nodeagent_last_apply_changes", (("outcome", "applied"),))] == 10
     assert m[("nodeagent_drift_items", (("resource", "knob"),))] == 0
     after_apply = tmp_path / "after-apply.prom"
     after_apply.write_text(prom.read_text())

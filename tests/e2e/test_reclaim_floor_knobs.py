@@ -88,7 +88,7 @@ def test_lru_gen_missing_before_6_1_is_a_problem(make_node, tmp_path: Path, caps
 
 
 def test_min_ttl_left_out_on_a_kernel_built_without_lru_gen(make_node, tmp_path: Path, capsys) -> None:
-    """A 6.x kernel built without CONFIG_LRU_GEN has no /sys/kernel/mm/lru_gen: the shipped profile's min_ttl_ms
+    """A 6.x kernel built without CONFIG_LRU_GEN has no /sys/kernel/mm/lru_gen: a profile's min_ttl_ms
     is left out with the reason (the plan still applies everything else), while asking for MGLRU itself is a
     problem."""
     root = make_node("qemu-3node")
