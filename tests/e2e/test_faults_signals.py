@@ -1,8 +1,10 @@
-"""A signal before every write of an apply of the shipped profile, then the next apply (tests/e2e/fault_sweep.py).
+"""A signal before each kind of write of an apply of the shipped profile, then the next apply (fault_sweep.py).
 
-A signal right before each write the apply makes on a small-block node (40 memory blocks, every kind of write:
-knobs, daxctl's driver binds and block onlining, four kdamond builds, state files), one run each, the signal taking
-turns (SIGKILL, SIGTERM, SIGINT), and at 50 points sampled from an apply on h100-cxl (2 × 1024 blocks). After
+A signal right before each kind of write the apply makes on a small-block node (40 memory blocks, every kind of
+write: knobs, daxctl's driver binds and block onlining, four kdamond builds, state files — the first write of each
+kind, every third file of the first kdamond built and every write of nodeagent's own files, as the errno walk
+takes them), one run each, the signal taking turns (SIGKILL, SIGTERM, SIGINT), and at 50 points sampled from an
+apply on h100-cxl (2 × 1024 blocks). After
 each: the next apply converges (its own verify re-plan is empty), no kdamond is left that nodeagent does not own,
 and the faulted apply's record and journal say what happened — SIGTERM/SIGINT: the result printed, exit 143/130,
 recorded and journaled as interrupted; SIGKILL: the record it left names every change it made (done, or in
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 from pathlib import Path
 
@@ -27,12 +30,12 @@ SWEEP = os.environ.get("NODEAGENT_FAULT_SWEEP") == "full"
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory, sim_base: Path) -> tuple[Path, Path, int, list[str]]:
-    """(template, work directory, writes of a clean apply, the targets that apply changes)."""
+def small(tmp_path_factory: pytest.TempPathFactory, sim_base: Path) -> tuple[Path, Path, list[str], list[str]]:
+    """(template, work directory, the paths a clean apply writes in order, the targets that apply changes)."""
     work = Path(os.fspath(sim_base)) / "faults-small"
     work.mkdir(exist_ok=True)
     tpl = fs.make_template(work, fs.small_preset())
-    return tpl, work, fs.count_writes(tpl, work), fs.planned_targets(tpl, work)
+    return tpl, work, fs.write_paths(tpl, work), fs.planned_targets(tpl, work)
 
 
 @pytest.fixture(scope="module")
@@ -54,21 +57,32 @@ def judge(points: list[fs.Point], targets: list[str]) -> list[str]:
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT")
 
 
-def _rules(writes: int) -> list[tuple[int, faults.Rule]]:
-    """One run before every write, the signal taking turns (KILL, TERM, INT, KILL...); with
-    ``NODEAGENT_FAULT_SWEEP=full`` (``make fault-sweep``) every signal before every write."""
+def _kind(path: str) -> str:
+    """A write's kind: its path with numbers as N; a kdamond's files all take one write path (trim keeps every
+    third of them), so they are one kind here but nr_kdamonds and each ``state``."""
+    if re.search(r"/kdamonds/[0-9]+/.*(?<!/state)$", path):
+        return "a kdamond's file"
+    return re.sub(r"[0-9]+", "N", path)
+
+
+def _rules(paths: list[str]) -> list[tuple[int, faults.Rule]]:
+    """One run before each kind of write (:func:`fs.one_per_kind`, trimmed as the errno walk is), the signal taking
+    turns (KILL, TERM, INT, KILL...); with ``NODEAGENT_FAULT_SWEEP=full`` (``make fault-sweep``) every signal before
+    every write."""
     if SWEEP:
-        return [(n, faults.Rule(fs.ANY, signal=sig, after=n)) for n in range(writes) for sig in SIGNALS]
-    return [(n, faults.Rule(fs.ANY, signal=SIGNALS[n % 3], after=n)) for n in fs.sample(list(range(writes)))]
+        return [(n, faults.Rule(fs.ANY, signal=sig, after=n)) for n in range(len(paths)) for sig in SIGNALS]
+    picks = fs.sample(fs.trim(paths, fs.one_per_kind(paths)))
+    return [(n, faults.Rule(fs.ANY, signal=SIGNALS[i % 3], after=n)) for i, n in enumerate(picks)]
 
 
 def test_a_signal_before_every_write_of_a_small_node_apply(small) -> None:
-    tpl, work, writes, targets = small
-    assert writes >= 150  # knobs, binds, 8 blocks, 4 kdamonds of ~37 files, state files
-    rules = _rules(writes)
+    tpl, work, paths, targets = small
+    assert len(paths) >= 150  # knobs, binds, 8 blocks, 4 kdamonds of ~37 files, state files
+    rules = _rules(paths)
     points = fs.sweep(tpl, work, rules)
     assert len(points) == len(rules)
-    if len(rules) >= writes:
+    if not os.environ.get("NODEAGENT_FAULT_SAMPLE"):
+        assert {_kind(p.hit or "") for p in points} == {_kind(p) for p in paths}  # every kind of write was hit
         assert {p.hit for p in points} >= {"/var/lib/nodeagent/originals.json", "/sys/kernel/mm/damon/admin/"
                                            "kdamonds/nr_kdamonds", "/proc/sys/kernel/numa_balancing"}
         assert any("/memory" in (p.hit or "") and (p.hit or "").endswith("/state") for p in points)  # daxctl's
