@@ -75,7 +75,7 @@ def _rules(paths: list[str]) -> list[tuple[int, faults.Rule]]:
     return [(n, faults.Rule(fs.ANY, signal=SIGNALS[i % 3], after=n)) for i, n in enumerate(picks)]
 
 
-def test_a_signal_before_every_write_of_a_small_node_apply(small) -> None:
+def test_a_signal_before_each_kind_of_write_of_a_small_node_apply(small) -> None:
     tpl, work, paths, targets = small
     assert len(paths) >= 150  # knobs, binds, 8 blocks, 4 kdamonds of ~37 files, state files
     rules = _rules(paths)
