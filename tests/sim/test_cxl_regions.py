@@ -71,6 +71,8 @@ def test_every_bare_memdev_gets_a_ram_region_online_movable_and_a_second_plan_is
     assert [c.devices for c in creates] == [("mem1", "region0", "dax0.0"), ("mem0", "region1", "dax1.0")]
     onlines = [c for c in first.changes if c.op == "online"]
     assert [c.needs for c in onlines] == [(c.target,) for c in creates] and all(c.nodes for c in onlines)
+    # the DAX rule decides the devices the regions will have: it is not said to match nothing
+    assert not [w for w in first.warnings if "matches no DAX device" in w], first.warnings
     result = apply(root, p)
     assert result.status == "converged", result.verify_errors
     assert regions(root) == {(S1,): (1, 256, True), (S2,): (1, 256, True)}
@@ -98,6 +100,16 @@ def test_memdevs_without_serials_are_known_by_their_pci_function(tmp_path: Path)
     from nodeagent.facts import gather
 
     assert len(cxl_of(gather(open_host(root))).regions) == 2 and plan(root, p).changes == ()
+
+
+def test_a_dax_rule_that_no_device_the_plan_makes_matches_is_still_said(tmp_path: Path) -> None:
+    """Only the rules that decide a device the regions will have are quiet: a rule for a node 7 that no region
+    lands in still matches nothing, with the node's inventory."""
+    root = node(tmp_path)
+    dax = DAX + "    - {name: ghost, match: {target_nodes: [7]}, mode: devdax}\n"
+    first = plan(root, profile(tmp_path, "- {name: each, memdevs: {without_region: true}}\n", dax=dax))
+    said = [w for w in first.warnings if "matches no DAX device" in w]
+    assert len(said) == 1 and "rule 'ghost'" in said[0] and "(it has none)" in said[0], first.warnings
 
 
 def test_the_shipped_profiles_change_nothing_where_the_regions_exist(tmp_path: Path) -> None:

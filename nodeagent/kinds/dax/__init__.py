@@ -157,7 +157,11 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
     dax = from_facts(facts)
     chosen, unused = assign(rules, dax.devices)
     deciding = {r.name for r in chosen.values()}
+    # the DAX devices of the CXL regions this plan creates: the cxl_region kind carries their changes
+    coming = {d.rule for d in projection_of(loaded, facts, ctx).dax if d.name not in {x.name for x in dax.devices}}
     for i, rule in enumerate(rules):
+        if rule in unused and rule.name in coming:
+            continue
         if rule in unused:
             out.warnings.append(f"memory.dax rule {rule.name!r} ({loaded.where('memory', 'dax', i)}) matches no "
                                 f"DAX device on this node ({_inventory(dax)})")
