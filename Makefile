@@ -95,15 +95,16 @@ bench-placement-kv: $(STAMP)
 	$(BIN)/python bench/placement/run.py --workload kv --points $(POINTS) --configs $(CONFIGS) \
 		$(if $(CANDIDATE),--candidate $(CANDIDATE))
 
-# Real-kernel boots kept out of `make test` (each ~2-3 min): issue 51's one-bare-memdev CXL guest (layout cxl-1md),
-# whose captures `make test` replays on the simulator. NODEAGENT_RK_CAPTURE=1 rewrites tests/realkernel/captured.
+# Real-kernel boots kept out of `make test` (each ~2-3 min): the one-bare-memdev CXL guest (layout cxl-1md), whose
+# captures `make test` replays on the simulator, and MGLRU's min_ttl_ms killing on a full CXL node. NODEAGENT_RK_CAPTURE=1 rewrites tests/realkernel/captured.
 .PHONY: realkernel-extra
 realkernel-extra: $(STAMP)
 	NODEAGENT_RK_EXTRA=1 scripts/readonly-kernel-ns.sh $(BIN)/python -m pytest -q -p no:cacheprovider -m realkernel \
-		tests/realkernel/test_cxl_one_memdev.py tests/realkernel/test_cxl_maru_part.py $(PYTEST_ARGS)
+		tests/realkernel/test_cxl_one_memdev.py tests/realkernel/test_cxl_maru_part.py \
+		tests/realkernel/test_min_ttl_oom.py $(PYTEST_ARGS)
 
-# The exhaustive fault sweep (tests/e2e/test_faults_*.py; `make test` runs one signal before every write of a
-# small-block node, 50 sampled h100-cxl points, an errno at every kind of write): every signal (KILL, TERM, INT)
+# The exhaustive fault sweep (tests/e2e/test_faults_*.py; `make test` runs one signal before each kind of write
+# of a small-block node, 50 sampled h100-cxl points, an errno at every kind of write): every signal (KILL, TERM, INT)
 # before every write of the small node, a signal before every write of an h100-cxl apply, every errno at every
 # write, a kill after every step of a CXL region's creation; each followed by the next apply. Hours on 2 cores.
 .PHONY: fault-sweep

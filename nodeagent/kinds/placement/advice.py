@@ -223,10 +223,11 @@ def _oom_guard(proj: NodeProjection, facts: Facts, demotion: bool) -> list[Advis
         "to, so once its page cache is gone the multi-gen LRU counts nothing there as reclaimable, and its kswapd "
         "invokes the OOM killer for the whole machine as soon as that node alone is under its watermarks — a CXL "
         "node full of demoted KV cache kills the serving engine while DRAM has room",
-        "6.12 guest (QEMU), the shipped profile with min_ttl_ms 1000, no swap: the CXL node (1 GiB, the lowest "
-        "tier) filled to 5 % free by a tmpfs bound to it; kswapd2 invoked the OOM killer (global_oom) with 1.8 and "
-        "1.9 GiB free on nodes 0 and 1 and killed every task down to init "
-        "(bench/placement/results/min-ttl-full-lower-tier-6.12/console-excerpt.txt)",
+        "6.12 guest (QEMU), the shipped profile with min_ttl_ms 1000, no swap: a process filling the CXL node "
+        "(896 MiB, the lowest tier) with its own memory to 5 % free was killed by the OOM killer kswapd2 invoked "
+        "(global_oom) while nodes 0 and 1 had 1.8 and 1.9 GiB free; at 0 it held the same memory and lived; "
+        "with a tmpfs in its place, every task down to init was killed "
+        "(bench/placement/results/min-ttl-full-lower-tier-6.12/anon-fill.txt, console-excerpt.txt)",
         "leave kernel.lru_gen.min_ttl_ms at 0 on nodes without swap (the kernel's default), or add swap")]
 
 
