@@ -240,3 +240,28 @@ def test_node_reclaim_with_demotion_off(tmp_path: Path, node: Path) -> None:
     # mode 1 (no write, no unmap) on the multi-gen LRU never reclaims: only that is said
     got = ids(tmp_path, node, demotion=False, kernel=", zone_reclaim_mode: 1" + FLOORS_0)
     assert "node-reclaim-without-demotion" not in got and "node-reclaim-without-unmap-on-mglru" in got
+
+
+def test_without_swap_the_kill_is_the_lowest_tiers_only(tmp_path: Path, node: Path) -> None:
+    """Under demotion a middle tier demotes on to the next one, so only the nodes of the lowest tier are named."""
+    from dataclasses import replace
+
+    from nodeagent.kinds.projection import project
+
+    path = tmp_path / "p.yaml"
+    path.write_text("apiVersion: nodeagent/v1\nkind: NodeProfile\nmetadata: {name: a}\n"
+                    "kernel: {numa_balancing: memory-tiering, demotion_enabled: true, lru_gen: {min_ttl_ms: 1000}}\n"
+                    "memory: {dax: [{name: all, match: {all: true}, mode: system-ram, zone: movable}]}\n")
+    loaded, facts = load_profile(path), gather(open_host(node))
+    proj = project(loaded, facts)
+    assert proj.slow == (2,)
+
+    def named(tier5: int) -> str:
+        three = replace(proj, slow=(2, 5), tier={**proj.tier, 5: tier5})
+        (a,) = [a for a in advisories(loaded, facts, three) if a.id == "oom-guard-kills-on-a-full-node"]
+        got = re.search(r"without swap: (.*?) ha(?:s|ve) nothing to demote to", a.message)
+        assert got
+        return got.group(1)
+
+    assert named(proj.tier[2] + 1) == "node5"  # node5 below node2: node2 demotes to it
+    assert named(proj.tier[2]) == "node2, node5"  # one tier

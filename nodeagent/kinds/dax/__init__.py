@@ -158,7 +158,8 @@ def plan(loaded: LoadedProfile, facts: Facts, ctx: PlanContext) -> ResourcePlan:
     chosen, unused = assign(rules, dax.devices)
     deciding = {r.name for r in chosen.values()}
     # the DAX devices of the CXL regions this plan creates: the cxl_region kind carries their changes
-    coming = {d.rule for d in projection_of(loaded, facts, ctx).dax if d.name not in {x.name for x in dax.devices}}
+    present = {d.name for d in dax.devices}
+    coming = {d.rule for d in projection_of(loaded, facts, ctx).dax if d.name not in present}
     for i, rule in enumerate(rules):
         if rule in unused and rule.name in coming:
             continue

@@ -210,12 +210,14 @@ def _oom_guard(proj: NodeProjection, facts: Facts, demotion: bool) -> list[Advis
             "on and min_ttl_ms 0, where the OOM killer was never invoked and the node thrashed",
             "set kernel.lru_gen.min_ttl_ms: 1000 (the working set of the last second is kept; when it cannot be, "
             "kswapd invokes the OOM killer — Documentation/admin-guide/mm/multigen_lru.rst)")]
-    if swap_kb or not ttl:
+    memory = {n.id for n in facts.nodes if n.has_memory} | set(proj.pending)
+    if swap_kb or not ttl or len(memory) < 2:
         return []
-    lowest = sorted(proj.slow) if demotion and proj.slow else sorted(
-        {n.id for n in facts.nodes if n.has_memory} | set(proj.pending))
-    if len({n.id for n in facts.nodes if n.has_memory} | set(proj.pending)) < 2 or not lowest:
-        return []
+    if demotion and proj.slow:  # the lowest tier's nodes: a middle tier demotes on to the next one
+        bottom = max(proj.tier.get(n, 0) for n in proj.slow)
+        lowest = sorted(n for n in proj.slow if proj.tier.get(n, 0) == bottom)
+    else:
+        lowest = sorted(memory)
     nodes = ", ".join(f"node{n}" for n in lowest)
     return [Advisory(
         "oom-guard-kills-on-a-full-node", "kernel.lru_gen.min_ttl_ms",
