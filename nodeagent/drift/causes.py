@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..facts.dax import block_ids
 from ..facts.hardware import cmdline_params, read_cmdline
 from ..facts.knobs import BY_KEY
+from ..facts.numa import read_block_size
 from ..facts.setters import computed, damon_modules, memory_udev_rules, setters_of
 from ..host import Host
 from ..state import LastApplied
@@ -147,11 +148,11 @@ def offline_blocks(host: Host, device: str) -> list[int]:
     """Memory blocks in ``device``'s range that exist and are offline (only that device's blocks are read)."""
     base = f"/sys/bus/dax/devices/{device}"
     start, size = host.read_opt(f"{base}/resource"), host.read_opt(f"{base}/size")
-    bs_text = host.read_opt("/sys/devices/system/memory/block_size_bytes")
-    if not (start and size and bs_text):
+    bs = read_block_size(host)
+    if not (start and size and bs):
         return []
     out = []
-    for n in block_ids(int(start, 16), int(size), int(bs_text, 16)):
+    for n in block_ids(int(start, 16), int(size), bs):
         state = host.read_opt(f"/sys/devices/system/memory/memory{n}/state")
         if state is not None and state.strip() == "offline":
             out.append(n)

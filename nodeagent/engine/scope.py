@@ -33,6 +33,7 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import replace
 
+from ..facts.numa import read_block_size
 from ..host import Host
 from ..plan import Change, Plan
 
@@ -92,10 +93,9 @@ def _dax_range(host: Host, dev: str) -> tuple[int, int] | None:
 
 def device_of_block(host: Host, block: int) -> str | None:
     """The DAX device whose physical range holds memory block ``block``, if any."""
-    bs_text = host.read_opt("/sys/devices/system/memory/block_size_bytes")
-    if not bs_text:
+    bs = read_block_size(host)
+    if not bs:
         return None
-    bs = int(bs_text, 16)
     lo, hi = block * bs, (block + 1) * bs
     for dev in host.fs.listdir(DAX_DEVICES):
         rng = _dax_range(host, dev)

@@ -16,12 +16,11 @@ from ..host import Host
 from ..util import jsonin
 from ..util.dataclass import asdict, dataclass
 from ..util.errors import PermissionDeniedError
-from ..util.kfmt import kernel_version, parse_hex, parse_list
+from ..util.kfmt import kernel_version, parse_list
 from .knobs import KNOBS, Knob
-from .numa import _BLOCKS, NumaNode, read_nodes, read_tiers
+from .numa import _BLOCKS, NumaNode, read_block_size, read_nodes, read_tiers
 
 POSSIBLE = "/sys/devices/system/node/possible"
-BLOCK_SIZE = "/sys/devices/system/memory/block_size_bytes"
 
 FORMAT = "nodeagent-facts/v2"  # v2: the hardware section (facts.snapshot documents the version rule)
 #: The formats this nodeagent reads: the current one and the previous one.
@@ -109,7 +108,7 @@ def _read_knob(host: Host, knob: Knob) -> str | None:
 
 def _gather(host: Host, planning: bool = False, skip: frozenset[str] = frozenset()) -> Facts:
     tiers = read_tiers(host)
-    bs = host.read_opt(BLOCK_SIZE)
+    bs = read_block_size(host)
     simulated = None
     if host.simulated:
         try:  # read like any file under the root: regular, bounded, resolved inside it
@@ -121,7 +120,7 @@ def _gather(host: Host, planning: bool = False, skip: frozenset[str] = frozenset
         hostname=(host.read_opt("/proc/sys/kernel/hostname") or host.read_opt("/etc/hostname") or "").strip(),
         kernel_release=host.read_opt("/proc/sys/kernel/osrelease") or "",
         knobs={k.key: _read_knob(host, k) for k in KNOBS},
-        block_size_bytes=parse_hex(bs, BLOCK_SIZE) if bs else None,
+        block_size_bytes=bs,
         possible_nodes=parse_list(host.read_opt(POSSIBLE) or "", POSSIBLE),
         nodes=read_nodes(host, tiers),
         tiers=tiers,

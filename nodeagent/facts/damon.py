@@ -44,10 +44,10 @@ from ..kinds.damon.model import Kdamond as Tree
 from ..kinds.damon.model import parse as parse_tree  # the one DAMON model: pure, imports only util (tests/arch)
 from ..util.dataclass import asdict, dataclass
 from ..util.errors import BusyError
-from ..util.kfmt import kernel_version, parse_hex, parse_list
+from ..util.kfmt import kernel_version, parse_list
 from . import SECTIONS, Facts
 from .damon_caps import MODULES, derive, normalize
-from .numa import node_ranges
+from .numa import node_ranges, read_block_size
 from .setters import read_damon_modules
 
 ADMIN = "/sys/kernel/mm/damon/admin"
@@ -172,8 +172,7 @@ def gather(host: Host) -> dict[str, Any]:
             ops = kd["status"].get("contexts/0/avail_operations")
             if ops is not None and avail is None:
                 avail = ops.split()
-    bs = host.read_opt("/sys/devices/system/memory/block_size_bytes")
-    block_size = parse_hex(bs, "/sys/devices/system/memory/block_size_bytes") if bs else None
+    block_size = read_block_size(host)
     modules = _modules(host, {k["pid"] for k in kdamonds if k["state"] == "on"})
     return {
         "sysfs": nr_text is not None,

@@ -25,7 +25,7 @@ from ..host import Host
 from ..util.dataclass import asdict, dataclass
 from ..util.kfmt import cmdline_params, parse_list, parse_meminfo
 from . import SECTIONS, Facts
-from .numa import node_blocks, read_zones
+from .numa import node_blocks, read_block_size, read_zones
 from .setters import daxctl_sections, udev_rules
 
 DAX_DEVICES = "/sys/bus/dax/devices"
@@ -294,8 +294,7 @@ def read_regions(host: Host, names: list[str]) -> list[DaxRegion]:
 
 
 def gather(host: Host) -> dict[str, Any]:
-    bs_text = host.read_opt(f"{MEM}/block_size_bytes")
-    block_size = _int(bs_text, 16)
+    block_size = read_block_size(host)
     names = [n for n in host.fs.listdir(DAX_DEVICES) if re.fullmatch(r"dax\d+\.\d+", n)]
     names.sort(key=lambda n: tuple(int(x) for x in n[3:].split(".")))
     params = {p: v.strip() for p in HOTPLUG_PARAMS

@@ -15,9 +15,10 @@ from typing import Any
 
 from ..host import Host
 from ..util.dataclass import dataclass
-from ..util.kfmt import MAX_CPUS, parse_distances, parse_list, parse_meminfo
+from ..util.kfmt import MAX_CPUS, parse_distances, parse_hex, parse_list, parse_meminfo
 
 NODE = "/sys/devices/system/node"
+BLOCK_SIZE = "/sys/devices/system/memory/block_size_bytes"
 TIERS = "/sys/devices/virtual/memory_tiering"
 
 
@@ -62,6 +63,13 @@ class Zone:
     def holes(self) -> bool:
         return self.spanned != self.present
 
+
+
+def read_block_size(host: Host) -> int | None:
+    """The memory block size in bytes (``block_size_bytes``, hex without 0x); None where the kernel has no memory
+    hotplug. A value that is not hex ends in the kernel-format error naming the file, wherever it is read."""
+    text = host.read_opt(BLOCK_SIZE)
+    return parse_hex(text, BLOCK_SIZE) if text else None
 
 def parse_zones(text: str) -> dict[int, list[Zone]]:
     """``{node: [populated zones by start_pfn]}``. An unpopulated zone prints no ``start_pfn`` and is left out."""

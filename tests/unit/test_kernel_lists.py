@@ -100,3 +100,22 @@ def test_a_tier_list_beyond_the_bound_is_named(make_node, capsys) -> None:
     replace(root, path, "0-1024")
     code, _, err = run(["--root", str(root), "facts"], capsys)
     assert code == 1 and f"{path} reads '0-1024'" in err and "1024 is beyond the kernel's bound" in err, err
+
+
+def test_every_reader_of_the_block_size_names_the_file(make_node) -> None:
+    """One reader of block_size_bytes (facts.numa.read_block_size) behind facts, the device scope, drift's causes
+    and the DAX and CXL region applies: a value that is not hex is the same named error everywhere, never a bare
+    ValueError."""
+    from nodeagent.drift.causes import offline_blocks
+    from nodeagent.engine.scope import device_of_block
+    from nodeagent.facts.numa import read_block_size
+    from nodeagent.host import open_host
+
+    root = make_node("qemu-3node")
+    host = open_host(root)
+    assert read_block_size(host) == 0x8000000
+    replace(root, "/sys/devices/system/memory/block_size_bytes", "zz")
+    host = open_host(root)
+    for read in (read_block_size, lambda h: device_of_block(h, 49), lambda h: offline_blocks(h, "dax0.0")):
+        with pytest.raises(KernelFormatError, match="block_size_bytes reads 'zz'"):
+            read(host)

@@ -23,13 +23,12 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ...facts import BLOCK_SIZE
 from ...facts.cxl import read as read_cxl
+from ...facts.numa import read_block_size
 from ...host import Host
 from ...plan import Change
 from ...state import OwnedRegion, Ownership
 from ...util.errors import ChangeSkipped, HostError, MissingError
-from ...util.kfmt import parse_hex
 from ...util.timestamps import rfc3339
 from ..base import ApplyContext
 from .names import CXL, ident, key
@@ -197,7 +196,7 @@ def online(host: Host, change: Change, actx: ApplyContext) -> str:
     from ...facts.dax import read_device
     from ..dax.split import as_found
 
-    dev = read_device(host, name, _block_size(host))
+    dev = read_device(host, name, read_block_size(host) or 0)
     if dev is not None and dev.blocks_online == 0 and dev.mode in ("devdax", "disabled", "system-ram") and (
             dev.mode, dev.zones) != (change.detail("from_mode"), change.detail("from_zones")):
         change = as_found(change, dev)  # device_dax took it, not kmem: nothing of it is online either way
@@ -205,11 +204,6 @@ def online(host: Host, change: Change, actx: ApplyContext) -> str:
     op = change.detail("dax_op") or change.op
     return apply_change(host, replace(change, kind="dax", op=op, target=name, path=f"/sys/bus/dax/devices/{name}"),
                         actx)
-
-
-def _block_size(host: Host) -> int:
-    text = (host.read_opt(BLOCK_SIZE) or "").strip()
-    return parse_hex(text, BLOCK_SIZE) if text else 0  # a malformed value: the file named, as facts say it
 
 
 def delete(host: Host, change: Change, actx: ApplyContext) -> str:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 
 from ...facts.dax import DaxDevice, block_state, read_device
+from ...facts.numa import read_block_size
 from ...host import Host
 from ...plan import Change
 from ...state import OwnedDevice, Ownership
 from ...util.errors import ChangeSkipped, CommandError, HostError, MissingError, NotRecorded
-from ...util.kfmt import parse_hex
 from ...util.quantities import format_size
 from ...util.timestamps import rfc3339
 from ..base import ApplyContext
@@ -44,8 +44,7 @@ class Applier:
 
     # -- reading ------------------------------------------------------------------------------------------
     def block_size(self) -> int:
-        text = self.host.read_opt("/sys/devices/system/memory/block_size_bytes")
-        return parse_hex(text, "/sys/devices/system/memory/block_size_bytes") if text else 0
+        return read_block_size(self.host) or 0
 
     def device(self) -> DaxDevice:
         dev = read_device(self.host, self.name, self.block_size())
